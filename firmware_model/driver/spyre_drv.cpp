@@ -1,0 +1,34 @@
+#include "spyre/spyre_drv.h"
+
+extern "C" {
+
+spyre_result_t spyreDriverGetApiVersion(uint32_t* version) {
+  if (version == nullptr) return SPYRE_ERROR_INVALID_NULL_POINTER;
+  *version = SPYRE_API_VERSION_CURRENT;
+  return SPYRE_SUCCESS;
+}
+
+const char* spyreResultString(spyre_result_t result) {
+  switch (result) {
+#define SPYRE_RESULT_NAME(code) \
+  case code:                    \
+    return #code;
+    SPYRE_RESULT_NAME(SPYRE_SUCCESS)
+    SPYRE_RESULT_NAME(SPYRE_NOT_READY)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INVALID_ARGUMENT)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INVALID_HANDLE)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INVALID_NULL_POINTER)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INVALID_SIZE)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_UNSUPPORTED_VERSION)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_OUT_OF_DEVICE_MEMORY)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_DEVICE_FAULT)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_DEVICE_LOST)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INTERNAL)
+#undef SPYRE_RESULT_NAME
+    case SPYRE_RESULT_FORCE_UINT32:
+      break;
+  }
+  return "SPYRE_RESULT_UNKNOWN";
+}
+
+}  // extern "C"

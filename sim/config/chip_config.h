@@ -1,0 +1,292 @@
+// Typed, validated description of a simulated chip (configs/*.yaml).
+//
+// Every struct lists its fields once, in describe(); the YAML reader, the JSON writer
+// and the hash all walk that one description, so a field cannot be parsed but not
+// reported, or reported under another name.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace spyre::config {
+
+// Bounds for a numeric field; `min_exclusive` makes the lower bound strict.
+struct Range {
+  double min = 0;
+  double max = 1e300;
+  bool min_exclusive = false;
+};
+
+enum class Dataflow { output_stationary, weight_stationary, input_stationary };
+
+// Values a string field may take, with their spelling in YAML.
+template <class E>
+using Choices = std::vector<std::pair<std::string_view, E>>;
+
+inline const Choices<Dataflow>& dataflow_choices() {
+  static const Choices<Dataflow> choices = {{"os", Dataflow::output_stationary},
+                                            {"ws", Dataflow::weight_stationary},
+                                            {"is", Dataflow::input_stationary}};
+  return choices;
+}
+
+// MACs one processing element completes per cycle for each operand type ("SIMD depth").
+// 0 means the array does not support that type.
+struct SimdDepth {
+  std::uint64_t fp32 = 0, fp16 = 0, bf16 = 0, fp8 = 0, int8 = 0, int4 = 0;
+
+  template <class V>
+  void describe(V& v) {
+    const Range depth{0, 1024};
+    v.integer("fp32", fp32, depth);
+    v.integer("fp16", fp16, depth);
+    v.integer("bf16", bf16, depth);
+    v.integer("fp8", fp8, depth);
+    v.integer("int8", int8, depth);
+    v.integer("int4", int4, depth);
+  }
+};
+
+struct ComputeArrayConfig {
+  std::uint64_t rows = 0;
+  std::uint64_t cols = 0;
+  Dataflow dataflow = Dataflow::output_stationary;
+  SimdDepth simd_depth;
+
+  template <class V>
+  void describe(V& v) {
+    v.integer("rows", rows, Range{1, 4096});
+    v.integer("cols", cols, Range{1, 4096});
+    v.choice("dataflow", dataflow, dataflow_choices());
+    v.section("simd_depth", simd_depth);
+  }
+};
+
+// Vector-unit operations that carry a cost; the ISA's vector opcodes map onto these.
+#define SPYRE_VECTOR_OP_COSTS(X)                                                        \
+  X(copy) X(add) X(sub) X(mul) X(div) X(max) X(min) X(neg) X(abs) X(exp) X(log) X(sqrt) \
+  X(rsqrt) X(reciprocal) X(tanh) X(erf) X(sigmoid) X(relu) X(gelu) X(silu) X(compare)    \
+  X(select) X(reduce) X(convert)
+
+// Issue interval, in cycles, of one vector of `lanes` elements for each operation.
+struct VectorOpCycles {
+#define SPYRE_DECLARE_COST(op) double op = 0;
+  SPYRE_VECTOR_OP_COSTS(SPYRE_DECLARE_COST)
+#undef SPYRE_DECLARE_COST
+
+  template <class V>
+  void describe(V& v) {
+#define SPYRE_DESCRIBE_COST(op) v.real(#op, op, Range{0, 1e6, true});
+    SPYRE_VECTOR_OP_COSTS(SPYRE_DESCRIBE_COST)
+#undef SPYRE_DESCRIBE_COST
+  }
+};
+
+struct VectorConfig {
+  std::uint64_t units_per_corelet = 0;
+  std::uint64_t lanes = 0;
+  std::uint64_t pipeline_latency_cycles = 0;
+  VectorOpCycles op_cycles;
+
+  template <class V>
+  void describe(V& v) {
+    v.integer("units_per_corelet", units_per_corelet, Range{1, 64});
+    v.integer("lanes", lanes, Range{1, 65536});
+    v.integer("pipeline_latency_cycles", pipeline_latency_cycles, Range{0, 1e6});
+    v.section("op_cycles", op_cycles);
+  }
+};
+
+struct ScratchpadConfig {
+  std::uint64_t bytes = 0;
+  std::uint64_t usable_bytes = 0;
+  std::uint64_t ports = 0;
+  std::uint64_t bytes_per_cycle_per_port = 0;
+  std::uint64_t latency_cycles = 0;
+
+  template <class V>
+  void describe(V& v) {
+    v.bytes("bytes", bytes);
+    v.bytes("usable_bytes", usable_bytes);
+    v.integer("ports", ports, Range{1, 64});
+    v.integer("bytes_per_cycle_per_port", bytes_per_cycle_per_port, Range{1, 1 << 20});
+    v.integer("latency_cycles", latency_cycles, Range{0, 1e6});
+  }
+};
+
+struct CoresConfig {
+  std::uint64_t count = 0;
+  std::uint64_t corelets = 0;
+  ComputeArrayConfig compute_array;
+  VectorConfig vector;
+  ScratchpadConfig scratchpad;
+
+  template <class V>
+  void describe(V& v) {
+    v.integer("count", count, Range{1, 4096});
+    v.integer("corelets", corelets, Range{1, 64});
+    v.section("compute_array", compute_array);
+    v.section("vector", vector);
+    v.section("scratchpad", scratchpad);
+  }
+};
+
+struct DmaConfig {
+  std::uint64_t engines_per_core = 0;
+  std::uint64_t setup_cycles = 0;
+  std::uint64_t bytes_per_cycle = 0;
+  std::uint64_t stick_bytes = 0;
+
+  template <class V>
+  void describe(V& v) {
+    v.integer("engines_per_core", engines_per_core, Range{1, 64});
+    v.integer("setup_cycles", setup_cycles, Range{0, 1e6});
+    v.integer("bytes_per_cycle", bytes_per_cycle, Range{1, 1 << 20});
+    v.bytes("stick_bytes", stick_bytes);
+  }
+};
+
+struct MemoryConfig {
+  std::uint64_t capacity_bytes = 0;
+  std::uint64_t usable_bytes = 0;
+  std::uint64_t channels = 0;
+  double peak_gbps = 0;
+  double efficiency = 0;
+  double latency_ns = 0;
+  std::uint64_t interleave_bytes = 0;
+
+  template <class V>
+  void describe(V& v) {
+    v.bytes("capacity_bytes", capacity_bytes);
+    v.bytes("usable_bytes", usable_bytes);
+    v.integer("channels", channels, Range{1, 1024});
+    v.real("peak_gbps", peak_gbps, Range{0, 1e7, true});
+    v.real("efficiency", efficiency, Range{0, 1, true});
+    v.real("latency_ns", latency_ns, Range{0, 1e6});
+    v.bytes("interleave_bytes", interleave_bytes);
+  }
+};
+
+struct RingConfig {
+  std::uint64_t bytes_per_cycle = 0;
+  std::uint64_t hop_latency_cycles = 0;
+  std::uint64_t memory_stops = 0;
+
+  template <class V>
+  void describe(V& v) {
+    v.integer("bytes_per_cycle", bytes_per_cycle, Range{1, 1 << 20});
+    v.integer("hop_latency_cycles", hop_latency_cycles, Range{0, 1e6});
+    v.integer("memory_stops", memory_stops, Range{1, 1024});
+  }
+};
+
+struct HostLinkConfig {
+  std::uint64_t pcie_gen = 0;
+  std::uint64_t lanes = 0;
+  double latency_ns = 0;
+  double efficiency = 0;
+
+  template <class V>
+  void describe(V& v) {
+    v.integer("pcie_gen", pcie_gen, Range{1, 6});
+    v.integer("lanes", lanes, Range{1, 32});
+    v.real("latency_ns", latency_ns, Range{0, 1e9});
+    v.real("efficiency", efficiency, Range{0, 1, true});
+  }
+};
+
+struct HostConfig {
+  double call_overhead_ns = 0;
+
+  template <class V>
+  void describe(V& v) {
+    v.real("call_overhead_ns", call_overhead_ns, Range{0, 1e9});
+  }
+};
+
+struct FirmwareConfig {
+  std::uint64_t command_fetch_cycles = 0;
+  std::uint64_t launch_cycles = 0;
+  std::uint64_t watchdog_cycles = 0;
+
+  template <class V>
+  void describe(V& v) {
+    v.integer("command_fetch_cycles", command_fetch_cycles, Range{0, 1e9});
+    v.integer("launch_cycles", launch_cycles, Range{0, 1e9});
+    v.integer("watchdog_cycles", watchdog_cycles, Range{1, 1e18});
+  }
+};
+
+struct MacEnergy {
+  double fp32 = 0, fp16 = 0, bf16 = 0, fp8 = 0, int8 = 0, int4 = 0;
+
+  template <class V>
+  void describe(V& v) {
+    const Range pj{0, 1e6};
+    v.real("fp32", fp32, pj);
+    v.real("fp16", fp16, pj);
+    v.real("bf16", bf16, pj);
+    v.real("fp8", fp8, pj);
+    v.real("int8", int8, pj);
+    v.real("int4", int4, pj);
+  }
+};
+
+struct ByteEnergy {
+  double dram = 0, ring = 0, scratchpad = 0, pcie = 0;
+
+  template <class V>
+  void describe(V& v) {
+    const Range pj{0, 1e6};
+    v.real("dram", dram, pj);
+    v.real("ring", ring, pj);
+    v.real("scratchpad", scratchpad, pj);
+    v.real("pcie", pcie, pj);
+  }
+};
+
+struct EnergyConfig {
+  MacEnergy pj_per_mac;
+  ByteEnergy pj_per_byte;
+  double static_watts = 0;
+
+  template <class V>
+  void describe(V& v) {
+    v.section("pj_per_mac", pj_per_mac);
+    v.section("pj_per_byte", pj_per_byte);
+    v.real("static_watts", static_watts, Range{0, 1e6});
+  }
+};
+
+struct ChipConfig {
+  std::string name;
+  double clock_ghz = 0;
+  CoresConfig cores;
+  DmaConfig dma;
+  MemoryConfig memory;
+  RingConfig ring;
+  HostLinkConfig host_link;
+  HostConfig host;
+  FirmwareConfig firmware;
+  std::optional<EnergyConfig> energy;
+
+  template <class V>
+  void describe(V& v) {
+    v.text("name", name);
+    v.real("clock_ghz", clock_ghz, Range{0, 100, true});
+    v.section("cores", cores);
+    v.section("dma", dma);
+    v.section("memory", memory);
+    v.section("ring", ring);
+    v.section("host_link", host_link);
+    v.section("host", host);
+    v.section("firmware", firmware);
+    v.optional_section("energy", energy);
+  }
+};
+
+}  // namespace spyre::config
