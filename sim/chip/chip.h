@@ -1,0 +1,172 @@
+// One simulated Spyre chip: cores (compute array, vector units, scratchpad, DMA
+// engines), device memory behind its channels, the ring, and the host link.
+//
+// The chip is plain C++ holding state; each launch spawns one SystemC thread per core
+// it uses, so chips can be created at any time and several live in one simulation.
+// Instructions and transfers are transactions with computed durations: shared
+// resources are timing::Servers that each transfer occupies for bytes/bandwidth, so
+// contention emerges; nothing steps a clock.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "config/chip_config.h"
+#include "config/derived_figures.h"
+#include "memory/device_memory.h"
+#include "spyre/isa/program.h"
+#include "timing/timing_rules.h"
+
+namespace spyre::sim {
+
+using timing::Picoseconds;
+
+// A device fault: where, what, and which kernel.
+struct Fault {
+  std::uint32_t device = 0;
+  std::uint32_t core = 0;
+  std::uint32_t stream = 0;
+  std::uint32_t pc = 0;
+  std::string kernel;
+  std::string instruction;  // disassembled, empty if it did not decode
+  std::string reason;
+  std::optional<std::uint64_t> address;  // the faulting device address, if any
+  std::string to_string() const;
+};
+
+// What one launch did.
+struct LaunchRecord {
+  std::uint64_t id = 0;
+  std::string name;
+  std::vector<std::uint32_t> cores;
+  Picoseconds start = 0, end = 0;
+  std::array<std::uint64_t, 6> macs{};  // by config::MacType
+  std::uint64_t vector_elements = 0;
+  std::uint64_t instructions = 0;
+  std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0;  // charged (whole sticks)
+  std::uint64_t ring_bytes = 0;
+  std::optional<Fault> fault;
+};
+
+struct LaunchRequest {
+  std::shared_ptr<const isa::Program> program;
+  std::vector<std::uint64_t> args;     // the argument table: device addresses or scalars
+  std::vector<std::uint32_t> cores;    // stream i runs on cores[i]
+  std::string name;                    // for records, traces and faults; default: the program's
+  std::uint64_t id = 0;
+};
+
+using LaunchCallback = std::function<void(const LaunchRecord&)>;
+
+struct CoreStats {
+  Picoseconds compute_busy_ps = 0;
+  Picoseconds vector_busy_ps = 0;
+  std::uint64_t instructions = 0;
+  std::uint64_t dma_load_bytes = 0, dma_store_bytes = 0;
+  std::uint64_t ring_sent_bytes = 0;
+  std::uint64_t scratchpad_high_water = 0;
+};
+
+struct ChipStats {
+  std::array<std::uint64_t, 6> macs{};
+  std::uint64_t vector_elements = 0;
+  std::uint64_t instructions = 0;
+  std::uint64_t launches = 0;
+  std::uint64_t faults = 0;
+  std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0;
+  std::uint64_t host_to_device_bytes = 0, device_to_host_bytes = 0;
+  std::vector<LaunchRecord> launch_records;
+};
+
+class TraceRecorder;
+
+class Chip {
+ public:
+  Chip(const config::ChipConfig& config, std::uint32_t device_index);
+  ~Chip();
+  Chip(const Chip&) = delete;
+  Chip& operator=(const Chip&) = delete;
+
+  const config::ChipConfig& config() const { return config_; }
+  const config::DerivedFigures& figures() const { return figures_; }
+  std::uint32_t device_index() const { return device_; }
+  std::uint32_t num_cores() const { return static_cast<std::uint32_t>(config_.cores.count); }
+  DeviceMemory& memory() { return memory_; }
+  const timing::Clock& clock() const { return clock_; }
+
+  // What programs for this chip are validated against, for a launch on `cores` cores.
+  isa::Limits limits(std::uint32_t cores) const;
+
+  // Starts a launch at the current simulated time; `done` runs (in simulation
+  // context) when every stream has ended or the launch faulted. A stream whose core
+  // is busy with another launch waits for it. Call from SystemC process context or
+  // between sc_start() calls. Throws std::invalid_argument for a malformed request
+  // (no program, bad core index, too few cores).
+  void launch(LaunchRequest request, LaunchCallback done);
+  std::size_t active_launches() const;
+
+  // Aborts every launch that cannot make progress (called when the simulation has
+  // nothing left to do but launches are unfinished: a ring receive or barrier that
+  // will never be satisfied). Each gets a fault naming what its cores wait for.
+  std::size_t abort_stalled_launches();
+
+  // Timed host-link transfer of `bytes` to/from device memory at `device_address`
+  // starting no earlier than `ready`: occupies the PCIe direction and the DRAM
+  // channels; returns when the last byte lands. The caller moves the data.
+  enum class HostDirection { to_device, to_host };
+  Picoseconds host_transfer(Picoseconds ready, HostDirection direction, std::uint64_t device_address,
+                            std::uint64_t bytes);
+  // Timed device-memory to device-memory copy through the DRAM channels.
+  Picoseconds dram_copy(Picoseconds ready, std::uint64_t dst, std::uint64_t src, std::uint64_t bytes);
+
+  const ChipStats& stats() const { return stats_; }
+  const std::vector<CoreStats>& core_stats() const { return core_stats_; }
+  void reset_stats();
+  // Statistics as JSON: totals, per core, per resource (busy time, bytes, utilisation
+  // over `elapsed_ps`), launches.
+  nlohmann::json report(Picoseconds elapsed_ps) const;
+
+  // Tracing (Chrome/Perfetto JSON). Off by default; costs nothing when off.
+  void start_trace();
+  // Writes the trace collected since start_trace() and stops tracing.
+  void stop_trace(const std::string& path);
+  bool tracing() const { return trace_ != nullptr; }
+
+  struct Impl;
+
+ private:
+  config::ChipConfig config_;
+  config::DerivedFigures figures_;
+  std::uint32_t device_;
+  timing::Clock clock_;
+  DeviceMemory memory_;
+  ChipStats stats_;
+  std::vector<CoreStats> core_stats_;
+  std::unique_ptr<TraceRecorder> trace_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs the SystemC kernel for tests and tools that drive chips directly (the driver
+// runs it on its own thread instead).
+class Simulation {
+ public:
+  Simulation();
+  ~Simulation();
+  Chip& add_chip(const config::ChipConfig& config);
+  Chip& chip(std::uint32_t index) { return *chips_.at(index); }
+  // Runs until nothing is left to do. Launches that stall are aborted with a fault.
+  void run();
+  static Picoseconds now();
+
+ private:
+  std::vector<std::unique_ptr<Chip>> chips_;
+};
+
+}  // namespace spyre::sim

@@ -1,0 +1,499 @@
+#include "functional/numeric.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace spyre::sim::numeric {
+
+using isa::Broadcast;
+using isa::DType;
+
+// Hot loops are compiled twice: for x86-64-v3 (AVX2, F16C, FMA: hardware half
+// conversions) and for the baseline, picked at load time.
+#define SPYRE_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+
+float fp16_to_f32(std::uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
+std::uint16_t f32_to_fp16(float f) { return std::bit_cast<std::uint16_t>(static_cast<_Float16>(f)); }
+float bf16_to_f32(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+std::uint16_t f32_to_bf16(float f) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  if (std::isnan(f)) return static_cast<std::uint16_t>((u >> 16) | 0x0040);  // keep it a quiet NaN
+  return static_cast<std::uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+namespace {
+
+template <class I>
+I saturate(float f) {
+  if (std::isnan(f)) return 0;
+  const float t = std::trunc(f);
+  if (t <= static_cast<float>(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
+  if (t >= static_cast<float>(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
+  return static_cast<I>(t);
+}
+
+SPYRE_HOT void load_fp16(const std::uint8_t* src, float* dst, std::size_t n) {
+  const auto* h = reinterpret_cast<const _Float16*>(src);
+  for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(h[i]);
+}
+SPYRE_HOT void store_fp16(const float* src, std::uint8_t* dst, std::size_t n) {
+  auto* h = reinterpret_cast<_Float16*>(dst);
+  for (std::size_t i = 0; i < n; ++i) h[i] = static_cast<_Float16>(src[i]);
+}
+SPYRE_HOT void load_bf16(const std::uint8_t* src, float* dst, std::size_t n) {
+  const auto* b = reinterpret_cast<const std::uint16_t*>(src);
+  auto* out = reinterpret_cast<std::uint32_t*>(dst);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::uint32_t>(b[i]) << 16;
+}
+SPYRE_HOT void store_bf16(const float* src, std::uint8_t* dst, std::size_t n) {
+  auto* b = reinterpret_cast<std::uint16_t*>(dst);
+  for (std::size_t i = 0; i < n; ++i) b[i] = f32_to_bf16(src[i]);
+}
+
+}  // namespace
+
+void load_f32(DType t, const std::uint8_t* src, float* dst, std::size_t n) {
+  switch (t) {
+    case DType::fp32: std::memcpy(dst, src, n * 4); return;
+    case DType::fp16: load_fp16(src, dst, n); return;
+    case DType::bf16: load_bf16(src, dst, n); return;
+    case DType::int8:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(static_cast<std::int8_t>(src[i]));
+      return;
+    case DType::int32:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::int32_t v;
+        std::memcpy(&v, src + 4 * i, 4);
+        dst[i] = static_cast<float>(v);
+      }
+      return;
+    case DType::boolean:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = src[i] != 0 ? 1.0f : 0.0f;
+      return;
+  }
+}
+
+void store_f32(DType t, const float* src, std::uint8_t* dst, std::size_t n) {
+  switch (t) {
+    case DType::fp32: std::memcpy(dst, src, n * 4); return;
+    case DType::fp16: store_fp16(src, dst, n); return;
+    case DType::bf16: store_bf16(src, dst, n); return;
+    case DType::int8:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<std::uint8_t>(saturate<std::int8_t>(src[i]));
+      return;
+    case DType::int32:
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::int32_t v = saturate<std::int32_t>(src[i]);
+        std::memcpy(dst + 4 * i, &v, 4);
+      }
+      return;
+    case DType::boolean:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = src[i] != 0.0f ? 1 : 0;
+      return;
+  }
+}
+
+namespace {
+
+constexpr std::size_t kChunk = 2048;
+
+// Integer view of an element (int8, int32, bool), widened.
+std::int64_t load_int(DType t, const std::uint8_t* p, std::size_t i) {
+  switch (t) {
+    case DType::int8: return static_cast<std::int8_t>(p[i]);
+    case DType::int32: {
+      std::int32_t v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    case DType::boolean: return p[i] != 0;
+    default: return 0;
+  }
+}
+
+// Stores with two's-complement wrap-around (bool: nonzero -> 1).
+void store_int(DType t, std::uint8_t* p, std::size_t i, std::int64_t v) {
+  switch (t) {
+    case DType::int8: p[i] = static_cast<std::uint8_t>(v); return;
+    case DType::int32: {
+      const auto w = static_cast<std::int32_t>(static_cast<std::uint32_t>(v));
+      std::memcpy(p + 4 * i, &w, 4);
+      return;
+    }
+    case DType::boolean: p[i] = v != 0; return;
+    default: return;
+  }
+}
+
+}  // namespace
+
+void convert(DType from, DType to, const std::uint8_t* src, std::uint8_t* dst, std::size_t n) {
+  if (from == to) {
+    std::memmove(dst, src, n * isa::dtype_size(from));
+    return;
+  }
+  if (!isa::is_float(from) && !isa::is_float(to)) {
+    // Integer and bool conversions stay exact (wrap to the narrower type, as C++ casts).
+    if (isa::dtype_size(to) > isa::dtype_size(from)) {
+      for (std::size_t i = n; i-- > 0;) store_int(to, dst, i, load_int(from, src, i));
+    } else {
+      for (std::size_t i = 0; i < n; ++i) store_int(to, dst, i, load_int(from, src, i));
+    }
+    return;
+  }
+  if (from == DType::int32 && to == DType::fp32) {
+    // Exact path (float(int32) rounds to nearest even), no detour through saturation.
+    float tmp[kChunk];
+    for (std::size_t i = 0; i < n; i += kChunk) {
+      const std::size_t m = std::min(kChunk, n - i);
+      load_f32(from, src + 4 * i, tmp, m);
+      store_f32(to, tmp, dst + 4 * i, m);
+    }
+    return;
+  }
+  // Through fp32, chunk by chunk; walk backwards when the destination elements are wider
+  // so an in-place widening conversion never overwrites unread input.
+  const std::size_t in = isa::dtype_size(from), out = isa::dtype_size(to);
+  float tmp[kChunk];
+  if (out > in) {
+    for (std::size_t end = n; end > 0;) {
+      const std::size_t m = std::min(kChunk, end);
+      const std::size_t i = end - m;
+      load_f32(from, src + in * i, tmp, m);
+      store_f32(to, tmp, dst + out * i, m);
+      end = i;
+    }
+  } else {
+    for (std::size_t i = 0; i < n; i += kChunk) {
+      const std::size_t m = std::min(kChunk, n - i);
+      load_f32(from, src + in * i, tmp, m);
+      store_f32(to, tmp, dst + out * i, m);
+    }
+  }
+}
+
+float apply_unary(isa::UnaryOp op, float x) {
+  using isa::UnaryOp;
+  switch (op) {
+    case UnaryOp::copy: return x;
+    case UnaryOp::neg: return -x;
+    case UnaryOp::abs: return std::fabs(x);
+    case UnaryOp::exp: return std::exp(x);
+    case UnaryOp::log: return std::log(x);
+    case UnaryOp::sqrt: return std::sqrt(x);
+    case UnaryOp::rsqrt: return 1.0f / std::sqrt(x);
+    case UnaryOp::reciprocal: return 1.0f / x;
+    case UnaryOp::tanh: return std::tanh(x);
+    case UnaryOp::erf: return std::erf(x);
+    case UnaryOp::sigmoid: return 1.0f / (1.0f + std::exp(-x));
+    case UnaryOp::relu: return x > 0.0f ? x : (std::isnan(x) ? x : 0.0f);
+    case UnaryOp::gelu: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    case UnaryOp::gelu_tanh: {
+      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);  // sqrt(2/pi)
+      return 0.5f * x * (1.0f + std::tanh(inner));
+    }
+    case UnaryOp::silu: return x / (1.0f + std::exp(-x));
+  }
+  return x;
+}
+
+namespace {
+
+SPYRE_HOT void unary_f32(isa::UnaryOp op, float* x, std::size_t n) {
+  using isa::UnaryOp;
+  switch (op) {
+    case UnaryOp::copy: return;
+    case UnaryOp::neg: for (std::size_t i = 0; i < n; ++i) x[i] = -x[i]; return;
+    case UnaryOp::abs: for (std::size_t i = 0; i < n; ++i) x[i] = std::fabs(x[i]); return;
+    default: for (std::size_t i = 0; i < n; ++i) x[i] = apply_unary(op, x[i]); return;
+  }
+}
+
+}  // namespace
+
+void unary(isa::UnaryOp op, DType t, const std::uint8_t* src, std::uint8_t* dst, std::size_t n) {
+  using isa::UnaryOp;
+  const std::size_t size = isa::dtype_size(t);
+  if (!isa::is_float(t)) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t v = load_int(t, src, i);
+      std::int64_t r = v;
+      if (op == UnaryOp::neg) r = -v;
+      if (op == UnaryOp::abs) r = v < 0 ? -v : v;
+      if (op == UnaryOp::relu) r = v > 0 ? v : 0;
+      store_int(t, dst, i, r);
+    }
+    return;
+  }
+  float buf[kChunk];
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const std::size_t m = std::min(kChunk, n - i);
+    load_f32(t, src + size * i, buf, m);
+    unary_f32(op, buf, m);
+    store_f32(t, buf, dst + size * i, m);
+  }
+}
+
+namespace {
+
+SPYRE_HOT void binary_f32(isa::BinaryOp op, const float* a, const float* b, float* out, std::size_t n) {
+  using isa::BinaryOp;
+  switch (op) {
+    case BinaryOp::add: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i]; return;
+    case BinaryOp::sub: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] - b[i]; return;
+    case BinaryOp::mul: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] * b[i]; return;
+    case BinaryOp::div: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] / b[i]; return;
+    // max/min propagate NaN, as torch.maximum/minimum do.
+    case BinaryOp::max:
+      for (std::size_t i = 0; i < n; ++i) out[i] = (a[i] != a[i] || b[i] != b[i]) ? a[i] + b[i] : std::max(a[i], b[i]);
+      return;
+    case BinaryOp::min:
+      for (std::size_t i = 0; i < n; ++i) out[i] = (a[i] != a[i] || b[i] != b[i]) ? a[i] + b[i] : std::min(a[i], b[i]);
+      return;
+  }
+}
+
+std::size_t b_index(Broadcast bc, std::size_t r, std::size_t c, std::size_t cols) {
+  switch (bc) {
+    case Broadcast::none: return r * cols + c;
+    case Broadcast::row: return c;
+    case Broadcast::col: return r;
+    default: return 0;
+  }
+}
+
+// Fills `out` with b's values for elements [first, first + m) of a rows x cols block.
+void gather_b_f32(const isa::VBinary& v, const std::uint8_t* b, std::size_t first, std::size_t m, float* out,
+                  float* scratch) {
+  const std::size_t size = isa::dtype_size(v.dtype);
+  switch (v.bcast) {
+    case Broadcast::none:
+      load_f32(v.dtype, b + size * first, out, m);
+      return;
+    case Broadcast::immediate:
+      std::fill(out, out + m, static_cast<float>(v.imm));
+      return;
+    case Broadcast::scalar: {
+      float s;
+      load_f32(v.dtype, b, &s, 1);
+      std::fill(out, out + m, s);
+      return;
+    }
+    case Broadcast::row:
+    case Broadcast::col:
+      for (std::size_t i = 0; i < m; ++i) {
+        const std::size_t e = first + i;
+        load_f32(v.dtype, b + size * b_index(v.bcast, e / v.cols, e % v.cols, v.cols), scratch + i, 1);
+      }
+      std::memcpy(out, scratch, m * sizeof(float));
+      return;
+  }
+}
+
+std::int64_t int_b(DType t, Broadcast bc, const std::uint8_t* b, double imm, std::size_t e, std::size_t cols) {
+  if (bc == Broadcast::immediate) return static_cast<std::int64_t>(imm);
+  return load_int(t, b, b_index(bc, e / cols, e % cols, cols));
+}
+
+}  // namespace
+
+Fault binary(const isa::VBinary& v, std::uint8_t* sp) {
+  using isa::BinaryOp;
+  const std::size_t n = std::size_t{v.rows} * v.cols;
+  const std::size_t size = isa::dtype_size(v.dtype);
+  const std::uint8_t* a = sp + v.a;
+  const std::uint8_t* b = sp + v.b;
+  std::uint8_t* dst = sp + v.dst;
+  if (!isa::is_float(v.dtype)) {
+    for (std::size_t e = 0; e < n; ++e) {
+      const std::int64_t x = load_int(v.dtype, a, e);
+      const std::int64_t y = int_b(v.dtype, v.bcast, b, v.imm, e, v.cols);
+      std::int64_t r = 0;
+      switch (v.op) {
+        case BinaryOp::add: r = x + y; break;
+        case BinaryOp::sub: r = x - y; break;
+        case BinaryOp::mul: r = x * y; break;
+        case BinaryOp::div:
+          if (y == 0) return "integer division by zero at element " + std::to_string(e);
+          r = x / y;
+          break;
+        case BinaryOp::max: r = std::max(x, y); break;
+        case BinaryOp::min: r = std::min(x, y); break;
+      }
+      store_int(v.dtype, dst, e, r);
+    }
+    return std::nullopt;
+  }
+  float fa[kChunk], fb[kChunk], scratch[kChunk];
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const std::size_t m = std::min(kChunk, n - i);
+    load_f32(v.dtype, a + size * i, fa, m);
+    gather_b_f32(v, b, i, m, fb, scratch);
+    binary_f32(v.op, fa, fb, fa, m);
+    store_f32(v.dtype, fa, dst + size * i, m);
+  }
+  return std::nullopt;
+}
+
+void compare(const isa::VCompare& v, std::uint8_t* sp) {
+  using isa::CompareOp;
+  const std::size_t n = std::size_t{v.rows} * v.cols;
+  const std::size_t size = isa::dtype_size(v.dtype);
+  const std::uint8_t* a = sp + v.a;
+  const std::uint8_t* b = sp + v.b;
+  std::uint8_t* dst = sp + v.dst;
+  const auto apply = [&](auto x, auto y) -> std::uint8_t {
+    switch (v.op) {
+      case CompareOp::eq: return x == y;
+      case CompareOp::ne: return x != y;
+      case CompareOp::lt: return x < y;
+      case CompareOp::le: return x <= y;
+      case CompareOp::gt: return x > y;
+      case CompareOp::ge: return x >= y;
+    }
+    return 0;
+  };
+  if (!isa::is_float(v.dtype)) {
+    for (std::size_t e = 0; e < n; ++e) {
+      dst[e] = apply(load_int(v.dtype, a, e), int_b(v.dtype, v.bcast, b, v.imm, e, v.cols));
+    }
+    return;
+  }
+  const isa::VBinary as_binary{.op = isa::BinaryOp::add, .dtype = v.dtype, .bcast = v.bcast, .a = v.a, .b = v.b,
+                               .dst = v.dst, .rows = v.rows, .cols = v.cols, .imm = v.imm};
+  float fa[kChunk], fb[kChunk], scratch[kChunk];
+  std::uint8_t result[kChunk];
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const std::size_t m = std::min(kChunk, n - i);
+    load_f32(v.dtype, a + size * i, fa, m);
+    gather_b_f32(as_binary, b, i, m, fb, scratch);
+    for (std::size_t j = 0; j < m; ++j) result[j] = apply(fa[j], fb[j]);
+    std::memcpy(dst + i, result, m);
+  }
+}
+
+void select(const isa::VSelect& s, std::uint8_t* sp) {
+  const std::size_t size = isa::dtype_size(s.dtype);
+  const std::uint8_t* cond = sp + s.cond;
+  for (std::size_t i = 0; i < s.count; ++i) {
+    const std::uint8_t* from = sp + (cond[i] != 0 ? s.a : s.b) + size * i;
+    std::memmove(sp + s.dst + size * i, from, size);
+  }
+}
+
+void reduce(const isa::VReduce& r, std::uint8_t* sp) {
+  using isa::ReduceOp;
+  const std::size_t rows = r.rows, cols = r.cols;
+  const std::size_t in_size = isa::dtype_size(r.in);
+  const std::size_t outputs = r.axis == 1 ? rows : cols;
+  const std::uint8_t* src = sp + r.src;
+  std::uint8_t* dst = sp + r.dst;
+  if (!isa::is_float(r.in)) {
+    std::vector<std::int64_t> acc(outputs, r.op == ReduceOp::sum ? 0 : load_int(r.in, src, 0));
+    if (r.op != ReduceOp::sum) {
+      for (std::size_t o = 0; o < outputs; ++o) acc[o] = load_int(r.in, src, r.axis == 1 ? o * cols : o);
+    }
+    for (std::size_t i = 0; i < rows; ++i) {
+      for (std::size_t j = 0; j < cols; ++j) {
+        const std::int64_t x = load_int(r.in, src, i * cols + j);
+        std::int64_t& a = acc[r.axis == 1 ? i : j];
+        a = r.op == ReduceOp::sum ? a + x : (r.op == ReduceOp::max ? std::max(a, x) : std::min(a, x));
+      }
+    }
+    for (std::size_t o = 0; o < outputs; ++o) store_int(r.out, dst, o, acc[o]);
+    return;
+  }
+  std::vector<float> row(cols);
+  std::vector<float> acc(outputs);
+  const auto combine = [&](float a, float x) {
+    if (r.op == ReduceOp::sum) return a + x;
+    if (a != a || x != x) return a + x;  // NaN propagates
+    return r.op == ReduceOp::max ? std::max(a, x) : std::min(a, x);
+  };
+  for (std::size_t i = 0; i < rows; ++i) {
+    load_f32(r.in, src + in_size * i * cols, row.data(), cols);
+    if (r.axis == 1) {
+      float a = r.op == ReduceOp::sum ? 0.0f : row[0];
+      for (std::size_t j = (r.op == ReduceOp::sum ? 0 : 1); j < cols; ++j) a = combine(a, row[j]);
+      acc[i] = a;
+    } else if (i == 0) {
+      std::copy(row.begin(), row.end(), acc.begin());
+    } else {
+      for (std::size_t j = 0; j < cols; ++j) acc[j] = combine(acc[j], row[j]);
+    }
+  }
+  // Reductions write their result after reading all input, so dst may alias src.
+  store_f32(r.out, acc.data(), dst, outputs);
+}
+
+void fill(const isa::VFill& f, std::uint8_t* sp) {
+  std::uint8_t* dst = sp + f.dst;
+  const std::size_t size = isa::dtype_size(f.dtype);
+  std::uint8_t pattern[4];
+  if (isa::is_float(f.dtype)) {
+    const float v = static_cast<float>(f.value);
+    store_f32(f.dtype, &v, pattern, 1);
+  } else {
+    store_int(f.dtype, pattern, 0, static_cast<std::int64_t>(f.value));
+  }
+  for (std::size_t i = 0; i < f.count; ++i) std::memcpy(dst + size * i, pattern, size);
+}
+
+void matmul(const isa::Matmul& mm, std::uint8_t* sp) {
+  const std::size_t a_rows = mm.trans_a ? mm.k : mm.m, a_cols = mm.trans_a ? mm.m : mm.k;
+  const std::size_t b_rows = mm.trans_b ? mm.n : mm.k, b_cols = mm.trans_b ? mm.k : mm.n;
+  const std::size_t a_extent = (a_rows - 1) * mm.lda + a_cols;
+  const std::size_t b_extent = (b_rows - 1) * mm.ldb + b_cols;
+  const std::size_t c_extent = (std::size_t{mm.m} - 1) * mm.ldc + mm.n;
+  if (mm.in == DType::int8) {
+    const auto* a = reinterpret_cast<const std::int8_t*>(sp + mm.a);
+    const auto* b = reinterpret_cast<const std::int8_t*>(sp + mm.b);
+    std::vector<std::int32_t> c(std::size_t{mm.m} * mm.n, 0);
+    for (std::size_t i = 0; i < mm.m; ++i) {
+      for (std::size_t p = 0; p < mm.k; ++p) {
+        const std::int32_t x = mm.trans_a ? a[p * mm.lda + i] : a[i * mm.lda + p];
+        for (std::size_t j = 0; j < mm.n; ++j) {
+          c[i * mm.n + j] += x * (mm.trans_b ? b[j * mm.ldb + p] : b[p * mm.ldb + j]);
+        }
+      }
+    }
+    for (std::size_t i = 0; i < mm.m; ++i) {
+      for (std::size_t j = 0; j < mm.n; ++j) {
+        std::uint8_t* out = sp + mm.c + 4 * (i * mm.ldc + j);
+        const std::int64_t prev = mm.accumulate ? load_int(DType::int32, out, 0) : 0;
+        store_int(DType::int32, out, 0, prev + c[i * mm.n + j]);
+      }
+    }
+    return;
+  }
+  // Floats: widen A and B to fp32 (same layout), multiply with OpenBLAS, narrow C.
+  std::vector<float> a(a_extent), b(b_extent);
+  load_f32(mm.in, sp + mm.a, a.data(), a_extent);
+  load_f32(mm.in, sp + mm.b, b.data(), b_extent);
+  const auto ta = mm.trans_a ? CblasTrans : CblasNoTrans;
+  const auto tb = mm.trans_b ? CblasTrans : CblasNoTrans;
+  const int m = static_cast<int>(mm.m), n = static_cast<int>(mm.n), k = static_cast<int>(mm.k);
+  if (mm.out == DType::fp32 && mm.c % alignof(float) == 0) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a.data(), static_cast<int>(mm.lda), b.data(),
+                static_cast<int>(mm.ldb), mm.accumulate ? 1.0f : 0.0f, reinterpret_cast<float*>(sp + mm.c),
+                static_cast<int>(mm.ldc));
+    return;
+  }
+  std::vector<float> c(c_extent);
+  if (mm.accumulate) load_f32(mm.out, sp + mm.c, c.data(), c_extent);
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a.data(), static_cast<int>(mm.lda), b.data(),
+              static_cast<int>(mm.ldb), mm.accumulate ? 1.0f : 0.0f, c.data(), static_cast<int>(mm.ldc));
+  // Write back only the m x n block, leaving the gaps between rows untouched.
+  const std::size_t size = isa::dtype_size(mm.out);
+  for (std::size_t i = 0; i < mm.m; ++i) {
+    store_f32(mm.out, c.data() + i * mm.ldc, sp + mm.c + size * i * mm.ldc, mm.n);
+  }
+}
+
+}  // namespace spyre::sim::numeric

@@ -1,0 +1,76 @@
+#include "timing/timing_rules.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace spyre::timing {
+
+std::uint64_t array_matmul_cycles(config::Dataflow dataflow, std::uint64_t rows, std::uint64_t cols,
+                                  std::uint64_t m, std::uint64_t n, std::uint64_t k, std::uint64_t simd_depth) {
+  if (rows == 0 || cols == 0 || m == 0 || n == 0 || k == 0 || simd_depth == 0) {
+    throw std::invalid_argument("array_matmul_cycles: every dimension and the SIMD depth must be positive");
+  }
+  const std::uint64_t k_eff = ceil_div(k, simd_depth);
+  std::uint64_t sr = 0, sc = 0, t = 0, fill = 0;
+  switch (dataflow) {
+    case config::Dataflow::output_stationary:
+      sr = m, sc = n, t = k_eff, fill = rows + cols - 2;
+      break;
+    case config::Dataflow::weight_stationary:
+      sr = k_eff, sc = n, t = m, fill = 2 * rows + cols - 2;
+      break;
+    case config::Dataflow::input_stationary:
+      sr = k_eff, sc = m, t = n, fill = 2 * rows + cols - 2;
+      break;
+  }
+  const std::uint64_t folds = ceil_div(sr, rows) * ceil_div(sc, cols);
+  return folds * (t + fill) - 1;
+}
+
+std::uint64_t core_matmul_cycles(const config::ChipConfig& chip, config::MacType type, std::uint64_t m,
+                                 std::uint64_t n, std::uint64_t k) {
+  const auto& array = chip.cores.compute_array;
+  const std::uint64_t depth = config::simd_depth(array.simd_depth, type);
+  if (depth == 0) throw std::invalid_argument("the compute array does not support this operand type");
+  const std::uint64_t per_corelet = ceil_div(n, chip.cores.corelets);  // the widest share
+  return array_matmul_cycles(array.dataflow, array.rows, array.cols, m, per_corelet, k, depth);
+}
+
+std::uint64_t vector_cycles(const config::ChipConfig& chip, double op_cycles, std::uint64_t elements) {
+  const auto& v = chip.cores.vector;
+  const std::uint64_t width = v.lanes * v.units_per_corelet * chip.cores.corelets;
+  const std::uint64_t vectors = ceil_div(elements, width);
+  return static_cast<std::uint64_t>(std::ceil(static_cast<double>(vectors) * op_cycles)) + v.pipeline_latency_cycles;
+}
+
+double vector_op_cycles(const config::VectorOpCycles& costs, const std::string& op) {
+#define SPYRE_MATCH_COST(name) \
+  if (op == #name) return costs.name;
+  SPYRE_VECTOR_OP_COSTS(SPYRE_MATCH_COST)
+#undef SPYRE_MATCH_COST
+  throw std::invalid_argument("no vector cost for operation '" + op + "'");
+}
+
+Picoseconds Clock::ps(std::uint64_t cycles) const {
+  return static_cast<Picoseconds>(std::llround(static_cast<double>(cycles) * 1000.0 / ghz_));
+}
+
+Picoseconds transfer_ps(std::uint64_t bytes, double bytes_per_s) {
+  return static_cast<Picoseconds>(std::ceil(static_cast<double>(bytes) * 1e12 / bytes_per_s - 1e-9));
+}
+
+Server::Interval Server::reserve_bytes(Picoseconds ready, std::uint64_t bytes) {
+  return reserve(ready, transfer_ps(bytes, bytes_per_s_), bytes);
+}
+
+Server::Interval Server::reserve(Picoseconds ready, Picoseconds duration, std::uint64_t bytes) {
+  const Picoseconds start = std::max(ready, free_at_);
+  free_at_ = start + duration;
+  busy_ps_ += duration;
+  bytes_ += bytes;
+  ++requests_;
+  return {start, free_at_};
+}
+
+}  // namespace spyre::timing

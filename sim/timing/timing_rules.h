@@ -1,0 +1,90 @@
+// Timing rules: plain functions of the config, no SystemC. The SystemC model only
+// orchestrates them; every formula here is unit-tested with its arithmetic written out
+// (tests/sim/timing_rules_test.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "config/chip_config.h"
+#include "config/derived_figures.h"
+
+namespace spyre::timing {
+
+using Picoseconds = std::uint64_t;
+
+constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
+// Cycles for one R x C systolic array computing an M x N x K product with SIMD depth s
+// (the SCALE-Sim analytic model with operands resident; K becomes ceil(K/s)):
+//   output stationary: Sr=M,  Sc=N, T=K';  cycles = F*(T + R + C - 2) - 1
+//   weight stationary: Sr=K', Sc=N, T=M;   cycles = F*(T + 2R + C - 2) - 1
+//   input stationary:  Sr=K', Sc=M, T=N;   cycles = F*(T + 2R + C - 2) - 1
+//   with F = ceil(Sr/R) * ceil(Sc/C).
+std::uint64_t array_matmul_cycles(config::Dataflow dataflow, std::uint64_t rows, std::uint64_t cols,
+                                  std::uint64_t m, std::uint64_t n, std::uint64_t k, std::uint64_t simd_depth);
+
+// A core's MATMUL: N is split across the corelets (ceil(N/corelets) each, the rest to
+// the last); the slowest corelet sets the cycles.
+std::uint64_t core_matmul_cycles(const config::ChipConfig& chip, config::MacType type, std::uint64_t m,
+                                 std::uint64_t n, std::uint64_t k);
+
+// A vector operation over `elements` values on one core: the core's vector units
+// (corelets x units_per_corelet, `lanes` wide) issue one vector every `op_cycles`
+// cycles, then the pipeline drains:
+//   cycles = ceil(ceil(elements / (lanes * units)) * op_cycles) + pipeline_latency.
+std::uint64_t vector_cycles(const config::ChipConfig& chip, double op_cycles, std::uint64_t elements);
+
+// The config's issue interval for a vector op by its config name ("exp", "add", ...).
+double vector_op_cycles(const config::VectorOpCycles& costs, const std::string& op);
+
+// Clock conversions in one place. Simulated time is integer picoseconds.
+class Clock {
+ public:
+  explicit Clock(double ghz) : ghz_(ghz) {}
+  Picoseconds ps(std::uint64_t cycles) const;   // rounded to the nearest ps
+  double cycles(Picoseconds ps) const { return static_cast<double>(ps) * ghz_ / 1000.0; }
+  double ghz() const { return ghz_; }
+
+ private:
+  double ghz_;
+};
+
+// Time to move `bytes` at `bytes_per_s`, rounded up to whole picoseconds.
+Picoseconds transfer_ps(std::uint64_t bytes, double bytes_per_s);
+inline Picoseconds ns_to_ps(double ns) { return static_cast<Picoseconds>(ns * 1000.0 + 0.5); }
+
+// A shared resource (memory channel, ring link, scratchpad port, DMA engine, host
+// link): requests are served first come, first served, each occupying it for
+// bytes / bandwidth. Concurrent requests therefore queue, and the aggregate rate never
+// exceeds the bandwidth.
+class Server {
+ public:
+  struct Interval {
+    Picoseconds start, end;
+  };
+
+  Server() = default;
+  explicit Server(double bytes_per_s) : bytes_per_s_(bytes_per_s) {}
+
+  // Occupies the server for `bytes` from the first free moment at or after `ready`.
+  Interval reserve_bytes(Picoseconds ready, std::uint64_t bytes);
+  // Occupies the server for `duration` from the first free moment at or after `ready`.
+  Interval reserve(Picoseconds ready, Picoseconds duration, std::uint64_t bytes = 0);
+
+  Picoseconds free_at() const { return free_at_; }
+  Picoseconds busy_ps() const { return busy_ps_; }
+  std::uint64_t bytes() const { return bytes_; }
+  std::uint64_t requests() const { return requests_; }
+  double bytes_per_s() const { return bytes_per_s_; }
+  void reset_stats() { busy_ps_ = bytes_ = requests_ = 0; }
+
+ private:
+  double bytes_per_s_ = 0;
+  Picoseconds free_at_ = 0;
+  Picoseconds busy_ps_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::uint64_t requests_ = 0;
+};
+
+}  // namespace spyre::timing

@@ -1,0 +1,101 @@
+#include <catch2/catch_test_macros.hpp>
+
+#include "config/config_loader.h"
+#include "timing/timing_rules.h"
+
+using spyre::config::Dataflow;
+using spyre::config::MacType;
+using namespace spyre::timing;
+
+TEST_CASE("given 64x64x64 on a 32x32 array, the cycles are the analytic model's") {
+  // F = ceil(64/32) * ceil(64/32) = 4.
+  // os: 4 * (64 + 32 + 32 - 2) - 1 = 4 * 126 - 1 = 503
+  // ws: 4 * (64 + 64 + 32 - 2) - 1 = 4 * 158 - 1 = 631
+  // is: 4 * (64 + 64 + 32 - 2) - 1 = 631
+  CHECK(array_matmul_cycles(Dataflow::output_stationary, 32, 32, 64, 64, 64, 1) == 503);
+  CHECK(array_matmul_cycles(Dataflow::weight_stationary, 32, 32, 64, 64, 64, 1) == 631);
+  CHECK(array_matmul_cycles(Dataflow::input_stationary, 32, 32, 64, 64, 64, 1) == 631);
+}
+
+TEST_CASE("given ragged shapes, folds round up in each dataflow") {
+  // M=100, N=70, K=50 on 32x32.
+  // os: Sr=M=100 -> 4, Sc=N=70 -> 3, F=12, T=K=50: 12 * (50 + 62) - 1 = 1343
+  // ws: Sr=K=50 -> 2, Sc=N=70 -> 3, F=6, T=M=100: 6 * (100 + 64 + 30) - 1 = 1163
+  // is: Sr=K=50 -> 2, Sc=M=100 -> 4, F=8, T=N=70: 8 * (70 + 64 + 30) - 1 = 1311
+  CHECK(array_matmul_cycles(Dataflow::output_stationary, 32, 32, 100, 70, 50, 1) == 1343);
+  CHECK(array_matmul_cycles(Dataflow::weight_stationary, 32, 32, 100, 70, 50, 1) == 1163);
+  CHECK(array_matmul_cycles(Dataflow::input_stationary, 32, 32, 100, 70, 50, 1) == 1311);
+  // A non-square 16x8 array, os, 33x9x5: F = ceil(33/16)=3 * ceil(9/8)=2 = 6;
+  // 6 * (5 + 16 + 8 - 2) - 1 = 6 * 27 - 1 = 161
+  CHECK(array_matmul_cycles(Dataflow::output_stationary, 16, 8, 33, 9, 5, 1) == 161);
+  // A single PE, os, 1x1x1: F = 1, 1 * (1 + 1 + 1 - 2) - 1 = 0 (the model counts from the first MAC).
+  CHECK(array_matmul_cycles(Dataflow::output_stationary, 1, 1, 1, 1, 1, 1) == 0);
+}
+
+TEST_CASE("given a SIMD depth, K becomes ceil(K over depth) wherever it appears") {
+  // os, 8x8, s=8, 64x64x64: T = ceil(64/8) = 8, F = 8 * 8 = 64: 64 * (8 + 14) - 1 = 1407
+  CHECK(array_matmul_cycles(Dataflow::output_stationary, 8, 8, 64, 64, 64, 8) == 1407);
+  // ws, 8x8, s=8, 64x64x60: Sr = ceil(60/8) = 8 -> 1 fold, Sc = 64 -> 8, F = 8, T = M = 64:
+  // 8 * (64 + 16 + 8 - 2) - 1 = 8 * 86 - 1 = 687
+  CHECK(array_matmul_cycles(Dataflow::weight_stationary, 8, 8, 64, 64, 60, 8) == 687);
+  // is, 8x8, s=4, M=16 N=10 K=33: Sr = ceil(33/4) = 9 -> 2 folds, Sc = M = 16 -> 2, F = 4,
+  // T = N = 10: 4 * (10 + 16 + 8 - 2) - 1 = 4 * 32 - 1 = 127
+  CHECK(array_matmul_cycles(Dataflow::input_stationary, 8, 8, 16, 10, 33, 4) == 127);
+}
+
+TEST_CASE("given a core with two corelets, N splits and the wider half sets the cycles") {
+  const auto chip = spyre::config::load_config("").chip;  // 8x8, os, fp16 depth 8, 2 corelets
+  // 128x128x128 fp16: each corelet N = 64. F = 16 * 8 = 128, T = 128/8 = 16:
+  // 128 * (16 + 14) - 1 = 3839
+  CHECK(core_matmul_cycles(chip, MacType::fp16, 128, 128, 128) == 3839);
+  // N = 9 splits 5 + 4: the corelet with 5 columns: F = ceil(8/8) * ceil(5/8) = 1,
+  // T = ceil(16/8) = 2: 1 * (2 + 14) - 1 = 15
+  CHECK(core_matmul_cycles(chip, MacType::fp16, 8, 9, 16) == 15);
+  // fp32 depth 2: 8x8x16 -> N per corelet 4, F = 1, T = 8: 1 * (8 + 14) - 1 = 21
+  CHECK(core_matmul_cycles(chip, MacType::fp32, 8, 8, 16) == 21);
+}
+
+TEST_CASE("given vector work, cycles are vectors times the op cost plus the pipeline") {
+  const auto chip = spyre::config::load_config("").chip;
+  // Width = 32 lanes x 2 units x 2 corelets = 128 elements per vector.
+  // exp (4 cycles) over 1000: ceil(1000/128) = 8 vectors; 8 * 4 + 8 (latency) = 40
+  CHECK(vector_cycles(chip, vector_op_cycles(chip.cores.vector.op_cycles, "exp"), 1000) == 40);
+  // add (1 cycle) over 128: 1 * 1 + 8 = 9
+  CHECK(vector_cycles(chip, vector_op_cycles(chip.cores.vector.op_cycles, "add"), 128) == 9);
+  // a fractional cost: 3 vectors at 2.5 cycles = 7.5 -> 8, + 8 = 16
+  CHECK(vector_cycles(chip, 2.5, 300) == 16);
+  CHECK_THROWS(vector_op_cycles(chip.cores.vector.op_cycles, "frobnicate"));
+}
+
+TEST_CASE("given a clock, cycles convert to whole picoseconds in one place") {
+  const Clock clock(1.5);
+  CHECK(clock.ps(3) == 2000);   // 3 / 1.5 GHz = 2 ns
+  CHECK(clock.ps(1) == 667);    // 666.67 ps, rounded
+  CHECK(clock.cycles(2000) == 3.0);
+  CHECK(Clock(1.0).ps(503) == 503000);
+}
+
+TEST_CASE("given a transfer, its time is bytes over bandwidth rounded up to a picosecond") {
+  // 4096 B at 8 GB/s = 512 ns exactly.
+  CHECK(transfer_ps(4096, 8e9) == 512000);
+  // 4096 B at 12.8 GB/s x 0.73 = 9.344 GB/s: 438356.16 ps -> 438357
+  CHECK(transfer_ps(4096, 12.8e9 * 0.73) == 438357);
+  CHECK(transfer_ps(0, 1e9) == 0);
+}
+
+TEST_CASE("given concurrent requests, a server serves them first come first served") {
+  Server channel(1e9);  // 1 byte per ns
+  // Four 1000-byte requests ready at 0: [0,1], [1,2], [2,3], [3,4] us; the aggregate is the
+  // server's bandwidth: 4000 B in 4 us = 1 GB/s.
+  for (int i = 0; i < 4; ++i) {
+    const auto iv = channel.reserve_bytes(0, 1000);
+    CHECK(iv.start == static_cast<Picoseconds>(i) * 1000000);
+    CHECK(iv.end == static_cast<Picoseconds>(i + 1) * 1000000);
+  }
+  CHECK(channel.busy_ps() == 4000000);
+  CHECK(channel.bytes() == 4000);
+  // A request ready after the server went idle starts when it is ready.
+  const auto late = channel.reserve_bytes(10000000, 500);
+  CHECK(late.start == 10000000);
+  CHECK(late.end == 10500000);
+}
