@@ -193,10 +193,12 @@ float apply_unary(isa::UnaryOp op, float x) {
     case UnaryOp::erf: return std::erf(x);
     case UnaryOp::sigmoid: return 1.0f / (1.0f + std::exp(-x));
     case UnaryOp::relu: return x > 0.0f ? x : (std::isnan(x) ? x : 0.0f);
-    case UnaryOp::gelu: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    // Both gelu forms are written without the cancellation of 1 + erf(u) / 1 + tanh(u)
+    // for negative inputs: 1 + erf(u) = erfc(-u), 1 + tanh(u) = 2 / (1 + exp(-2u)).
+    case UnaryOp::gelu: return 0.5f * x * std::erfc(-x * 0.70710678118654752f);
     case UnaryOp::gelu_tanh: {
       const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);  // sqrt(2/pi)
-      return 0.5f * x * (1.0f + std::tanh(inner));
+      return x / (1.0f + std::exp(-2.0f * inner));
     }
     case UnaryOp::silu: return x / (1.0f + std::exp(-x));
   }

@@ -1,0 +1,497 @@
+// Functional results of every compute instruction against plain references.
+// Bit-exact: moves, conversions, arithmetic elementwise ops, compares, select, fill.
+// Stated bounds: transcendental functions (ulp), reductions and matmul (fp32
+// accumulation). The references compute in double and round once with the
+// round-to-nearest-even functions below, written independently of the model's.
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "functional/numeric.h"
+
+using namespace spyre;
+using namespace spyre::sim;
+using isa::Broadcast;
+using isa::DType;
+
+namespace {
+
+// --- Independent references -------------------------------------------------------
+
+// The value of an fp16 bit pattern, from the IEEE formula.
+double fp16_value(std::uint16_t h) {
+  const int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  double v;
+  if (e == 0) v = std::ldexp(m, -24);
+  else if (e == 31) v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else v = std::ldexp(1024 + m, e - 25);
+  return sign ? -v : v;
+}
+double bf16_value(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+
+// Round to nearest even by searching the (monotonic) positive bit patterns.
+std::uint16_t round_by_search(double x, double (*value)(std::uint16_t), std::uint16_t max_finite,
+                              std::uint16_t inf, std::uint16_t nan) {
+  if (std::isnan(x)) return nan;
+  const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double a = std::fabs(x);
+  const double top = value(max_finite), next_ulp = top - value(max_finite - 1);
+  if (a >= top + next_ulp / 2) return sign | inf;  // the tie rounds to the even "next" = inf
+  std::uint16_t lo = 0, hi = max_finite;  // largest pattern with value <= a
+  while (lo < hi) {
+    const auto mid = static_cast<std::uint16_t>((lo + hi + 1) / 2);
+    if (value(mid) <= a) lo = mid;
+    else hi = mid - 1;
+  }
+  if (lo == max_finite) return sign | lo;
+  const double below = a - value(lo), above = value(lo + 1) - a;
+  const std::uint16_t r = (below < above || (below == above && (lo & 1) == 0)) ? lo : lo + 1;
+  return sign | r;
+}
+std::uint16_t ref_fp16(double x) { return round_by_search(x, fp16_value, 0x7bff, 0x7c00, 0x7e00); }
+std::uint16_t ref_bf16(double x) { return round_by_search(x, bf16_value, 0x7f7f, 0x7f80, 0x7fc0); }
+
+// A value of `t` stored at p, as double (exact for every dtype here).
+double get(DType t, const std::uint8_t* p, std::size_t i) {
+  switch (t) {
+    case DType::fp32: { float f; std::memcpy(&f, p + 4 * i, 4); return f; }
+    case DType::fp16: { std::uint16_t h; std::memcpy(&h, p + 2 * i, 2); return fp16_value(h); }
+    case DType::bf16: { std::uint16_t h; std::memcpy(&h, p + 2 * i, 2); return bf16_value(h); }
+    case DType::int8: return static_cast<std::int8_t>(p[i]);
+    case DType::int32: { std::int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
+    case DType::boolean: return p[i] != 0;
+  }
+  return 0;
+}
+
+// Rounds/wraps a double into `t` (the model's documented semantics) at p[i].
+void put(DType t, std::uint8_t* p, std::size_t i, double x) {
+  switch (t) {
+    case DType::fp32: { const float f = static_cast<float>(x); std::memcpy(p + 4 * i, &f, 4); return; }
+    case DType::fp16: { const auto h = ref_fp16(x); std::memcpy(p + 2 * i, &h, 2); return; }
+    case DType::bf16: { const auto h = ref_bf16(x); std::memcpy(p + 2 * i, &h, 2); return; }
+    case DType::int8:
+    case DType::int32: {
+      const double lo = t == DType::int8 ? -128 : -2147483648.0, hi = t == DType::int8 ? 127 : 2147483647.0;
+      const double v = std::isnan(x) ? 0 : std::clamp(std::trunc(x), lo, hi);
+      if (t == DType::int8) p[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(v));
+      else { const auto w = static_cast<std::int32_t>(v); std::memcpy(p + 4 * i, &w, 4); }
+      return;
+    }
+    case DType::boolean: p[i] = x != 0; return;
+  }
+}
+
+bool same_bits_or_both_nan(DType t, const std::uint8_t* a, const std::uint8_t* b, std::size_t i) {
+  const std::size_t s = isa::dtype_size(t);
+  if (isa::is_float(t) && std::isnan(get(t, a, i)) && std::isnan(get(t, b, i))) return true;
+  return std::memcmp(a + s * i, b + s * i, s) == 0;
+}
+
+// Distance in units in the last place between two values of a float dtype.
+std::int64_t ulps(DType t, double x, double y) {
+  std::vector<std::uint8_t> bx(4), by(4);
+  put(t, bx.data(), 0, x);
+  put(t, by.data(), 0, y);
+  const auto ordered = [&](const std::vector<std::uint8_t>& b) -> std::int64_t {
+    if (t == DType::fp32) {
+      std::int32_t v; std::memcpy(&v, b.data(), 4);
+      return v < 0 ? std::int64_t{INT32_MIN} - v : v;
+    }
+    std::int16_t v; std::memcpy(&v, b.data(), 2);
+    return v < 0 ? std::int64_t{INT16_MIN} - v : v;
+  };
+  return std::llabs(ordered(bx) - ordered(by));
+}
+
+constexpr DType kAll[] = {DType::fp32, DType::fp16, DType::bf16, DType::int8, DType::int32, DType::boolean};
+constexpr DType kFloats[] = {DType::fp32, DType::fp16, DType::bf16};
+
+// Random values of `t` at p, with specials mixed in for floats.
+void randomize(DType t, std::uint8_t* p, std::size_t n, std::mt19937& rng, double scale = 4.0) {
+  std::uniform_real_distribution<double> u(-scale, scale);
+  std::uniform_int_distribution<int> coin(0, 63);
+  static const double specials[] = {0.0, -0.0, 1.0, -1.0, 65504.0, 1e-8, -3e38, std::numeric_limits<double>::infinity(),
+                                    -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()};
+  for (std::size_t i = 0; i < n; ++i) {
+    double x = u(rng);
+    if (isa::is_float(t) && coin(rng) == 0) x = specials[rng() % std::size(specials)];
+    if (!isa::is_float(t)) x = std::round(x * (t == DType::int32 ? 1e8 : 30));
+    if (t == DType::boolean) x = rng() % 2;
+    put(t, p, i, x);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("given every fp16 and bf16 pattern, widening to fp32 is exact") {
+  std::vector<std::uint8_t> in(2 * 65536);
+  std::vector<float> out(65536);
+  for (std::uint32_t i = 0; i < 65536; ++i) std::memcpy(&in[2 * i], &i, 2);
+  for (const DType t : {DType::fp16, DType::bf16}) {
+    numeric::load_f32(t, in.data(), out.data(), 65536);
+    std::size_t bad = 0;
+    for (std::uint32_t i = 0; i < 65536; ++i) {
+      const double ref = t == DType::fp16 ? fp16_value(static_cast<std::uint16_t>(i)) : bf16_value(static_cast<std::uint16_t>(i));
+      if (!(std::isnan(ref) ? std::isnan(out[i]) : static_cast<double>(out[i]) == ref)) ++bad;
+    }
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("given random fp32 values across all exponents, narrowing rounds to nearest even") {
+  std::mt19937 rng(1);
+  std::vector<float> in(1 << 18);
+  for (auto& f : in) f = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));
+  // Values right at fp16 and bf16 ties and overflow edges.
+  in[0] = 65520.0f;                 // fp16: ties to inf
+  in[1] = 65519.996f;               // fp16: 65504
+  in[2] = 1.0f + 1.0f / 2048;       // fp16: tie, rounds to even 1.0
+  in[3] = 1.0f + 3.0f / 2048;       // fp16: tie, rounds to even 1 + 2/1024
+  in[4] = std::ldexp(1.0f, -25);    // fp16: tie between 0 and the smallest subnormal -> 0
+  in[5] = 1.0f + 1.0f / 256;        // bf16: tie -> 1.0
+  in[6] = std::bit_cast<float>(0x7f7fffffu);  // bf16: rounds to inf
+  std::vector<std::uint8_t> out(2 * in.size());
+  for (const DType t : {DType::fp16, DType::bf16}) {
+    numeric::store_f32(t, in.data(), out.data(), in.size());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      std::uint16_t got;
+      std::memcpy(&got, &out[2 * i], 2);
+      const std::uint16_t ref = t == DType::fp16 ? ref_fp16(in[i]) : ref_bf16(in[i]);
+      const bool both_nan = std::isnan(in[i]) && ((got & 0x7fff) > (t == DType::fp16 ? 0x7c00 : 0x7f80));
+      if (got != ref && !both_nan) ++bad;
+    }
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("given every pair of dtypes, conversion matches the reference bit for bit") {
+  std::mt19937 rng(2);
+  constexpr std::size_t n = 5000;
+  for (const DType from : kAll) {
+    std::vector<std::uint8_t> src(4 * n);
+    randomize(from, src.data(), n, rng, 300.0);
+    for (const DType to : kAll) {
+      std::vector<std::uint8_t> got(4 * n), ref(4 * n);
+      numeric::convert(from, to, src.data(), got.data(), n);
+      for (std::size_t i = 0; i < n; ++i) {
+        double v = get(from, src.data(), i);
+        // int32 -> fp16/bf16 goes through fp32, as PyTorch's casts do.
+        if (from == DType::int32 && (to == DType::fp16 || to == DType::bf16)) v = static_cast<float>(v);
+        if (!isa::is_float(from) && !isa::is_float(to) && to != DType::boolean) {
+          // Integer narrowing wraps (two's complement), it does not saturate.
+          const auto w = static_cast<std::int64_t>(v);
+          v = to == DType::int8 ? static_cast<std::int8_t>(w) : static_cast<std::int32_t>(w);
+        }
+        put(to, ref.data(), i, v);
+      }
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < n; ++i) bad += !same_bits_or_both_nan(to, got.data(), ref.data(), i);
+      INFO(isa::to_string(from) << " -> " << isa::to_string(to));
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("given elementwise arithmetic with every broadcast, results are bit exact") {
+  std::mt19937 rng(3);
+  const std::uint32_t rows = 37, cols = 53;  // odd sizes cross the 2048-element chunks
+  for (const DType t : {DType::fp32, DType::fp16, DType::bf16, DType::int32, DType::int8}) {
+    for (std::uint8_t op = 0; op < isa::kNumBinaryOps; ++op) {
+      for (std::uint8_t bc = 0; bc < isa::kNumBroadcasts; ++bc) {
+        const auto bop = static_cast<isa::BinaryOp>(op);
+        const auto bcast = static_cast<Broadcast>(bc);
+        std::vector<std::uint8_t> sp(64 * 1024);
+        const std::size_t n = std::size_t{rows} * cols, size = isa::dtype_size(t);
+        const isa::VBinary v{.op = bop, .dtype = t, .bcast = bcast, .a = 0, .b = static_cast<std::uint32_t>(n * size),
+                             .dst = static_cast<std::uint32_t>(2 * n * size), .rows = rows, .cols = cols, .imm = 1.5};
+        randomize(t, sp.data(), n, rng);
+        randomize(t, sp.data() + v.b, n, rng);
+        if (!isa::is_float(t) && bop == isa::BinaryOp::div) {
+          for (std::size_t i = 0; i < n; ++i) if (get(t, sp.data() + v.b, i) == 0) put(t, sp.data() + v.b, i, 3);
+        }
+        const double imm = isa::is_float(t) ? v.imm : 1;
+        isa::VBinary vi = v;
+        vi.imm = imm;
+        std::vector<std::uint8_t> ref(n * size);
+        for (std::size_t e = 0; e < n; ++e) {
+          const std::size_t r = e / cols, c = e % cols;
+          const std::size_t bi = bcast == Broadcast::none ? e : bcast == Broadcast::row ? c : bcast == Broadcast::col ? r : 0;
+          const double x = get(t, sp.data(), e);
+          const double y = bcast == Broadcast::immediate ? imm : get(t, sp.data() + v.b, bi);
+          double z = 0;
+          switch (bop) {
+            case isa::BinaryOp::add: z = x + y; break;
+            case isa::BinaryOp::sub: z = x - y; break;
+            case isa::BinaryOp::mul: z = x * y; break;
+            case isa::BinaryOp::div: z = isa::is_float(t) ? x / y : std::trunc(x / y); break;
+            case isa::BinaryOp::max: z = (std::isnan(x) || std::isnan(y)) ? x + y : std::max(x, y); break;
+            case isa::BinaryOp::min: z = (std::isnan(x) || std::isnan(y)) ? x + y : std::min(x, y); break;
+          }
+          if (!isa::is_float(t)) {  // integers: exact in int64, then wrap
+            const auto xi = static_cast<std::int64_t>(x), yi = static_cast<std::int64_t>(y);
+            std::int64_t w = 0;
+            switch (bop) {
+              case isa::BinaryOp::add: w = xi + yi; break;
+              case isa::BinaryOp::sub: w = xi - yi; break;
+              case isa::BinaryOp::mul: w = xi * yi; break;
+              case isa::BinaryOp::div: w = xi / yi; break;
+              case isa::BinaryOp::max: w = std::max(xi, yi); break;
+              case isa::BinaryOp::min: w = std::min(xi, yi); break;
+            }
+            z = t == DType::int8 ? static_cast<std::int8_t>(w) : static_cast<std::int32_t>(static_cast<std::uint32_t>(w));
+          }
+          put(t, ref.data(), e, z);
+        }
+        REQUIRE_FALSE(numeric::binary(vi, sp.data()));
+        std::size_t bad = 0;
+        for (std::size_t e = 0; e < n; ++e) bad += !same_bits_or_both_nan(t, sp.data() + v.dst, ref.data(), e);
+        INFO(isa::to_string(t) << " " << isa::to_string(bop) << " " << isa::to_string(bcast));
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("given an integer division by zero, the kernel reports it") {
+  std::vector<std::uint8_t> sp(64, 0);
+  put(DType::int32, sp.data(), 0, 7);
+  const auto fault = numeric::binary(isa::VBinary{.op = isa::BinaryOp::div, .dtype = DType::int32,
+                                                  .bcast = Broadcast::none, .a = 0, .b = 16, .dst = 32, .rows = 1,
+                                                  .cols = 2},
+                                     sp.data());
+  REQUIRE(fault);
+  CHECK(*fault == "integer division by zero at element 0");
+}
+
+TEST_CASE("given compares and select, results are exact including NaN") {
+  std::mt19937 rng(4);
+  const std::uint32_t rows = 9, cols = 301;
+  const std::size_t n = std::size_t{rows} * cols;
+  for (const DType t : kAll) {
+    for (std::uint8_t op = 0; op < isa::kNumCompareOps; ++op) {
+      std::vector<std::uint8_t> sp(32 * 1024);
+      const std::size_t size = isa::dtype_size(t);
+      const isa::VCompare c{.op = static_cast<isa::CompareOp>(op), .dtype = t, .bcast = Broadcast::col, .a = 0,
+                            .b = static_cast<std::uint32_t>(n * size), .dst = static_cast<std::uint32_t>(2 * n * size),
+                            .rows = rows, .cols = cols, .imm = 0};
+      randomize(t, sp.data(), n, rng, 2.0);
+      randomize(t, sp.data() + c.b, rows, rng, 2.0);
+      numeric::compare(c, sp.data());
+      std::size_t bad = 0;
+      for (std::size_t e = 0; e < n; ++e) {
+        const double x = get(t, sp.data(), e), y = get(t, sp.data() + c.b, e / cols);
+        bool want = false;
+        switch (c.op) {
+          case isa::CompareOp::eq: want = x == y; break;
+          case isa::CompareOp::ne: want = x != y; break;
+          case isa::CompareOp::lt: want = x < y; break;
+          case isa::CompareOp::le: want = x <= y; break;
+          case isa::CompareOp::gt: want = x > y; break;
+          case isa::CompareOp::ge: want = x >= y; break;
+        }
+        bad += sp[c.dst + e] != (want ? 1 : 0);
+      }
+      INFO(isa::to_string(t) << " " << isa::to_string(c.op));
+      CHECK(bad == 0);
+    }
+    std::vector<std::uint8_t> sp(32 * 1024);
+    const std::size_t size = isa::dtype_size(t);
+    const isa::VSelect s{.dtype = t, .cond = 0, .a = 4096, .b = 12288, .dst = 20480, .count = 1000};
+    randomize(DType::boolean, sp.data(), 1000, rng);
+    randomize(t, sp.data() + s.a, 1000, rng);
+    randomize(t, sp.data() + s.b, 1000, rng);
+    numeric::select(s, sp.data());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < 1000; ++i) {
+      bad += std::memcmp(sp.data() + s.dst + size * i, sp.data() + (sp[i] ? s.a : s.b) + size * i, size) != 0;
+    }
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("given fills, every dtype holds the exact value") {
+  for (const DType t : kAll) {
+    std::vector<std::uint8_t> sp(256, 0xcd);
+    const double value = t == DType::boolean ? 1 : (isa::is_float(t) ? -2.5 : -7);
+    numeric::fill(isa::VFill{.dtype = t, .dst = 8, .count = 10, .value = value}, sp.data());
+    for (std::size_t i = 0; i < 10; ++i) CHECK(get(t, sp.data() + 8, i) == value);
+    CHECK(sp[8 + 10 * isa::dtype_size(t)] == 0xcd);  // nothing past the end
+  }
+}
+
+TEST_CASE("given unary ops, moves are exact and transcendentals stay within the stated ulp") {
+  // Bounds: fp16 and bf16 results are the fp32 result rounded once, so within 1 ulp
+  // of the correctly rounded value. fp32: 2 ulp for exp, log, rsqrt, reciprocal, tanh,
+  // erf (sqrt is exact); 4 ulp for the composed sigmoid and silu. gelu and gelu_tanh
+  // in fp32 are ill-conditioned in the negative tail: the fp32 rounding of the erfc or
+  // exp argument is amplified by the function's condition number (about x^2 for gelu,
+  // |2u| for gelu_tanh's exp(-2u)), so their bound is 4 ulp plus twice that. Measured
+  // on these inputs (|x| <= 8): exp, log, rsqrt 1 ulp; sigmoid 2; silu 1; gelu 54 and
+  // gelu_tanh 76 near x = -8.
+  std::mt19937 rng(5);
+  const std::size_t n = 4099;
+  for (const DType t : kFloats) {
+    for (std::uint8_t op = 0; op < isa::kNumUnaryOps; ++op) {
+      const auto u = static_cast<isa::UnaryOp>(op);
+      std::vector<std::uint8_t> src(4 * n), dst(4 * n);
+      randomize(t, src.data(), n, rng, 8.0);
+      numeric::unary(u, t, src.data(), dst.data(), n);
+      std::int64_t worst = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double x = get(t, src.data(), i);
+        double ref = 0;
+        switch (u) {
+          case isa::UnaryOp::copy: ref = x; break;
+          case isa::UnaryOp::neg: ref = -x; break;
+          case isa::UnaryOp::abs: ref = std::fabs(x); break;
+          case isa::UnaryOp::exp: ref = std::exp(x); break;
+          case isa::UnaryOp::log: ref = std::log(x); break;
+          case isa::UnaryOp::sqrt: ref = std::sqrt(x); break;
+          case isa::UnaryOp::rsqrt: ref = 1 / std::sqrt(x); break;
+          case isa::UnaryOp::reciprocal: ref = 1 / x; break;
+          case isa::UnaryOp::tanh: ref = std::tanh(x); break;
+          case isa::UnaryOp::erf: ref = std::erf(x); break;
+          case isa::UnaryOp::sigmoid: ref = 1 / (1 + std::exp(-x)); break;
+          case isa::UnaryOp::relu: ref = x > 0 ? x : (std::isnan(x) ? x : 0.0); break;
+          // 1 + erf(u) = erfc(-u) and 1 + tanh(u) = 2 / (1 + exp(-2u)) keep the double
+          // reference accurate where the textbook forms cancel (large negative x).
+          case isa::UnaryOp::gelu: ref = 0.5 * x * std::erfc(-x / std::sqrt(2.0)); break;
+          case isa::UnaryOp::gelu_tanh:
+            ref = x / (1 + std::exp(-2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+            break;
+          case isa::UnaryOp::silu: ref = x / (1 + std::exp(-x)); break;
+        }
+        const double got = get(t, dst.data(), i);
+        if (std::isnan(ref) || std::isnan(got)) {
+          CHECK(std::isnan(ref) == std::isnan(got));
+          continue;
+        }
+        if (std::isinf(ref) || std::isinf(got)) {
+          CHECK(ref == got);
+          continue;
+        }
+        std::int64_t d = ulps(t, got, ref);
+        if (t == DType::fp32 && (u == isa::UnaryOp::gelu || u == isa::UnaryOp::gelu_tanh)) {
+          // The conditioning allowance: 2 x^2 for erfc(-x/sqrt 2); for exp(-2u) with
+          // u = sqrt(2/pi) (x + 0.044715 x^3), 2 |2u|.
+          const double two_u = 2 * std::sqrt(2 / M_PI) * std::fabs(x + 0.044715 * x * x * x);
+          const double allowance = u == isa::UnaryOp::gelu ? 2 * x * x : 2 * two_u;
+          d = std::max<std::int64_t>(0, d - static_cast<std::int64_t>(allowance));
+        }
+        worst = std::max(worst, d);
+      }
+      const bool exact = u == isa::UnaryOp::copy || u == isa::UnaryOp::neg || u == isa::UnaryOp::abs ||
+                         u == isa::UnaryOp::relu || (u == isa::UnaryOp::sqrt && t == DType::fp32);
+      const std::int64_t bound = exact ? 0
+                                 : t != DType::fp32 ? 1
+                                 : (u == isa::UnaryOp::sigmoid || u == isa::UnaryOp::silu || u == isa::UnaryOp::gelu ||
+                                    u == isa::UnaryOp::gelu_tanh) ? 4 : 2;
+      INFO(isa::to_string(t) << " " << isa::to_string(u) << ": worst " << worst << " ulp, bound " << bound);
+      CHECK(worst <= bound);
+    }
+  }
+  // Integer unary ops wrap: neg(INT32_MIN) = INT32_MIN.
+  std::vector<std::uint8_t> v(8);
+  put(DType::int32, v.data(), 0, -2147483648.0);
+  put(DType::int32, v.data(), 1, -5);
+  numeric::unary(isa::UnaryOp::neg, DType::int32, v.data(), v.data(), 2);
+  CHECK(get(DType::int32, v.data(), 0) == -2147483648.0);
+  CHECK(get(DType::int32, v.data(), 1) == 5);
+}
+
+TEST_CASE("given reductions along either axis, sums stay within fp32 accumulation error") {
+  std::mt19937 rng(6);
+  const std::uint32_t rows = 33, cols = 1000;
+  for (const DType t : {DType::fp32, DType::fp16, DType::bf16, DType::int32, DType::int8}) {
+    const DType out = isa::is_float(t) ? DType::fp32 : DType::int32;
+    for (std::uint8_t op = 0; op < isa::kNumReduceOps; ++op) {
+      for (std::uint8_t axis = 0; axis < 2; ++axis) {
+        std::vector<std::uint8_t> sp(512 * 1024);
+        const std::size_t n = std::size_t{rows} * cols;
+        std::uniform_real_distribution<double> u(-4, 4);
+        for (std::size_t i = 0; i < n; ++i) put(t, sp.data(), i, isa::is_float(t) ? u(rng) : std::round(u(rng) * 20));
+        const isa::VReduce r{.op = static_cast<isa::ReduceOp>(op), .in = t, .out = out, .axis = axis, .src = 0,
+                             .dst = static_cast<std::uint32_t>(n * isa::dtype_size(t)), .rows = rows, .cols = cols};
+        numeric::reduce(r, sp.data());
+        const std::size_t outputs = axis == 1 ? rows : cols, length = axis == 1 ? cols : rows;
+        std::size_t bad = 0;
+        for (std::size_t o = 0; o < outputs; ++o) {
+          double acc = r.op == isa::ReduceOp::sum ? 0 : get(t, sp.data(), axis == 1 ? o * cols : o);
+          double abs_sum = 0;
+          for (std::size_t j = 0; j < length; ++j) {
+            const double x = get(t, sp.data(), axis == 1 ? o * cols + j : j * cols + o);
+            abs_sum += std::fabs(x);
+            acc = r.op == isa::ReduceOp::sum ? acc + x : r.op == isa::ReduceOp::max ? std::max(acc, x) : std::min(acc, x);
+          }
+          const double got = get(out, sp.data() + r.dst, o);
+          // Sequential fp32 summation: |error| <= length * 2^-24 * sum |x|.
+          const double tol = (r.op == isa::ReduceOp::sum && isa::is_float(t)) ? length * std::ldexp(1.0, -24) * abs_sum : 0;
+          bad += std::fabs(got - acc) > tol;
+        }
+        INFO(isa::to_string(t) << " " << isa::to_string(r.op) << " axis " << int(axis));
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("given matmuls with transposes, padding and accumulation, results are within fp32 accumulation error") {
+  std::mt19937 rng(7);
+  struct Case { std::uint32_t m, n, k; bool ta, tb, acc; DType in, out; };
+  const Case cases[] = {{17, 33, 65, false, false, false, DType::fp16, DType::fp32},
+                        {64, 64, 64, true, false, true, DType::bf16, DType::fp32},
+                        {7, 129, 31, false, true, false, DType::fp32, DType::fp32},
+                        {31, 9, 100, true, true, true, DType::fp16, DType::fp16},
+                        {40, 24, 48, false, false, true, DType::fp32, DType::bf16},
+                        {13, 11, 300, true, false, true, DType::int8, DType::int32}};
+  for (const Case& c : cases) {
+    const std::uint32_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
+    const std::uint32_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
+    const std::uint32_t lda = a_cols + 3, ldb = b_cols + 1, ldc = c.n + 5;  // padded rows
+    const std::uint32_t out_size = isa::dtype_size(c.out);
+    const isa::Matmul mm{.a = 0, .b = 256 * 1024, .c = 512 * 1024, .m = c.m, .n = c.n, .k = c.k, .lda = lda,
+                         .ldb = ldb, .ldc = ldc, .in = c.in, .out = c.out, .trans_a = c.ta, .trans_b = c.tb,
+                         .accumulate = c.acc};
+    std::vector<std::uint8_t> sp(1 << 20);
+    std::uniform_real_distribution<double> u(-2, 2);
+    const auto value = [&] { return c.in == DType::int8 ? std::round(u(rng) * 60) : u(rng); };
+    for (std::uint32_t i = 0; i < a_rows * lda; ++i) put(c.in, sp.data() + mm.a, i, value());
+    for (std::uint32_t i = 0; i < b_rows * ldb; ++i) put(c.in, sp.data() + mm.b, i, value());
+    for (std::uint32_t i = 0; i < c.m * ldc; ++i) put(c.out, sp.data() + mm.c, i, c.in == DType::int8 ? 5 : u(rng));
+    const std::vector<std::uint8_t> before = sp;
+    numeric::matmul(mm, sp.data());
+    std::size_t bad = 0, gaps_touched = 0;
+    for (std::uint32_t i = 0; i < c.m; ++i) {
+      for (std::uint32_t j = 0; j < ldc; ++j) {
+        const std::size_t at = std::size_t{i} * ldc + j;
+        if (j >= c.n) {  // the padding between rows of C is left alone
+          gaps_touched += std::memcmp(sp.data() + mm.c + at * out_size, before.data() + mm.c + at * out_size, out_size) != 0;
+          continue;
+        }
+        double ref = c.acc ? get(c.out, before.data() + mm.c, at) : 0, mag = std::fabs(ref);
+        for (std::uint32_t p = 0; p < c.k; ++p) {
+          const double a = get(c.in, before.data() + mm.a, c.ta ? std::size_t{p} * lda + i : std::size_t{i} * lda + p);
+          const double b = get(c.in, before.data() + mm.b, c.tb ? std::size_t{j} * ldb + p : std::size_t{p} * ldb + j);
+          ref += a * b;
+          mag += std::fabs(a * b);
+        }
+        const double got = get(c.out, sp.data() + mm.c, at);
+        // fp32 accumulation: k * 2^-24 * sum |a*b|, plus rounding into the output type.
+        const double out_eps = c.out == DType::fp32 ? std::ldexp(1.0, -24) : c.out == DType::fp16 ? std::ldexp(1.0, -11)
+                               : c.out == DType::bf16 ? std::ldexp(1.0, -8) : 0;
+        const double tol = c.in == DType::int8 ? 0 : (c.k + 1) * std::ldexp(1.0, -24) * mag + out_eps * std::fabs(ref);
+        bad += std::fabs(got - ref) > tol;
+      }
+    }
+    INFO(c.m << "x" << c.n << "x" << c.k << " " << isa::to_string(c.in) << "->" << isa::to_string(c.out));
+    CHECK(bad == 0);
+    CHECK(gaps_touched == 0);
+  }
+}
