@@ -1,8 +1,6 @@
 #define SC_INCLUDE_DYNAMIC_PROCESSES
 #include "chip/chip.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +16,7 @@
 
 #include "chip/trace_recorder.h"
 #include "functional/numeric.h"
+#include "memory/host_mapping.h"
 
 namespace spyre::sim {
 
@@ -45,15 +44,16 @@ void wait_until(Picoseconds t) {
   if (t > now) wait_ps(t - now);
 }
 
-// Zero-filled memory committed on first touch (a scratchpad).
+// A scratchpad's bytes: zero-filled, in huge pages, committed when the chip is built
+// (SRAM exists from power-on; faulting it in during a launch would be host noise in
+// the simulation's wall time).
 class ZeroedBuffer {
  public:
-  explicit ZeroedBuffer(std::size_t bytes) : bytes_(bytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("cannot allocate a scratchpad");
-    data_ = static_cast<std::uint8_t*>(p);
+  explicit ZeroedBuffer(std::size_t bytes)
+      : bytes_(bytes), data_(static_cast<std::uint8_t*>(map_host_memory(bytes, true, true, "scratchpad"))) {
+    std::memset(data_, 0, bytes_);
   }
-  ~ZeroedBuffer() { munmap(data_, bytes_); }
+  ~ZeroedBuffer() { unmap_host_memory(data_, bytes_); }
   ZeroedBuffer(const ZeroedBuffer&) = delete;
   ZeroedBuffer& operator=(const ZeroedBuffer&) = delete;
   std::uint8_t* data() { return data_; }
@@ -171,6 +171,7 @@ struct Chip::Impl {
     for (auto& k : cores) {
       k.dma_engines.assign(cfg.dma.engines_per_core, Server(engine_bytes_per_s));
       k.sp_ports.assign(cfg.cores.scratchpad.ports, Server(port_bps));
+      k.scratchpad = std::make_unique<ZeroedBuffer>(cfg.cores.scratchpad.bytes);
     }
     dram_latency_ps = timing::ns_to_ps(cfg.memory.latency_ns);
     pcie_latency_ps = timing::ns_to_ps(cfg.host_link.latency_ns);
@@ -182,11 +183,7 @@ struct Chip::Impl {
   TraceRecorder* trace() { return chip.trace_.get(); }
   CoreStats& core_stats(std::uint32_t core) { return chip.core_stats_[core]; }
 
-  std::uint8_t* scratchpad(std::uint32_t core) {
-    auto& sp = cores[core].scratchpad;
-    if (!sp) sp = std::make_unique<ZeroedBuffer>(chip.config_.cores.scratchpad.bytes);
-    return sp->data();
-  }
+  std::uint8_t* scratchpad(std::uint32_t core) { return cores[core].scratchpad->data(); }
 
   // Ring links from stop a to stop b along the shorter direction (clockwise on ties).
   struct Path {
@@ -755,11 +752,19 @@ nlohmann::json Chip::report(Picoseconds elapsed_ps) const {
   json macs = json::object();
   for (const MacType t : config::kMacTypes) macs[std::string(config::to_string(t))] = stats_.macs[static_cast<int>(t)];
   json cores = json::array();
+  const auto cycles = [&](Picoseconds ps) { return static_cast<std::uint64_t>(std::llround(clock_.cycles(ps))); };
   for (std::size_t c = 0; c < core_stats_.size(); ++c) {
     const CoreStats& s = core_stats_[c];
+    std::uint64_t port_bytes = 0;
+    for (const auto& port : impl_->cores[c].sp_ports) port_bytes += port.bytes();
     cores.push_back({{"core", c},
                      {"compute_busy_ps", s.compute_busy_ps},
                      {"vector_busy_ps", s.vector_busy_ps},
+                     {"compute_busy_cycles", cycles(s.compute_busy_ps)},
+                     {"compute_idle_cycles", cycles(elapsed_ps - std::min(elapsed_ps, s.compute_busy_ps))},
+                     {"vector_busy_cycles", cycles(s.vector_busy_ps)},
+                     {"vector_idle_cycles", cycles(elapsed_ps - std::min(elapsed_ps, s.vector_busy_ps))},
+                     {"scratchpad_port_bytes", port_bytes},
                      {"compute_utilisation", static_cast<double>(s.compute_busy_ps) / elapsed},
                      {"vector_utilisation", static_cast<double>(s.vector_busy_ps) / elapsed},
                      {"instructions", s.instructions},
@@ -805,6 +810,35 @@ nlohmann::json Chip::report(Picoseconds elapsed_ps) const {
             {"device_to_host", server_json(impl_->pcie_to_host)}}},
           {"cores", cores},
           {"launch_records", launches}};
+}
+
+std::string Chip::report_text(Picoseconds elapsed_ps) const {
+  const double seconds = static_cast<double>(elapsed_ps) * 1e-12;
+  std::string out = fmt::format("spyre:{} ({}): {:.0f} cycles = {:.3f} us, {} launch(es), {} fault(s), {} instructions\n",
+                                device_, config_.name, clock_.cycles(elapsed_ps), seconds * 1e6, stats_.launches,
+                                stats_.faults, stats_.instructions);
+  for (const MacType t : config::kMacTypes) {
+    const auto macs = stats_.macs[static_cast<int>(t)];
+    if (macs == 0) continue;
+    const double peak = figures_.peak_macs_per_s[static_cast<int>(t)];
+    out += fmt::format("  {} MACs {:>14}  {:.1f}% of the chip's {} peak over this time\n", config::to_string(t), macs,
+                       seconds > 0 && peak > 0 ? 100.0 * static_cast<double>(macs) / (peak * seconds) : 0.0,
+                       config::to_string(t));
+  }
+  const double dram = static_cast<double>(stats_.dram_read_bytes + stats_.dram_write_bytes);
+  out += fmt::format("  DRAM {:.2f} MiB read, {:.2f} MiB written: {:.1f} GB/s ({:.1f}% of deliverable)\n",
+                     static_cast<double>(stats_.dram_read_bytes) / (1 << 20),
+                     static_cast<double>(stats_.dram_write_bytes) / (1 << 20), seconds > 0 ? dram / seconds / 1e9 : 0.0,
+                     seconds > 0 ? 100.0 * dram / seconds / figures_.dram_deliverable_bytes_per_s : 0.0);
+  out += fmt::format("  PCIe {:.2f} MiB to the device, {:.2f} MiB to the host\n",
+                     static_cast<double>(stats_.host_to_device_bytes) / (1 << 20),
+                     static_cast<double>(stats_.device_to_host_bytes) / (1 << 20));
+  double compute = 0, vector = 0;
+  for (const auto& c : core_stats_) compute += static_cast<double>(c.compute_busy_ps), vector += static_cast<double>(c.vector_busy_ps);
+  const double core_time = std::max(1.0, static_cast<double>(elapsed_ps) * static_cast<double>(core_stats_.size()));
+  out += fmt::format("  cores: compute arrays busy {:.1f}%, vector units busy {:.1f}% (mean over {} cores)\n",
+                     100 * compute / core_time, 100 * vector / core_time, core_stats_.size());
+  return out;
 }
 
 void Chip::start_trace() { trace_ = std::make_unique<TraceRecorder>(device_); }

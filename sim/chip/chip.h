@@ -132,6 +132,8 @@ class Chip {
   // Statistics as JSON: totals, per core, per resource (busy time, bytes, utilisation
   // over `elapsed_ps`), launches.
   nlohmann::json report(Picoseconds elapsed_ps) const;
+  // The same as a human-readable summary.
+  std::string report_text(Picoseconds elapsed_ps) const;
 
   // Tracing (Chrome/Perfetto JSON). Off by default; costs nothing when off.
   void start_trace();

@@ -1,12 +1,11 @@
 #include "memory/device_memory.h"
 
+#include "memory/host_mapping.h"
+
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <stdexcept>
 #include <string>
 
 namespace spyre::sim {
@@ -20,32 +19,23 @@ std::string hex(std::uint64_t v) {
   return buf;
 }
 
-void* map_or_throw(std::uint64_t bytes, int prot, const char* what) {
-  void* p = mmap(nullptr, bytes, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    throw std::runtime_error(std::string("device memory: cannot reserve ") + std::to_string(bytes) + " bytes for the " +
-                             what + ": " + std::strerror(errno));
-  }
-  return p;
-}
-
 }  // namespace
 
 DeviceMemory::DeviceMemory(std::uint64_t capacity, std::uint64_t usable)
     : capacity_((capacity + kPage - 1) / kPage * kPage), usable_(usable) {
-  base_ = reinterpret_cast<std::uint64_t>(map_or_throw(capacity_, PROT_NONE, "device address space"));
+  base_ = reinterpret_cast<std::uint64_t>(map_host_memory(capacity_, false, false, "device address space"));
   try {
-    backing_ = static_cast<std::uint8_t*>(map_or_throw(capacity_, PROT_READ | PROT_WRITE, "backing store"));
+    backing_ = static_cast<std::uint8_t*>(map_host_memory(capacity_, true, true, "device memory backing store"));
   } catch (...) {
-    munmap(reinterpret_cast<void*>(base_), capacity_);
+    unmap_host_memory(reinterpret_cast<void*>(base_), capacity_);
     throw;
   }
   add_free(0, usable_ / kGranule * kGranule);
 }
 
 DeviceMemory::~DeviceMemory() {
-  munmap(backing_, capacity_);
-  munmap(reinterpret_cast<void*>(base_), capacity_);
+  unmap_host_memory(backing_, capacity_);
+  unmap_host_memory(reinterpret_cast<void*>(base_), capacity_);
 }
 
 void DeviceMemory::add_free(std::uint64_t offset, std::uint64_t size) {

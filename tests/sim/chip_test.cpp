@@ -115,6 +115,8 @@ TEST_CASE("given 2 4 and 8 concurrent loads on one channel, the aggregate is the
     CHECK(channel["busy_ps"] == 512000 * std::uint64_t{k});
     const double bytes_per_ns = 4096.0 * k / (512.0 * k);
     CHECK(bytes_per_ns == 8.0);
+    CHECK(report["cores"][0]["scratchpad_port_bytes"] == 4096);
+    CHECK_THAT(chip.report_text(duration(r)), ContainsSubstring("launch(es), 0 fault(s)"));
   }
 }
 
