@@ -699,6 +699,23 @@ std::size_t Chip::abort_stalled_launches() {
   return aborted;
 }
 
+bool Chip::abort_launch(std::uint64_t id, const std::string& reason) {
+  for (const auto& launch : impl_->launches) {
+    if (launch->record.id != id || launch->aborted) continue;
+    Fault f;
+    f.device = device_;
+    f.kernel = launch->record.name;
+    f.reason = reason;
+    if (!launch->record.cores.empty()) f.core = launch->record.cores.front();
+    f.pc = launch->pcs.empty() ? 0 : launch->pcs.front();
+    launch->record.fault = std::move(f);
+    launch->aborted = true;
+    launch->abort_event.notify(sc_core::SC_ZERO_TIME);
+    return true;
+  }
+  return false;
+}
+
 Picoseconds Chip::host_transfer(Picoseconds ready, HostDirection direction, std::uint64_t device_address,
                                 std::uint64_t bytes) {
   Server& link = direction == HostDirection::to_device ? impl_->pcie_to_device : impl_->pcie_to_host;
@@ -724,6 +741,14 @@ Picoseconds Chip::dram_copy(Picoseconds ready, std::uint64_t dst, std::uint64_t 
     impl_->charge(dst, bytes, shares, written);
   }
   stats_.dram_read_bytes += read;
+  stats_.dram_write_bytes += written;
+  return impl_->reserve_channels(ready, shares) + impl_->dram_latency_ps;
+}
+
+Picoseconds Chip::dram_fill(Picoseconds ready, std::uint64_t dst, std::uint64_t bytes) {
+  std::vector<std::uint64_t> shares(config_.memory.channels, 0);
+  std::uint64_t written = 0;
+  if (bytes > 0) impl_->charge(dst, bytes, shares, written);
   stats_.dram_write_bytes += written;
   return impl_->reserve_channels(ready, shares) + impl_->dram_latency_ps;
 }

@@ -117,6 +117,11 @@ class Chip {
   // will never be satisfied). Each gets a fault naming what its cores wait for.
   std::size_t abort_stalled_launches();
 
+  // Aborts a running launch (e.g. the firmware's watchdog): its cores stop after their
+  // current instruction and the launch completes with a fault giving `reason`.
+  // Returns false when no such launch is running.
+  bool abort_launch(std::uint64_t id, const std::string& reason);
+
   // Timed host-link transfer of `bytes` to/from device memory at `device_address`
   // starting no earlier than `ready`: occupies the PCIe direction and the DRAM
   // channels; returns when the last byte lands. The caller moves the data.
@@ -125,6 +130,8 @@ class Chip {
                             std::uint64_t bytes);
   // Timed device-memory to device-memory copy through the DRAM channels.
   Picoseconds dram_copy(Picoseconds ready, std::uint64_t dst, std::uint64_t src, std::uint64_t bytes);
+  // Timed write of `bytes` at `dst` (a fill) through the DRAM channels.
+  Picoseconds dram_fill(Picoseconds ready, std::uint64_t dst, std::uint64_t bytes);
 
   const ChipStats& stats() const { return stats_; }
   const std::vector<CoreStats>& core_stats() const { return core_stats_; }

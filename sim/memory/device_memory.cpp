@@ -66,6 +66,7 @@ void DeviceMemory::remove_free(std::uint64_t offset, std::uint64_t size) {
 }
 
 std::optional<std::uint64_t> DeviceMemory::allocate(std::uint64_t bytes) {
+  const std::lock_guard lock(mutex_);
   if (bytes == 0) bytes = 1;  // a zero-byte allocation still has a unique address
   if (bytes > usable_) return std::nullopt;
   const std::uint64_t rounded = (bytes + kGranule - 1) / kGranule * kGranule;
@@ -94,10 +95,11 @@ void DeviceMemory::forget_freed_overlapping(std::uint64_t base, std::uint64_t si
 }
 
 DeviceMemory::FreeResult DeviceMemory::free(std::uint64_t address) {
+  const std::lock_guard lock(mutex_);
   const auto it = live_.find(address);
   if (it == live_.end()) {
     if (freed_.count(address) != 0) return FreeResult::double_free;
-    return find(address) ? FreeResult::not_a_base : FreeResult::unknown;
+    return find_locked(address) ? FreeResult::not_a_base : FreeResult::unknown;
   }
   const std::uint64_t size = it->second;
   const std::uint64_t rounded = (size + kGranule - 1) / kGranule * kGranule;
@@ -121,6 +123,11 @@ DeviceMemory::FreeResult DeviceMemory::free(std::uint64_t address) {
 }
 
 std::optional<DeviceMemory::Allocation> DeviceMemory::find(std::uint64_t address) const {
+  const std::lock_guard lock(mutex_);
+  return find_locked(address);
+}
+
+std::optional<DeviceMemory::Allocation> DeviceMemory::find_locked(std::uint64_t address) const {
   auto it = live_.upper_bound(address);
   if (it == live_.begin()) return std::nullopt;
   --it;
@@ -160,7 +167,8 @@ std::string DeviceMemory::describe_nearest(std::uint64_t address) const {
 }
 
 std::optional<DeviceMemory::AccessError> DeviceMemory::check(std::uint64_t address, std::uint64_t bytes) const {
-  const auto alloc = find(address);
+  const std::lock_guard lock(mutex_);
+  const auto alloc = find_locked(address);
   if (!alloc) return AccessError{address, "address " + hex(address) + " " + describe_nearest(address)};
   const std::uint64_t end = alloc->base + alloc->size;
   if (bytes > end - address) {
@@ -172,7 +180,18 @@ std::optional<DeviceMemory::AccessError> DeviceMemory::check(std::uint64_t addre
   return std::nullopt;
 }
 
+std::uint64_t DeviceMemory::bytes_in_use() const {
+  const std::lock_guard lock(mutex_);
+  return in_use_;
+}
+
+std::uint64_t DeviceMemory::allocation_count() const {
+  const std::lock_guard lock(mutex_);
+  return live_.size();
+}
+
 std::uint64_t DeviceMemory::largest_free_block() const {
+  const std::lock_guard lock(mutex_);
   return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -57,9 +58,11 @@ class DeviceMemory {
   std::uint8_t* host(std::uint64_t address) { return backing_ + (address - base_); }
   const std::uint8_t* host(std::uint64_t address) const { return backing_ + (address - base_); }
 
-  std::uint64_t bytes_in_use() const { return in_use_; }
-  std::uint64_t allocation_count() const { return live_.size(); }
+  std::uint64_t bytes_in_use() const;
+  std::uint64_t allocation_count() const;
   std::uint64_t largest_free_block() const;
+  // Whether `address` lies in this device's address range at all.
+  bool contains(std::uint64_t address) const { return address >= base_ && address < base_ + capacity_; }
 
   static constexpr std::uint64_t kGranule = 256;
 
@@ -68,7 +71,9 @@ class DeviceMemory {
   void remove_free(std::uint64_t offset, std::uint64_t size);
   void forget_freed_overlapping(std::uint64_t base, std::uint64_t size);
   std::string describe_nearest(std::uint64_t address) const;
+  std::optional<Allocation> find_locked(std::uint64_t address) const;
 
+  mutable std::mutex mutex_;
   std::uint64_t capacity_;
   std::uint64_t usable_;
   std::uint64_t base_ = 0;             // device address space (PROT_NONE reservation)

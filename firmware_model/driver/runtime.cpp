@@ -1,0 +1,299 @@
+#define SC_INCLUDE_DYNAMIC_PROCESSES
+#include "driver/runtime.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <systemc>
+
+namespace spyre::driver {
+namespace {
+
+std::mutex g_runtime_mutex;
+Runtime* g_runtime = nullptr;          // the live devices and handles
+Runtime* g_thread_owner = nullptr;     // whoever owns the simulation thread (never freed)
+bool g_exit_registered = false;
+
+Picoseconds sim_now() { return sc_core::sc_time_stamp().value(); }
+
+std::uint32_t device_count_from_env() {
+  const char* text = std::getenv("SPYRE_SIM_DEVICES");
+  if (text == nullptr || *text == '\0') return 1;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  if (*end != '\0' || n < 1 || n > 64) {
+    throw Error{SPYRE_ERROR_NOT_INITIALIZED,
+                fmt::format("SPYRE_SIM_DEVICES: expected an integer from 1 to 64, found '{}'", text)};
+  }
+  return static_cast<std::uint32_t>(n);
+}
+
+void configure_logging() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* level = std::getenv("SPYRE_LOG_LEVEL");
+    spdlog::set_level(level != nullptr && *level != '\0' ? spdlog::level::from_str(level) : spdlog::level::warn);
+    spdlog::set_pattern("[spyre %l] %v");
+  });
+}
+
+}  // namespace
+
+void at_exit() {
+  // Complete all submitted work, then stop the simulation thread, so nothing hangs or
+  // is lost at process exit. The runtime object itself is deliberately leaked: other
+  // static destructors may still run driver calls' cleanup paths.
+  Runtime::shutdown();
+  const std::lock_guard lock(g_runtime_mutex);
+  if (g_thread_owner != nullptr) g_thread_owner->stop_thread();
+}
+
+Runtime::Runtime() = default;
+
+Runtime& Runtime::get() {
+  const std::lock_guard lock(g_runtime_mutex);
+  if (g_runtime != nullptr) return *g_runtime;
+  configure_logging();
+  if (g_thread_owner == nullptr) {
+    g_thread_owner = new Runtime();
+    setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 0);
+    g_thread_owner->sim_thread_ = std::thread([] { g_thread_owner->sim_main(); });
+    if (!g_exit_registered) {
+      std::atexit([] { at_exit(); });
+      g_exit_registered = true;
+    }
+  }
+  g_thread_owner->start_devices();
+  g_runtime = g_thread_owner;
+  return *g_runtime;
+}
+
+void Runtime::start_devices() {
+  const std::uint32_t count = device_count_from_env();
+  const char* path = std::getenv("SPYRE_SIM_CONFIG");
+  const char* set = std::getenv("SPYRE_SIM_SET");
+  config::LoadedConfig loaded;
+  try {
+    loaded = config::load_config(path != nullptr ? path : "", config::split_overrides(set != nullptr ? set : ""));
+  } catch (const config::ConfigError& e) {
+    throw Error{SPYRE_ERROR_NOT_INITIALIZED, fmt::format("SPYRE_SIM_CONFIG/SPYRE_SIM_SET: {}", e.what())};
+  }
+  std::vector<std::unique_ptr<Device>> devices;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    auto d = std::make_unique<Device>();
+    d->index = i;
+    d->config = loaded;
+    d->chip = std::make_unique<sim::Chip>(loaded.chip, i);
+    d->firmware = std::make_unique<firmware::Firmware>(*d->chip, [this] { check_waiters(); });
+    // A zero overhead would let two calls share an arrival time and race with the
+    // simulation; one picosecond keeps every arrival distinct.
+    d->call_overhead = std::max<Picoseconds>(1, timing::ns_to_ps(loaded.chip.host.call_overhead_ns));
+    devices.push_back(std::move(d));
+  }
+  devices_ = std::move(devices);
+  for (auto& d : devices_) {
+    d->handle = add(std::shared_ptr<Device>(d.get(), [](Device*) {}));
+    d->sync_queue = std::make_shared<QueueObject>();
+    d->sync_queue->device = d.get();
+    d->sync_queue->queue = std::make_shared<firmware::Queue>();
+    d->sync_queue->queue->priority = 1;  // synchronous work goes first, like a high-priority queue
+    post(d.get(), [dev = d.get()] { dev->firmware->add_queue(dev->sync_queue->queue); });
+  }
+  spdlog::info("spyre driver: {} device(s) of '{}' ({}), config hash {}", count, loaded.chip.name, loaded.source,
+               loaded.hash);
+}
+
+void Runtime::shutdown() {
+  Runtime* rt;
+  {
+    const std::lock_guard lock(g_runtime_mutex);
+    rt = g_runtime;
+    g_runtime = nullptr;
+  }
+  if (rt == nullptr) return;
+  for (auto& d : rt->devices_) {
+    Device* dev = d.get();
+    rt->block_until(dev, [dev] { return dev->firmware->device_idle(); });
+  }
+  rt->query(nullptr, [rt] {
+    // Release the devices in simulation context; queue threads stay parked forever.
+    rt->devices_.clear();
+  });
+  const std::lock_guard lock(rt->objects_mutex_);
+  rt->slots_.clear();
+  rt->free_slots_.clear();
+  rt->pinned_.clear();
+}
+
+void Runtime::stop_thread() {
+  {
+    const std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  sim_cv_.notify_all();
+  if (sim_thread_.joinable()) sim_thread_.join();
+}
+
+Picoseconds Runtime::advance(const Device* device) {
+  const std::lock_guard lock(mutex_);
+  host_time_ += device != nullptr ? device->call_overhead : 1;
+  return host_time_;
+}
+
+Picoseconds Runtime::host_time() {
+  const std::lock_guard lock(mutex_);
+  return host_time_;
+}
+
+void Runtime::post(const Device* device, std::function<void()> action) {
+  {
+    const std::lock_guard lock(mutex_);
+    host_time_ += device != nullptr ? device->call_overhead : 1;
+    inbox_.push_back({host_time_, std::move(action)});
+  }
+  sim_cv_.notify_one();
+}
+
+Picoseconds Runtime::block_until(const Device* device, std::function<bool()> condition) {
+  auto waiter = std::make_shared<Waiter>();
+  waiter->condition = std::move(condition);
+  std::unique_lock lock(mutex_);
+  host_time_ += device != nullptr ? device->call_overhead : 1;
+  ++waiting_;
+  inbox_.push_back({host_time_, [this, waiter] {
+                      waiters_.push_back(waiter);
+                      check_waiters();
+                    }});
+  sim_cv_.notify_one();
+  host_cv_.wait(lock, [&] { return waiter->done; });
+  host_time_ = std::max(host_time_, waiter->time);
+  return waiter->time;
+}
+
+void Runtime::query(const Device* device, const std::function<void()>& f) {
+  block_until(device, [&f] {
+    f();
+    return true;
+  });
+}
+
+// Simulation context: answers every waiter whose condition now holds.
+void Runtime::check_waiters() {
+  bool answered = false;
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if ((*it)->condition()) {
+      {
+        const std::lock_guard lock(mutex_);
+        (*it)->time = sim_now();
+        (*it)->done = true;
+        --waiting_;
+      }
+      answered = true;
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (answered) {
+    host_cv_.notify_all();
+    sc_core::sc_pause();
+  }
+}
+
+void Runtime::dispatcher() {
+  for (;;) {
+    while (scheduled_.empty()) sc_core::wait(*dispatch_event_);
+    const Picoseconds arrival = scheduled_.front().arrival, now = sim_now();
+    // Arrivals are in order; one earlier than now can only come from another host
+    // thread while the simulation ran ahead for a blocked one: it is delivered late.
+    if (arrival > now) sc_core::wait(sc_core::sc_time::from_value(arrival - now));
+    auto action = std::move(scheduled_.front().action);
+    scheduled_.pop_front();
+    action();
+  }
+}
+
+void Runtime::sim_main() {
+  dispatch_event_ = new sc_core::sc_event();
+  sc_core::sc_spawn([this] { dispatcher(); });
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    sim_cv_.wait(lock, [&] {
+      return stop_ || !inbox_.empty() || (waiting_ > 0 && !starved_) || host_time_ > sim_time_ + 1;
+    });
+    if (stop_ && inbox_.empty() && waiting_ == 0) break;
+    std::deque<Item> items;
+    items.swap(inbox_);
+    if (!items.empty()) starved_ = false;
+    const Picoseconds limit = host_time_;
+    const bool unbounded = waiting_ > 0;
+    lock.unlock();
+
+    for (auto& item : items) scheduled_.push_back(std::move(item));
+    if (!scheduled_.empty()) dispatch_event_->notify(sc_core::SC_ZERO_TIME);
+    bool starved = false;
+    if (unbounded) {
+      sc_core::sc_start();
+      if (!sc_core::sc_pending_activity()) {
+        // Nothing left to simulate: abort launches that can never finish (their
+        // faults complete the commands); if none, wait for more host work.
+        std::size_t aborted = 0;
+        for (auto& d : devices_) aborted += d->chip->abort_stalled_launches();
+        starved = aborted == 0;
+      }
+    } else if (limit > sim_now() + 1) {
+      sc_core::sc_start(sc_core::sc_time::from_value(limit - 1 - sim_now()));
+    }
+
+    lock.lock();
+    sim_time_ = sim_now();
+    starved_ = starved && waiting_ > 0;
+  }
+}
+
+std::optional<std::pair<std::uintptr_t, std::size_t>> Runtime::pinned_range(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::lock_guard lock(objects_mutex_);
+  auto it = pinned_.upper_bound(a);
+  if (it == pinned_.begin()) return std::nullopt;
+  --it;
+  if (a < it->first + it->second) return *it;
+  return std::nullopt;
+}
+
+bool Runtime::add_pinned(void* p, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::lock_guard lock(objects_mutex_);
+  auto next = pinned_.lower_bound(a);
+  if (next != pinned_.end() && next->first < a + bytes) return false;
+  if (next != pinned_.begin() && std::prev(next)->first + std::prev(next)->second > a) return false;
+  pinned_[a] = bytes;
+  return true;
+}
+
+bool Runtime::remove_pinned(void* p) {
+  const std::lock_guard lock(objects_mutex_);
+  return pinned_.erase(reinterpret_cast<std::uintptr_t>(p)) == 1;
+}
+
+bool Runtime::remove(const void* handle) {
+  const auto value = reinterpret_cast<std::uintptr_t>(handle);
+  const std::uint64_t index = value & 0xffffffffu;
+  const std::lock_guard lock(objects_mutex_);
+  if (index == 0 || index > slots_.size() || !slots_[index - 1].object) return false;
+  slots_[index - 1].object.reset();
+  free_slots_.push_back(static_cast<std::uint32_t>(index - 1));
+  return true;
+}
+
+Device* Runtime::device_of(const void* p) {
+  const auto a = reinterpret_cast<std::uint64_t>(p);
+  for (auto& d : devices_) {
+    if (d->chip->memory().contains(a)) return d.get();
+  }
+  return nullptr;
+}
+
+}  // namespace spyre::driver

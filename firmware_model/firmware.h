@@ -1,0 +1,163 @@
+// The firmware model: what runs on the card. Command queues with doorbells, a core
+// scheduler with priorities, events with device timestamps, fault records and a
+// watchdog. Everything here runs in SystemC context (the driver's simulation thread);
+// the driver creates queues and submits commands at their arrival times.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <systemc>
+
+#include "chip/chip.h"
+
+namespace spyre::firmware {
+
+using sim::Picoseconds;
+
+inline constexpr std::uint32_t kFirmwareVersion = 1;
+
+enum class CommandKind { copy, fill, launch, event_record, event_wait, fence };
+std::string_view to_string(CommandKind kind);
+
+// An event's state, shared by the host side (which counts records) and the device
+// side (which completes them).
+struct EventState {
+  std::uint64_t completed = 0;  // the latest record generation that completed
+  Picoseconds time = 0;         // its device timestamp
+};
+
+class Firmware;
+
+// A copy of `rows` rows of `width` bytes. Host sides: `snapshot` holds pageable source
+// bytes taken at submission; otherwise `host_src` / `host_dst` are read / written when
+// the copy executes.
+struct Copy {
+  enum class Direction { host_to_device, device_to_host, device_to_device, peer };
+  Direction direction = Direction::device_to_device;
+  std::uint64_t dst = 0, src = 0;  // device addresses (or 0 for the host side)
+  std::uint64_t width = 0, rows = 1, dst_pitch = 0, src_pitch = 0;
+  std::vector<std::uint8_t> snapshot;
+  const std::uint8_t* host_src = nullptr;
+  std::uint8_t* host_dst = nullptr;
+  Firmware* peer = nullptr;  // the destination device of a peer copy
+};
+
+struct Fill {
+  std::uint64_t dst = 0, bytes = 0;
+  std::uint32_t pattern = 0, pattern_size = 1;
+};
+
+struct Launch {
+  std::shared_ptr<const isa::Program> program;
+  std::vector<std::uint64_t> args;
+  std::vector<bool> core_mask;  // empty: any core
+  std::string name;
+  std::uint64_t queue_tag = 0;  // reported in launch records
+};
+
+struct EventRecord {
+  std::shared_ptr<EventState> event;
+  std::uint64_t generation = 0;
+};
+
+struct EventWait {
+  std::shared_ptr<EventState> event;
+  std::uint64_t generation = 0;
+};
+
+struct Fence {};
+
+using CommandBody = std::variant<Copy, Fill, Launch, EventRecord, EventWait, Fence>;
+
+struct FaultRecord {
+  CommandKind command = CommandKind::copy;
+  std::uint64_t command_index = 0;
+  Picoseconds time = 0;
+  std::string kernel;
+  std::uint32_t core = 0, pc = 0;
+  std::string instruction;
+  std::uint64_t address = 0;
+  std::string reason;
+};
+
+struct Queue {
+  std::uint32_t id = 0;
+  int priority = 0;  // higher first
+  std::deque<std::pair<std::uint64_t, CommandBody>> pending;  // (command index, body)
+  sc_core::sc_event doorbell;
+  std::uint64_t submitted = 0, completed = 0;
+  bool busy = false;
+  bool error = false;
+  std::optional<FaultRecord> fault;
+  std::uint64_t skipped = 0;
+  bool started = false;
+  // Per-launch records of this queue's kernels carry this tag.
+  std::uint64_t tag = 0;
+};
+
+class Firmware {
+ public:
+  // `progress` runs (in simulation context) whenever a command completes.
+  Firmware(sim::Chip& chip, std::function<void()> progress);
+  ~Firmware();
+
+  sim::Chip& chip() { return chip_; }
+
+  // Simulation context: starts serving a queue (its thread starts with its first
+  // command) / stops considering it for fences and idleness (it must be idle).
+  void add_queue(std::shared_ptr<Queue> queue);
+  void remove_queue(const Queue* queue);
+
+  // Simulation context: rings the queue's doorbell with a command.
+  void submit(const std::shared_ptr<Queue>& queue, CommandBody body);
+
+  bool idle(const Queue& queue) const { return queue.completed == queue.submitted && !queue.busy; }
+  bool device_idle() const;
+  void acknowledge(Queue& queue);
+
+  const std::vector<std::shared_ptr<Queue>>& queues() const { return queues_; }
+  // The tag of the queue that launched the chip's launch `id` (0 if unknown).
+  std::uint64_t queue_tag_of_launch(std::uint64_t id) const;
+
+ private:
+  struct CoreRequest {
+    int priority;
+    std::uint64_t sequence;
+    const std::vector<bool>* mask;
+    std::uint32_t count;
+    std::vector<std::uint32_t> granted;
+  };
+
+  void run_queue(std::shared_ptr<Queue> queue);
+  // Executes one command; fills `fault` when it fails.
+  void execute(Queue& queue, std::uint64_t index, CommandBody& body, std::optional<FaultRecord>& fault);
+  void execute_copy(Copy& copy, std::optional<FaultRecord>& fault);
+  void execute_fill(const Fill& fill, std::optional<FaultRecord>& fault);
+  void execute_launch(Queue& queue, Launch& launch, std::optional<FaultRecord>& fault);
+  std::vector<std::uint32_t> acquire_cores(int priority, const std::vector<bool>& mask, std::uint32_t count);
+  void release_cores(const std::vector<std::uint32_t>& cores);
+  void schedule();
+  void wait_ps(Picoseconds d);
+
+  sim::Chip& chip_;
+  std::function<void()> progress_;
+  std::vector<std::shared_ptr<Queue>> queues_;
+  std::vector<bool> core_busy_;
+  std::list<CoreRequest*> requests_;
+  std::uint64_t request_sequence_ = 0;
+  std::uint64_t next_launch_id_ = 1;
+  std::map<std::uint64_t, std::uint64_t> launch_tags_;  // launch id -> queue tag
+  sc_core::sc_event cores_changed_;
+  sc_core::sc_event state_changed_;
+};
+
+}  // namespace spyre::firmware
