@@ -155,6 +155,7 @@ class Runtime {
   };
   std::vector<Slot> slots_;
   std::vector<std::uint32_t> free_slots_;
+  std::uint32_t generation_counter_ = 0;
   std::map<std::uintptr_t, std::size_t> pinned_;
 
   friend void at_exit();
@@ -202,7 +203,9 @@ void* Runtime::add(std::shared_ptr<T> object) {
   Slot& slot = slots_[index];
   slot.object = std::move(object);
   slot.kind = kind_of<T>();
-  ++slot.generation;
+  // Generations never repeat (within 2^24 handles), across shutdowns too, so a stale
+  // handle does not come back to life when its slot is reused.
+  slot.generation = ++generation_counter_;
   return reinterpret_cast<void*>(encode_handle(slot.kind, slot.generation, index));
 }
 

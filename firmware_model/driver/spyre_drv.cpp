@@ -921,7 +921,9 @@ spyre_result_t spyreDeviceGetReport(spyre_device_t device, char* json, size_t* b
     require(bytes, "bytes");
     std::string text;
     rt.query(d.get(), [&] {
-      auto report = d->chip->report(spyre::sim::Simulation::now());
+      // Over the span of the recorded work, so the report does not change between the
+      // two calls of the size-query pattern unless work completes in between.
+      auto report = d->chip->report(d->chip->active_span());
       report["config"] = {{"name", d->config.chip.name}, {"hash", d->config.hash}, {"source", d->config.source}};
       text = report.dump();
     });

@@ -610,6 +610,7 @@ void Chip::Impl::finish_stream(const std::shared_ptr<LaunchState>& launch) {
   LaunchRecord& r = launch->record;
   r.end = now_ps();
   auto& s = chip.stats_;
+  chip.note_activity(r.start, r.end);
   for (std::size_t i = 0; i < r.macs.size(); ++i) s.macs[i] += r.macs[i];
   s.vector_elements += r.vector_elements;
   s.instructions += r.instructions;
@@ -725,6 +726,7 @@ Picoseconds Chip::host_transfer(Picoseconds ready, HostDirection direction, std:
   if (bytes > 0) impl_->charge(device_address, bytes, shares, charged);
   const Picoseconds end = std::max(iv.end, impl_->reserve_channels(iv.start, shares));
   (direction == HostDirection::to_device ? stats_.host_to_device_bytes : stats_.device_to_host_bytes) += bytes;
+  note_activity(ready, end + impl_->pcie_latency_ps + impl_->dram_latency_ps);
   (direction == HostDirection::to_device ? stats_.dram_write_bytes : stats_.dram_read_bytes) += charged;
   if (trace_) {
     trace_->complete(trace_->track(direction == HostDirection::to_device ? "pcie host->device" : "pcie device->host"),
@@ -742,7 +744,9 @@ Picoseconds Chip::dram_copy(Picoseconds ready, std::uint64_t dst, std::uint64_t 
   }
   stats_.dram_read_bytes += read;
   stats_.dram_write_bytes += written;
-  return impl_->reserve_channels(ready, shares) + impl_->dram_latency_ps;
+  const Picoseconds end = impl_->reserve_channels(ready, shares) + impl_->dram_latency_ps;
+  note_activity(ready, end);
+  return end;
 }
 
 Picoseconds Chip::dram_fill(Picoseconds ready, std::uint64_t dst, std::uint64_t bytes) {
@@ -750,7 +754,15 @@ Picoseconds Chip::dram_fill(Picoseconds ready, std::uint64_t dst, std::uint64_t 
   std::uint64_t written = 0;
   if (bytes > 0) impl_->charge(dst, bytes, shares, written);
   stats_.dram_write_bytes += written;
-  return impl_->reserve_channels(ready, shares) + impl_->dram_latency_ps;
+  const Picoseconds end = impl_->reserve_channels(ready, shares) + impl_->dram_latency_ps;
+  note_activity(ready, end);
+  return end;
+}
+
+void Chip::note_activity(Picoseconds start, Picoseconds end) {
+  if (stats_.last_activity_ps == 0 && stats_.first_activity_ps == 0) stats_.first_activity_ps = start;
+  stats_.first_activity_ps = std::min(stats_.first_activity_ps, start);
+  stats_.last_activity_ps = std::max(stats_.last_activity_ps, end);
 }
 
 void Chip::reset_stats() {

@@ -82,6 +82,7 @@ struct ChipStats {
   std::uint64_t faults = 0;
   std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0;
   std::uint64_t host_to_device_bytes = 0, device_to_host_bytes = 0;
+  Picoseconds first_activity_ps = 0, last_activity_ps = 0;  // span of the recorded work
   std::vector<LaunchRecord> launch_records;
 };
 
@@ -134,6 +135,8 @@ class Chip {
   Picoseconds dram_fill(Picoseconds ready, std::uint64_t dst, std::uint64_t bytes);
 
   const ChipStats& stats() const { return stats_; }
+  // Device time covered by the statistics: from the first to the last recorded work.
+  Picoseconds active_span() const { return stats_.last_activity_ps - stats_.first_activity_ps; }
   const std::vector<CoreStats>& core_stats() const { return core_stats_; }
   void reset_stats();
   // Statistics as JSON: totals, per core, per resource (busy time, bytes, utilisation
@@ -151,6 +154,8 @@ class Chip {
   struct Impl;
 
  private:
+  void note_activity(Picoseconds start, Picoseconds end);
+
   config::ChipConfig config_;
   config::DerivedFigures figures_;
   std::uint32_t device_;
