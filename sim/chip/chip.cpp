@@ -105,7 +105,7 @@ struct Message {
   std::vector<std::uint8_t> data;
 };
 
-struct LaunchState {
+struct LaunchState : std::enable_shared_from_this<LaunchState> {
   LaunchRequest request;
   LaunchCallback done;
   LaunchRecord record;
@@ -123,6 +123,8 @@ struct LaunchState {
   sc_core::sc_event barrier_event;
   std::vector<std::uint32_t> pcs;
   std::vector<std::string> waiting_for;  // per stream, while blocked
+  std::uint32_t blocked = 0;             // streams waiting for a message or a barrier
+  bool deadlock_check_pending = false;
 };
 
 }  // namespace
@@ -256,6 +258,20 @@ struct Chip::Impl {
   }
 
   void run_stream(std::shared_ptr<LaunchState> launch, std::uint32_t stream);
+  void abort_deadlocked(LaunchState& launch);
+
+  // Every unfinished stream of the launch waits for a message or a barrier: nothing
+  // can wake them, a deadlock. Checked 1 ps later, after the delta cycles in which a
+  // just-notified stream would have woken up.
+  void check_deadlock_soon(LaunchState& launch) {
+    if (launch.remaining == 0 || launch.blocked < launch.remaining || launch.deadlock_check_pending) return;
+    launch.deadlock_check_pending = true;
+    sc_core::sc_spawn([this, l = launch.shared_from_this()] {
+      sc_core::wait(sc_core::sc_time::from_value(1));
+      l->deadlock_check_pending = false;
+      if (l->remaining > 0 && l->blocked >= l->remaining && !l->aborted) abort_deadlocked(*l);
+    });
+  }
   void finish_stream(const std::shared_ptr<LaunchState>& launch);
 };
 
@@ -377,8 +393,9 @@ class StreamRunner {
       if (launch_.aborted) return false;
       launch_.waiting_for[stream_] =
           fmt::format("a ring message with tag {} from stream {} that is never sent", r.tag, r.src_core);
+      block();
       sc_core::wait(launch_.mail_event | launch_.abort_event);
-      launch_.waiting_for[stream_].clear();
+      unblock();
     }
     Message message = std::move(queue.front());
     queue.pop_front();
@@ -406,14 +423,25 @@ class StreamRunner {
       if (launch_.aborted) return false;
       launch_.waiting_for[stream_] =
           fmt::format("barrier {} ({} of {} streams arrived)", b.id, state.arrived, b.count);
+      block();
       sc_core::wait(launch_.barrier_event | launch_.abort_event);
-      launch_.waiting_for[stream_].clear();
+      unblock();
     }
     return true;
   }
 
  private:
   enum class Unit { compute, vector };
+
+  // A stream waiting for a ring message or a barrier (see check_deadlock_soon).
+  void block() {
+    ++launch_.blocked;
+    impl_.check_deadlock_soon(launch_);
+  }
+  void unblock() {
+    --launch_.blocked;
+    launch_.waiting_for[stream_].clear();
+  }
 
   bool fault(const std::string& reason, std::optional<std::uint64_t> address = std::nullopt) {
     if (!launch_.record.fault) {
@@ -606,7 +634,10 @@ void Chip::Impl::run_stream(std::shared_ptr<LaunchState> launch, std::uint32_t s
 }
 
 void Chip::Impl::finish_stream(const std::shared_ptr<LaunchState>& launch) {
-  if (--launch->remaining != 0) return;
+  if (--launch->remaining != 0) {
+    check_deadlock_soon(*launch);
+    return;
+  }
   LaunchRecord& r = launch->record;
   r.end = now_ps();
   auto& s = chip.stats_;
@@ -670,31 +701,35 @@ void Chip::launch(LaunchRequest request, LaunchCallback done) {
 
 std::size_t Chip::active_launches() const { return impl_->launches.size(); }
 
+void Chip::Impl::abort_deadlocked(LaunchState& launch) {
+  for (std::uint32_t s = 0; s < launch.waiting_for.size(); ++s) {
+    if (launch.waiting_for[s].empty()) continue;
+    Fault f;
+    f.device = chip.device_;
+    f.core = launch.request.cores[s];
+    f.stream = s;
+    f.pc = launch.pcs[s];
+    f.kernel = launch.record.name;
+    f.reason = "deadlock: the stream waits for " + launch.waiting_for[s];
+    launch.record.fault = std::move(f);
+    break;
+  }
+  if (!launch.record.fault) {
+    Fault f;
+    f.device = chip.device_;
+    f.kernel = launch.record.name;
+    f.reason = "deadlock: the launch cannot make progress";
+    launch.record.fault = std::move(f);
+  }
+  launch.aborted = true;
+  launch.abort_event.notify(sc_core::SC_ZERO_TIME);
+}
+
 std::size_t Chip::abort_stalled_launches() {
   std::size_t aborted = 0;
   for (const auto& launch : impl_->launches) {
     if (launch->aborted) continue;
-    for (std::uint32_t s = 0; s < launch->waiting_for.size(); ++s) {
-      if (launch->waiting_for[s].empty()) continue;
-      Fault f;
-      f.device = device_;
-      f.core = launch->request.cores[s];
-      f.stream = s;
-      f.pc = launch->pcs[s];
-      f.kernel = launch->record.name;
-      f.reason = "deadlock: the stream waits for " + launch->waiting_for[s];
-      launch->record.fault = std::move(f);
-      break;
-    }
-    if (!launch->record.fault) {
-      Fault f;
-      f.device = device_;
-      f.kernel = launch->record.name;
-      f.reason = "deadlock: the launch cannot make progress";
-      launch->record.fault = std::move(f);
-    }
-    launch->aborted = true;
-    launch->abort_event.notify(sc_core::SC_ZERO_TIME);
+    impl_->abort_deadlocked(*launch);
     ++aborted;
   }
   return aborted;
