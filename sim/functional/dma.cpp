@@ -1,0 +1,61 @@
+#include "functional/dma.h"
+
+#include <cstring>
+
+namespace spyre::sim::functional {
+
+std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t base, DeviceMemory& memory,
+                                 std::uint8_t* sp, DmaResult& result,
+                                 const std::function<void(std::uint64_t, std::uint64_t)>& on_run) {
+  const std::int64_t size = isa::dtype_size(d.dtype);
+  std::int64_t lo = 0, hi = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::int64_t reach = (static_cast<std::int64_t>(d.shape[i]) - 1) * d.mem_stride[i] * size;
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const std::uint64_t first = base + static_cast<std::uint64_t>(lo);
+  const std::uint64_t extent = static_cast<std::uint64_t>(hi - lo + size);
+  if (auto err = memory.check(first, extent)) {
+    return DmaFault{std::string(load ? "DMA load from " : "DMA store to ") + err->description, err->address};
+  }
+  const std::uint64_t s0 = d.sp_stride[0] ? d.sp_stride[0] : d.shape[0];
+  const std::uint64_t s1 = d.sp_stride[1] ? d.sp_stride[1] : s0 * d.shape[1];
+  std::uint64_t run_start = 0, run_bytes = 0;
+  const auto add_run = [&](std::uint64_t address, std::uint64_t bytes) {
+    if (run_bytes != 0 && address == run_start + run_bytes) {
+      run_bytes += bytes;
+      return;
+    }
+    if (run_bytes != 0) on_run(run_start, run_bytes);
+    run_start = address;
+    run_bytes = bytes;
+  };
+  const std::uint64_t row_bytes = d.shape[0] * static_cast<std::uint64_t>(size);
+  for (std::uint32_t i2 = 0; i2 < d.shape[2]; ++i2) {
+    for (std::uint32_t i1 = 0; i1 < d.shape[1]; ++i1) {
+      const std::uint64_t row = base + static_cast<std::uint64_t>((i1 * d.mem_stride[1] + i2 * d.mem_stride[2]) * size);
+      std::uint8_t* sp_row = sp + d.sp_addr + (i1 * s0 + i2 * s1) * static_cast<std::uint64_t>(size);
+      std::uint8_t* mem_row = memory.host(row);
+      if (d.mem_stride[0] == 1) {
+        if (load) std::memcpy(sp_row, mem_row, row_bytes);
+        else std::memcpy(mem_row, sp_row, row_bytes);
+        add_run(row, row_bytes);
+        continue;
+      }
+      for (std::uint32_t i0 = 0; i0 < d.shape[0]; ++i0) {
+        const std::int64_t delta = static_cast<std::int64_t>(i0) * d.mem_stride[0] * size;
+        std::uint8_t* m = mem_row + delta;
+        std::uint8_t* s = sp_row + static_cast<std::uint64_t>(i0) * size;
+        if (load) std::memcpy(s, m, size);
+        else std::memcpy(m, s, size);
+        if (d.mem_stride[0] != 0 || i0 == 0) add_run(row + static_cast<std::uint64_t>(delta), size);
+      }
+    }
+  }
+  if (run_bytes != 0) on_run(run_start, run_bytes);
+  result.useful_bytes = row_bytes * d.shape[1] * d.shape[2];
+  result.sp_end = d.sp_addr + ((d.shape[0] - 1) + (d.shape[1] - 1) * s0 + (d.shape[2] - 1) * s1 + 1) * size;
+  return std::nullopt;
+}
+
+}  // namespace spyre::sim::functional

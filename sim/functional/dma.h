@@ -1,0 +1,36 @@
+// The byte movement of a DMA instruction, shared by the timed chip and the functional
+// interpreter: the device-memory check, the copy, and the contiguous device runs it
+// touched (for the timing model to charge).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memory/device_memory.h"
+#include "spyre/isa/isa.h"
+
+namespace spyre::sim::functional {
+
+struct DmaResult {
+  std::uint64_t useful_bytes = 0;        // elements moved x element size
+  std::uint64_t sp_end = 0;              // one past the last scratchpad byte written/read
+};
+
+struct DmaFault {
+  std::string reason;
+  std::optional<std::uint64_t> address;
+};
+
+// Moves the bytes of `d` between device memory (starting at `base` = argument +
+// offset) and the scratchpad `sp`. Every element must lie in one live allocation (the
+// bounding box is checked: its corner elements are really touched). `on_run` gets the
+// device runs touched, consecutive ones merged. Returns the fault, if any, before
+// moving anything.
+std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t base, DeviceMemory& memory,
+                                 std::uint8_t* sp, DmaResult& result,
+                                 const std::function<void(std::uint64_t, std::uint64_t)>& on_run);
+
+}  // namespace spyre::sim::functional
