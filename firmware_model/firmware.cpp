@@ -1,6 +1,8 @@
 #define SC_INCLUDE_DYNAMIC_PROCESSES
 #include "firmware.h"
 
+#include "functional/interpreter.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -25,6 +27,17 @@ namespace {
 
 Picoseconds now_ps() { return sc_core::sc_time_stamp().value(); }
 
+FaultRecord fault_record(const sim::Fault& f) {
+  FaultRecord r;
+  r.kernel = f.kernel;
+  r.core = f.core;
+  r.pc = f.pc;
+  r.instruction = f.instruction;
+  r.address = f.address.value_or(0);
+  r.reason = f.reason;
+  return r;
+}
+
 CommandKind kind_of(const CommandBody& body) {
   return std::visit(
       [](const auto& b) {
@@ -41,8 +54,11 @@ CommandKind kind_of(const CommandBody& body) {
 
 }  // namespace
 
-Firmware::Firmware(sim::Chip& chip, std::function<void()> progress)
-    : chip_(chip), progress_(std::move(progress)), core_busy_(chip.num_cores(), false) {}
+Firmware::Firmware(sim::Chip& chip, std::function<void()> progress, Mode mode, std::function<Picoseconds()> clock)
+    : chip_(chip), progress_(std::move(progress)), mode_(mode), clock_(std::move(clock)),
+      core_busy_(chip.num_cores(), false) {}
+
+Picoseconds Firmware::now() const { return mode_ == Mode::functional ? (clock_ ? clock_() : 0) : now_ps(); }
 
 Firmware::~Firmware() = default;
 
@@ -63,12 +79,17 @@ void Firmware::acknowledge(Queue& queue) {
 }
 
 void Firmware::submit(const std::shared_ptr<Queue>& queue, CommandBody body) {
+  if (mode_ == Mode::functional) {
+    complete(*queue, queue->submitted++, body);
+    return;
+  }
   queue->pending.emplace_back(queue->submitted++, std::move(body));
   if (!queue->started) {
     queue->started = true;
+    queue->doorbell = std::make_unique<sc_core::sc_event>();
     sc_core::sc_spawn([this, queue] { run_queue(queue); });
   }
-  queue->doorbell.notify(sc_core::SC_ZERO_TIME);
+  queue->doorbell->notify(sc_core::SC_ZERO_TIME);
 }
 
 void Firmware::wait_ps(Picoseconds d) {
@@ -78,34 +99,38 @@ void Firmware::wait_ps(Picoseconds d) {
 void Firmware::run_queue(std::shared_ptr<Queue> queue) {
   const auto& cfg = chip_.config();
   for (;;) {
-    while (queue->pending.empty()) sc_core::wait(queue->doorbell);
+    while (queue->pending.empty()) sc_core::wait(*queue->doorbell);
     auto [index, body] = std::move(queue->pending.front());
     queue->pending.pop_front();
     queue->busy = true;
     wait_ps(chip_.clock().ps(cfg.firmware.command_fetch_cycles));
-    const CommandKind kind = kind_of(body);
-    if (queue->error && kind != CommandKind::event_record) {
-      // A faulted queue completes later commands unexecuted until the host
-      // acknowledges; event records still complete so no other queue waits forever.
-      ++queue->skipped;
-    } else {
-      std::optional<FaultRecord> fault;
-      execute(*queue, index, body, fault);
-      if (fault && !queue->error) {
-        fault->command = kind;
-        fault->command_index = index;
-        fault->time = now_ps();
-        spdlog::warn("spyre:{} queue {}: {} {} failed: {}", chip_.device_index(), queue->id, to_string(kind), index,
-                     fault->reason);
-        queue->fault = std::move(fault);
-        queue->error = true;
-      }
-    }
-    ++queue->completed;
+    complete(*queue, index, body);
     queue->busy = false;
     state_changed_.notify(sc_core::SC_ZERO_TIME);
     if (progress_) progress_();
   }
+}
+
+void Firmware::complete(Queue& queue, std::uint64_t index, CommandBody& body) {
+  const CommandKind kind = kind_of(body);
+  if (queue.error && kind != CommandKind::event_record) {
+    // A faulted queue completes later commands unexecuted until the host
+    // acknowledges; event records still complete so no other queue waits forever.
+    ++queue.skipped;
+  } else {
+    std::optional<FaultRecord> fault;
+    execute(queue, index, body, fault);
+    if (fault && !queue.error) {
+      fault->command = kind;
+      fault->command_index = index;
+      fault->time = now();
+      spdlog::warn("spyre:{} queue {}: {} {} failed: {}", chip_.device_index(), queue.id, to_string(kind), index,
+                   fault->reason);
+      queue.fault = std::move(fault);
+      queue.error = true;
+    }
+  }
+  ++queue.completed;
 }
 
 void Firmware::execute(Queue& queue, std::uint64_t, CommandBody& body, std::optional<FaultRecord>& fault) {
@@ -115,10 +140,13 @@ void Firmware::execute(Queue& queue, std::uint64_t, CommandBody& body, std::opti
   if (auto* record = std::get_if<EventRecord>(&body)) {
     if (record->generation > record->event->completed) {
       record->event->completed = record->generation;
-      record->event->time = now_ps();
+      record->event->time = now();
     }
     return;
   }
+  // In functional mode every earlier command has completed already: waits and fences
+  // are satisfied by construction.
+  if (mode_ == Mode::functional) return;
   if (auto* wait = std::get_if<EventWait>(&body)) {
     while (wait->event->completed < wait->generation) sc_core::wait(state_changed_);
     return;
@@ -157,9 +185,9 @@ void Firmware::execute_copy(Copy& c, std::optional<FaultRecord>& fault) {
   if (to_device && !check(dst_memory, c.dst, c.dst_pitch, "destination")) return;
 
   const std::uint64_t bytes = c.width * c.rows;
-  const Picoseconds now = now_ps();
+  const Picoseconds now = mode_ == Mode::timed ? now_ps() : 0;
   Picoseconds end = now;
-  switch (c.direction) {
+  if (mode_ == Mode::timed) switch (c.direction) {
     case Direction::host_to_device:
       end = chip_.host_transfer(now, sim::Chip::HostDirection::to_device, c.dst, bytes);
       break;
@@ -193,14 +221,30 @@ void Firmware::execute_fill(const Fill& f, std::optional<FaultRecord>& fault) {
     fault->reason = "fill: " + err->description;
     return;
   }
-  const Picoseconds now = now_ps();
-  wait_ps(chip_.dram_fill(now, f.dst, f.bytes) - now);
+  if (mode_ == Mode::timed) {
+    const Picoseconds now = now_ps();
+    wait_ps(chip_.dram_fill(now, f.dst, f.bytes) - now);
+  }
   std::uint8_t* dst = chip_.memory().host(f.dst);
   for (std::uint64_t i = 0; i < f.bytes; i += f.pattern_size) std::memcpy(dst + i, &f.pattern, f.pattern_size);
 }
 
 void Firmware::execute_launch(Queue& queue, Launch& l, std::optional<FaultRecord>& fault) {
   const auto& cfg = chip_.config();
+  if (mode_ == Mode::functional) {
+    const std::uint64_t id = next_launch_id_++;
+    launch_tags_[id] = l.queue_tag;
+    std::vector<std::uint32_t> cores;
+    for (std::uint32_t c = 0; c < chip_.num_cores() && cores.size() < l.program->num_streams(); ++c) {
+      if (l.core_mask.empty() || l.core_mask[c]) cores.push_back(c);
+    }
+    sim::LaunchRecord record =
+        sim::functional::run(chip_, {.program = l.program, .args = std::move(l.args), .cores = cores, .name = l.name, .id = id});
+    record.start = record.end = now();
+    chip_.record_launch(record);
+    if (record.fault) fault = fault_record(*record.fault);
+    return;
+  }
   const std::uint32_t streams = l.program->num_streams();
   const std::vector<std::uint32_t> cores = acquire_cores(queue.priority, l.core_mask, streams);
   wait_ps(chip_.clock().ps(cfg.firmware.launch_cycles));
@@ -225,15 +269,7 @@ void Firmware::execute_launch(Queue& queue, Launch& l, std::optional<FaultRecord
     while (!done) sc_core::wait(finished);
   }
   release_cores(cores);
-  if (record.fault) {
-    fault = FaultRecord{};
-    fault->kernel = record.fault->kernel;
-    fault->core = record.fault->core;
-    fault->pc = record.fault->pc;
-    fault->instruction = record.fault->instruction;
-    fault->address = record.fault->address.value_or(0);
-    fault->reason = record.fault->reason;
-  }
+  if (record.fault) fault = fault_record(*record.fault);
 }
 
 std::uint64_t Firmware::queue_tag_of_launch(std::uint64_t id) const {

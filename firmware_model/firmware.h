@@ -93,7 +93,9 @@ struct Queue {
   std::uint32_t id = 0;
   int priority = 0;  // higher first
   std::deque<std::pair<std::uint64_t, CommandBody>> pending;  // (command index, body)
-  sc_core::sc_event doorbell;
+  // Created with the queue's firmware thread, in simulation context: host threads
+  // create queues and must not touch SystemC objects.
+  std::unique_ptr<sc_core::sc_event> doorbell;
   std::uint64_t submitted = 0, completed = 0;
   bool busy = false;
   bool error = false;
@@ -104,10 +106,16 @@ struct Queue {
   std::uint64_t tag = 0;
 };
 
+// How the firmware runs commands: on the SystemC model with timing, or (functional)
+// immediately at submission in the caller's thread, with no SystemC and no timing
+// (event timestamps then come from `clock`, the host clock).
+enum class Mode { timed, functional };
+
 class Firmware {
  public:
   // `progress` runs (in simulation context) whenever a command completes.
-  Firmware(sim::Chip& chip, std::function<void()> progress);
+  Firmware(sim::Chip& chip, std::function<void()> progress, Mode mode = Mode::timed,
+           std::function<Picoseconds()> clock = {});
   ~Firmware();
 
   sim::Chip& chip() { return chip_; }
@@ -138,6 +146,9 @@ class Firmware {
   };
 
   void run_queue(std::shared_ptr<Queue> queue);
+  // Runs a command to completion: its fault (if any) and the queue's bookkeeping.
+  void complete(Queue& queue, std::uint64_t index, CommandBody& body);
+  Picoseconds now() const;
   // Executes one command; fills `fault` when it fails.
   void execute(Queue& queue, std::uint64_t index, CommandBody& body, std::optional<FaultRecord>& fault);
   void execute_copy(Copy& copy, std::optional<FaultRecord>& fault);
@@ -150,6 +161,8 @@ class Firmware {
 
   sim::Chip& chip_;
   std::function<void()> progress_;
+  Mode mode_;
+  std::function<Picoseconds()> clock_;
   std::vector<std::shared_ptr<Queue>> queues_;
   std::vector<bool> core_busy_;
   std::list<CoreRequest*> requests_;

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -17,6 +18,14 @@ Runtime* g_thread_owner = nullptr;     // whoever owns the simulation thread (ne
 bool g_exit_registered = false;
 
 Picoseconds sim_now() { return sc_core::sc_time_stamp().value(); }
+
+bool functional_from_env() {
+  const char* text = std::getenv("SPYRE_SIM_MODE");
+  if (text == nullptr || *text == '\0' || std::string_view(text) == "timed") return false;
+  if (std::string_view(text) == "functional") return true;
+  throw Error{SPYRE_ERROR_NOT_INITIALIZED,
+              fmt::format("SPYRE_SIM_MODE: expected 'timed' or 'functional', found '{}'", text)};
+}
 
 std::uint32_t device_count_from_env() {
   const char* text = std::getenv("SPYRE_SIM_DEVICES");
@@ -56,15 +65,19 @@ Runtime& Runtime::get() {
   const std::lock_guard lock(g_runtime_mutex);
   if (g_runtime != nullptr) return *g_runtime;
   configure_logging();
+  const bool functional = functional_from_env();
   if (g_thread_owner == nullptr) {
     g_thread_owner = new Runtime();
-    setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 0);
-    g_thread_owner->sim_thread_ = std::thread([] { g_thread_owner->sim_main(); });
     if (!g_exit_registered) {
       std::atexit([] { at_exit(); });
       g_exit_registered = true;
     }
   }
+  if (!functional && !g_thread_owner->sim_thread_.joinable()) {
+    setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 0);
+    g_thread_owner->sim_thread_ = std::thread([] { g_thread_owner->sim_main(); });
+  }
+  g_thread_owner->functional_ = functional;
   g_thread_owner->start_devices();
   g_runtime = g_thread_owner;
   return *g_runtime;
@@ -81,16 +94,30 @@ void Runtime::start_devices() {
     throw Error{SPYRE_ERROR_NOT_INITIALIZED, fmt::format("SPYRE_SIM_CONFIG/SPYRE_SIM_SET: {}", e.what())};
   }
   std::vector<std::unique_ptr<Device>> devices;
-  for (std::uint32_t i = 0; i < count; ++i) {
-    auto d = std::make_unique<Device>();
-    d->index = i;
-    d->config = loaded;
-    d->chip = std::make_unique<sim::Chip>(loaded.chip, i);
-    d->firmware = std::make_unique<firmware::Firmware>(*d->chip, [this] { check_waiters(); });
-    // A zero overhead would let two calls share an arrival time and race with the
-    // simulation; one picosecond keeps every arrival distinct.
-    d->call_overhead = std::max<Picoseconds>(1, timing::ns_to_ps(loaded.chip.host.call_overhead_ns));
-    devices.push_back(std::move(d));
+  // Chips and firmware own SystemC events: on the timed device they are built in
+  // simulation context, never on a host thread.
+  const auto build = [&] {
+    for (std::uint32_t i = 0; i < count; ++i) {
+      auto d = std::make_unique<Device>();
+      d->index = i;
+      d->config = loaded;
+      d->chip = std::make_unique<sim::Chip>(loaded.chip, i);
+      if (functional_) {
+        d->firmware = std::make_unique<firmware::Firmware>(*d->chip, nullptr, firmware::Mode::functional,
+                                                           [this] { return host_time(); });
+      } else {
+        d->firmware = std::make_unique<firmware::Firmware>(*d->chip, [this] { check_waiters(); });
+      }
+      // A zero overhead would let two calls share an arrival time and race with the
+      // simulation; one picosecond keeps every arrival distinct.
+      d->call_overhead = std::max<Picoseconds>(1, timing::ns_to_ps(loaded.chip.host.call_overhead_ns));
+      devices.push_back(std::move(d));
+    }
+  };
+  if (functional_) {
+    build();
+  } else {
+    query(nullptr, build);
   }
   devices_ = std::move(devices);
   for (auto& d : devices_) {
@@ -101,8 +128,8 @@ void Runtime::start_devices() {
     d->sync_queue->queue->priority = 1;  // synchronous work goes first, like a high-priority queue
     post(d.get(), [dev = d.get()] { dev->firmware->add_queue(dev->sync_queue->queue); });
   }
-  spdlog::info("spyre driver: {} device(s) of '{}' ({}), config hash {}", count, loaded.chip.name, loaded.source,
-               loaded.hash);
+  spdlog::info("spyre driver: {} {} device(s) of '{}' ({}), config hash {}", count,
+               functional_ ? "functional" : "timed", loaded.chip.name, loaded.source, loaded.hash);
 }
 
 void Runtime::shutdown() {
@@ -148,6 +175,12 @@ Picoseconds Runtime::host_time() {
 }
 
 void Runtime::post(const Device* device, std::function<void()> action) {
+  if (functional_) {
+    advance(device);
+    const std::lock_guard work(functional_mutex_);
+    action();
+    return;
+  }
   {
     const std::lock_guard lock(mutex_);
     host_time_ += device != nullptr ? device->call_overhead : 1;
@@ -157,6 +190,13 @@ void Runtime::post(const Device* device, std::function<void()> action) {
 }
 
 Picoseconds Runtime::block_until(const Device* device, std::function<bool()> condition) {
+  if (functional_) {
+    const Picoseconds now = advance(device);
+    const std::lock_guard work(functional_mutex_);
+    // Every command ran at its submission, so whatever is awaited has happened.
+    if (!condition()) throw Error{SPYRE_ERROR_INTERNAL, "functional device: an awaited condition does not hold"};
+    return now;
+  }
   auto waiter = std::make_shared<Waiter>();
   waiter->condition = std::move(condition);
   std::unique_lock lock(mutex_);

@@ -81,6 +81,9 @@ class Runtime {
   static void shutdown();
 
   std::vector<std::unique_ptr<Device>>& devices() { return devices_; }
+  // SPYRE_SIM_MODE=functional: no SystemC and no timing; commands run at submission in
+  // the calling thread, one at a time.
+  bool functional() const { return functional_; }
 
   // The host clock: every call advances it by the device's overhead.
   Picoseconds advance(const Device* device);
@@ -145,6 +148,8 @@ class Runtime {
   sc_core::sc_event* dispatch_event_ = nullptr;
 
   std::thread sim_thread_;
+  bool functional_ = false;
+  std::recursive_mutex functional_mutex_;  // serialises device work in functional mode
   std::vector<std::unique_ptr<Device>> devices_;
 
   std::mutex objects_mutex_;

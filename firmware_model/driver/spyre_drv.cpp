@@ -311,7 +311,7 @@ spyre_result_t spyreDeviceGetProperties(spyre_device_t device, spyre_device_prop
     copy_string(p->name, sizeof p->name, fmt::format("spyre:{}", d->index));
     copy_string(p->config_name, sizeof p->config_name, c.name);
     copy_string(p->config_hash, sizeof p->config_hash, d->config.hash);
-    p->timed = 1;
+    p->timed = rt.functional() ? 0 : 1;
     p->cores = static_cast<uint32_t>(c.cores.count);
     p->corelets_per_core = static_cast<uint32_t>(c.cores.corelets);
     p->array_rows = static_cast<uint32_t>(c.cores.compute_array.rows);

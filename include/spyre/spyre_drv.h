@@ -28,7 +28,10 @@
  *
  * Environment: SPYRE_SIM_DEVICES (device count, default 1), SPYRE_SIM_CONFIG (a chip
  * YAML; default: the embedded configs/spyre.yaml), SPYRE_SIM_SET ("key=value;..."
- * overrides), SPYRE_LOG_LEVEL (trace, debug, info, warn, error, off; default warn).
+ * overrides), SPYRE_SIM_MODE ("timed", the SystemC model, default; "functional": no
+ * SystemC and no timing, every command runs when it is submitted, for fast tests of
+ * the layers above and for ThreadSanitizer), SPYRE_LOG_LEVEL (trace, debug, info,
+ * warn, error, off; default warn).
  */
 #ifndef SPYRE_SPYRE_DRV_H
 #define SPYRE_SPYRE_DRV_H
@@ -136,7 +139,7 @@ typedef struct spyre_device_properties_t {
   char name[64];                 /* "spyre:0" */
   char config_name[64];          /* the chip config's name */
   char config_hash[24];          /* 16 hex digits; equal configs, equal hashes (kernel cache key) */
-  uint32_t timed;                /* 1: the SystemC timing model */
+  uint32_t timed;                /* 1: the SystemC timing model; 0: the functional-only device */
   uint32_t cores;
   uint32_t corelets_per_core;
   uint32_t array_rows, array_cols;          /* per corelet */

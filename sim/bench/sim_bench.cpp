@@ -223,6 +223,10 @@ int main(int argc, char** argv) {
     std::vector<_Float16> ha(add_count), hb(add_count), hout(add_count);
     std::memcpy(ha.data(), chip.memory().host(a), add_count * 2);
     std::memcpy(hb.data(), chip.memory().host(b), add_count * 2);
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) {
+      fmt::print(stderr, "this host lacks AVX2/F16C: no vectorised host reference for the add\n");
+      return 1;
+    }
     host_fp16_add(ha.data(), hb.data(), hout.data(), add_count);
     const double host_s = median_seconds(3, [&] { host_fp16_add(ha.data(), hb.data(), hout.data(), add_count); });
     const bool exact = std::memcmp(hout.data(), chip.memory().host(out), add_count * 2) == 0;

@@ -598,16 +598,7 @@ void Chip::Impl::finish_stream(const std::shared_ptr<LaunchState>& launch) {
   }
   LaunchRecord& r = launch->record;
   r.end = now_ps();
-  auto& s = chip.stats_;
-  chip.note_activity(r.start, r.end);
-  for (std::size_t i = 0; i < r.macs.size(); ++i) s.macs[i] += r.macs[i];
-  s.vector_elements += r.vector_elements;
-  s.instructions += r.instructions;
-  s.dram_read_bytes += r.dram_read_bytes;
-  s.dram_write_bytes += r.dram_write_bytes;
-  ++s.launches;
-  if (r.fault) ++s.faults;
-  s.launch_records.push_back(r);
+  chip.record_launch(r);
   launches.remove(launch);
   if (launch->done) launch->done(r);
 }
@@ -622,6 +613,21 @@ Chip::Chip(const config::ChipConfig& config, std::uint32_t device_index)
       impl_(std::make_unique<Impl>(*this)) {}
 
 Chip::~Chip() = default;
+
+std::uint8_t* Chip::scratchpad(std::uint32_t core) { return impl_->scratchpad(core); }
+
+void Chip::record_launch(const LaunchRecord& r) {
+  auto& s = stats_;
+  note_activity(r.start, r.end);
+  for (std::size_t i = 0; i < r.macs.size(); ++i) s.macs[i] += r.macs[i];
+  s.vector_elements += r.vector_elements;
+  s.instructions += r.instructions;
+  s.dram_read_bytes += r.dram_read_bytes;
+  s.dram_write_bytes += r.dram_write_bytes;
+  ++s.launches;
+  if (r.fault) ++s.faults;
+  s.launch_records.push_back(r);
+}
 
 isa::Limits Chip::limits(std::uint32_t cores) const {
   return isa::Limits{.scratchpad_bytes = static_cast<std::uint32_t>(config_.cores.scratchpad.usable_bytes),

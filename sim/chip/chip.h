@@ -102,6 +102,11 @@ class Chip {
   DeviceMemory& memory() { return memory_; }
   const timing::Clock& clock() const { return clock_; }
 
+  // A core's scratchpad bytes (for the functional device, which runs programs itself).
+  std::uint8_t* scratchpad(std::uint32_t core);
+  // Adds a launch run elsewhere (the functional device) to the statistics.
+  void record_launch(const LaunchRecord& record);
+
   // What programs for this chip are validated against, for a launch on `cores` cores.
   isa::Limits limits(std::uint32_t cores) const;
 

@@ -15,9 +15,10 @@ namespace spyre::sim::numeric {
 using isa::Broadcast;
 using isa::DType;
 
-// Hot loops are compiled twice: for x86-64-v3 (AVX2, FMA) and for the baseline,
-// picked at load time.
-#define SPYRE_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+// Loops here are compiled with -O3 for the baseline ISA (SSE2 vectorisation). No
+// target_clones: their ifunc resolvers run before sanitizer runtimes are up, which
+// crashes ThreadSanitizer builds at load time. The one place where a newer ISA pays
+// (F16C half conversions) dispatches explicitly.
 
 float fp16_to_f32(std::uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
 std::uint16_t f32_to_fp16(float f) { return std::bit_cast<std::uint16_t>(static_cast<_Float16>(f)); }
@@ -59,24 +60,30 @@ __attribute__((target("avx2,f16c"))) void store_fp16_f16c(const float* src, std:
   auto* h = reinterpret_cast<_Float16*>(dst);
   for (; i < n; ++i) h[i] = static_cast<_Float16>(src[i]);
 }
-const bool kHasF16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+bool has_f16c() {
+  static const bool yes = [] {
+    __builtin_cpu_init();  // may run before libgcc's own initialisation
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  }();
+  return yes;
+}
 
 void load_fp16(const std::uint8_t* src, float* dst, std::size_t n) {
-  if (kHasF16c) return load_fp16_f16c(src, dst, n);
+  if (has_f16c()) return load_fp16_f16c(src, dst, n);
   const auto* h = reinterpret_cast<const _Float16*>(src);
   for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(h[i]);
 }
 void store_fp16(const float* src, std::uint8_t* dst, std::size_t n) {
-  if (kHasF16c) return store_fp16_f16c(src, dst, n);
+  if (has_f16c()) return store_fp16_f16c(src, dst, n);
   auto* h = reinterpret_cast<_Float16*>(dst);
   for (std::size_t i = 0; i < n; ++i) h[i] = static_cast<_Float16>(src[i]);
 }
-SPYRE_HOT void load_bf16(const std::uint8_t* src, float* dst, std::size_t n) {
+void load_bf16(const std::uint8_t* src, float* dst, std::size_t n) {
   const auto* b = reinterpret_cast<const std::uint16_t*>(src);
   auto* out = reinterpret_cast<std::uint32_t*>(dst);
   for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::uint32_t>(b[i]) << 16;
 }
-SPYRE_HOT void store_bf16(const float* src, std::uint8_t* dst, std::size_t n) {
+void store_bf16(const float* src, std::uint8_t* dst, std::size_t n) {
   auto* b = reinterpret_cast<std::uint16_t*>(dst);
   for (std::size_t i = 0; i < n; ++i) b[i] = f32_to_bf16(src[i]);
 }
@@ -232,7 +239,7 @@ float apply_unary(isa::UnaryOp op, float x) {
 
 namespace {
 
-SPYRE_HOT void unary_f32(isa::UnaryOp op, float* x, std::size_t n) {
+void unary_f32(isa::UnaryOp op, float* x, std::size_t n) {
   using isa::UnaryOp;
   switch (op) {
     case UnaryOp::copy: return;
@@ -269,7 +276,7 @@ void unary(isa::UnaryOp op, DType t, const std::uint8_t* src, std::uint8_t* dst,
 
 namespace {
 
-SPYRE_HOT void binary_f32(isa::BinaryOp op, const float* a, const float* b, float* out, std::size_t n) {
+void binary_f32(isa::BinaryOp op, const float* a, const float* b, float* out, std::size_t n) {
   using isa::BinaryOp;
   switch (op) {
     case BinaryOp::add: for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i]; return;

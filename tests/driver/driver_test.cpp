@@ -28,6 +28,8 @@ void REQUIRE_MSG(spyre_result_t rc, const char* what) {
 }
 
 // Restarts the driver with configs/spyre-ci.yaml, `devices` devices and overrides.
+// SPYRE_SIM_MODE is left as the environment has it: tests tagged [timed] need the
+// timed device; the others also run on the functional one (the tsan label).
 spyre_device_t fresh_driver(const std::string& overrides = "", int devices = 1) {
   spyreDriverShutdown();
   setenv("SPYRE_SIM_CONFIG", SPYRE_SOURCE_DIR "/configs/spyre-ci.yaml", 1);
@@ -100,7 +102,7 @@ std::uint64_t as_arg(const void* p) { return reinterpret_cast<std::uintptr_t>(p)
 
 }  // namespace
 
-TEST_CASE("given two queues and random host sleeps, every timestamp is identical in 20 runs") {
+TEST_CASE("given two queues and random host sleeps, every timestamp is identical in 20 runs", "[timed]") {
   std::vector<std::vector<std::uint64_t>> runs;
   std::mt19937 rng(42);
   for (int run = 0; run < 20; ++run) {
@@ -148,7 +150,7 @@ TEST_CASE("given two queues and random host sleeps, every timestamp is identical
   for (std::size_t r = 1; r < runs.size(); ++r) CHECK(runs[r] == runs[0]);
 }
 
-TEST_CASE("given two queues, their work overlaps in simulated time while each queue stays in order") {
+TEST_CASE("given two queues, their work overlaps in simulated time while each queue stays in order", "[timed]") {
   const spyre_device_t d = fresh_driver();
   spyre_queue_t qa = nullptr, qb = nullptr;
   OK(spyreQueueCreate(d, SPYRE_QUEUE_PRIORITY_NORMAL, &qa));
@@ -178,7 +180,7 @@ TEST_CASE("given two queues, their work overlaps in simulated time while each qu
   CHECK(timestamp(a2) - timestamp(a0) < 3 * kernel_ps);
 }
 
-TEST_CASE("given a low-priority backlog, a high-priority launch overtakes it at the next scheduling point") {
+TEST_CASE("given a low-priority backlog, a high-priority launch overtakes it at the next scheduling point", "[timed]") {
   const spyre_device_t d = fresh_driver();  // 4 cores
   spyre_queue_t low = nullptr, high = nullptr;
   OK(spyreQueueCreate(d, SPYRE_QUEUE_PRIORITY_LOW, &low));
@@ -240,7 +242,7 @@ TEST_CASE("given an event recorded on queue A and waited on by queue B, B's work
   CHECK(timestamp(b_start) >= timestamp(produced));
 }
 
-TEST_CASE("given two events around a kernel, the elapsed time is the simulated duration between them") {
+TEST_CASE("given two events around a kernel, the elapsed time is the simulated duration between them", "[timed]") {
   const spyre_device_t d = fresh_driver();
   spyre_queue_t q = nullptr;
   OK(spyreQueueCreate(d, SPYRE_QUEUE_PRIORITY_NORMAL, &q));
@@ -309,7 +311,7 @@ TEST_CASE("given a faulting kernel on one queue, a concurrent queue's results st
   CHECK(result[4095] == 4096);
 }
 
-TEST_CASE("given a kernel that runs past the watchdog bound, it is aborted with a fault") {
+TEST_CASE("given a kernel that runs past the watchdog bound, it is aborted with a fault", "[timed]") {
   // 10000 cycles: less than the 23551-cycle matmul.
   const spyre_device_t d = fresh_driver("firmware.watchdog_cycles=10000");
   spyre_queue_t q = nullptr;
