@@ -70,11 +70,10 @@ typedef enum spyre_result_t {
   SPYRE_ERROR_DOUBLE_FREE = 0x1006,           /* freeing memory that was already freed */
   SPYRE_ERROR_INVALID_PROGRAM = 0x1007,       /* a program blob that does not validate */
   SPYRE_ERROR_QUEUE_IN_ERROR_STATE = 0x1008,  /* the queue faulted; acknowledge before reuse */
-  SPYRE_ERROR_IN_USE = 0x1009,                /* destroying something still referenced */
 
   SPYRE_ERROR_OUT_OF_DEVICE_MEMORY = 0x2000,
   SPYRE_ERROR_DEVICE_FAULT = 0x2001,          /* device work failed; see spyreQueueGetFault */
-  SPYRE_ERROR_DEVICE_LOST = 0x2002,
+  SPYRE_ERROR_DEVICE_LOST = 0x2002,           /* reserved for real drivers: the mock never loses a device */
 
   SPYRE_ERROR_INTERNAL = 0x3000,
   SPYRE_ERROR_OUT_OF_HOST_MEMORY = 0x3001,

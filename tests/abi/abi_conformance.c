@@ -3,6 +3,7 @@
  * Runs against two devices of configs/spyre-ci.yaml (set by ctest's environment).
  * Each failed check prints the call, the code it returned and the driver's message;
  * the exit status is the number of failures. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,6 +237,7 @@ static void memory(void) {
   EXPECT(spyrePointerGetAttributes((char*)pinned + 10, &attr), SPYRE_SUCCESS);
   CHECK(attr.type == SPYRE_MEMORY_TYPE_HOST_PINNED && attr.base == pinned && attr.size == 1000);
   EXPECT(spyreHostAlloc(0, &b), SPYRE_ERROR_INVALID_SIZE);
+  EXPECT(spyreHostAlloc((size_t)1 << 62, &b), SPYRE_ERROR_OUT_OF_HOST_MEMORY);
   EXPECT(spyreHostAlloc(16, NULL), SPYRE_ERROR_INVALID_NULL_POINTER);
   EXPECT(spyreHostFree(&local), SPYRE_ERROR_INVALID_ARGUMENT);
   EXPECT(spyreHostFree(NULL), SPYRE_ERROR_INVALID_NULL_POINTER);
@@ -382,6 +384,8 @@ static void queues_events_programs(void) {
   /* 32-byte header + 8-byte stream entry + 11-byte name, padded to 64; 2 instructions. */
   CHECK(streams == 1 && bytes == 64 + 2 * 64);
   EXPECT(spyreProgramGetInfo(mm, NULL, &bytes), SPYRE_ERROR_INVALID_NULL_POINTER);
+  EXPECT(spyreProgramGetInfo(NULL, &streams, &bytes), SPYRE_ERROR_INVALID_HANDLE);
+  EXPECT(spyreProgramLoad(dev0, words, 64, NULL, NULL), SPYRE_ERROR_INVALID_NULL_POINTER);
   two = load(dev0, "two_streams", 2, words, 1);
   p1 = load(dev1, "elsewhere", 1, words, 1);
   garbage = calloc(1, 256);
@@ -412,6 +416,15 @@ static void queues_events_programs(void) {
     EXPECT(spyreEventElapsedTime(e0, e1, &ns), SPYRE_NOT_READY);
   }
   EXPECT(spyreEventSynchronize(e1), SPYRE_SUCCESS);
+  EXPECT(spyreEventSynchronize(NULL), SPYRE_ERROR_INVALID_HANDLE);
+  EXPECT(spyreEventQuery(NULL), SPYRE_ERROR_INVALID_HANDLE);
+  EXPECT(spyreEventGetTimestamp(NULL, &t), SPYRE_ERROR_INVALID_HANDLE);
+  EXPECT(spyreEventGetTimestamp(e1, NULL), SPYRE_ERROR_INVALID_NULL_POINTER);
+  EXPECT(spyreEventElapsedTime(NULL, e1, &ns), SPYRE_ERROR_INVALID_HANDLE);
+  EXPECT(spyreEventRecord(NULL, q), SPYRE_ERROR_INVALID_HANDLE);
+  EXPECT(spyreEventRecord(e1, NULL), SPYRE_ERROR_INVALID_HANDLE);
+  EXPECT(spyreEventDestroy(NULL), SPYRE_ERROR_INVALID_HANDLE);
+  EXPECT(spyreEventCreate(NULL, &e0), SPYRE_ERROR_INVALID_HANDLE);
   EXPECT(spyreEventQuery(e1), SPYRE_SUCCESS);
   EXPECT(spyreEventGetTimestamp(e1, &t), SPYRE_SUCCESS);
   CHECK(t > 0);
@@ -470,6 +483,10 @@ static void queues_events_programs(void) {
   EXPECT(spyreEventRecord(e0, q), SPYRE_ERROR_QUEUE_IN_ERROR_STATE);
   EXPECT(spyreQueueQuery(q), SPYRE_ERROR_DEVICE_FAULT);
   EXPECT(spyreDeviceSynchronize(dev0), SPYRE_ERROR_DEVICE_FAULT);
+  EXPECT(spyreQueueWaitEvent(q, e1), SPYRE_ERROR_QUEUE_IN_ERROR_STATE);
+  EXPECT(spyreQueueFence(q), SPYRE_ERROR_QUEUE_IN_ERROR_STATE);
+  EXPECT(spyreMemFillAsync(q, buf, args, 4, 8), SPYRE_ERROR_QUEUE_IN_ERROR_STATE);
+  EXPECT(spyreMemcpy2DAsync(q, buf, 8, args, 8, 8, 1), SPYRE_ERROR_QUEUE_IN_ERROR_STATE);
   EXPECT(spyreQueueAcknowledgeError(q), SPYRE_SUCCESS);
   EXPECT(spyreQueueAcknowledgeError(NULL), SPYRE_ERROR_INVALID_HANDLE);
   EXPECT(spyreQueueGetFault(q, &fault), SPYRE_ERROR_UNSUPPORTED_VERSION); /* struct_size still 3 */
@@ -503,6 +520,12 @@ static void queues_events_programs(void) {
     CHECK(count >= 3 && strcmp(records[0].name, "long_matmul") == 0 && records[0].queue == q);
     CHECK((!timed || records[0].end_ps > records[0].start_ps) && records[0].macs[SPYRE_MAC_FP16] == 256ull * 256 * 256);
     EXPECT(spyreDeviceGetLaunchRecords(dev0, NULL, records), SPYRE_ERROR_INVALID_NULL_POINTER);
+    EXPECT(spyreDeviceGetLaunchRecords(NULL, &count, NULL), SPYRE_ERROR_INVALID_HANDLE);
+    records[0].struct_size = 4;
+    count = 1;
+    EXPECT(spyreDeviceGetLaunchRecords(dev0, &count, records), SPYRE_ERROR_UNSUPPORTED_VERSION);
+    EXPECT(spyreDeviceGetReport(NULL, NULL, &need), SPYRE_ERROR_INVALID_HANDLE);
+    EXPECT(spyreDeviceGetReport(dev0, NULL, NULL), SPYRE_ERROR_INVALID_NULL_POINTER);
     EXPECT(spyreDeviceGetReport(dev0, NULL, &need), SPYRE_SUCCESS);
     CHECK(need > 100);
     json = malloc(need);
@@ -521,6 +544,8 @@ static void queues_events_programs(void) {
   }
 
   /* Traces. */
+  EXPECT(spyreTraceStart(NULL), SPYRE_ERROR_INVALID_HANDLE);
+  EXPECT(spyreTraceStop(NULL, "x.json"), SPYRE_ERROR_INVALID_HANDLE);
   EXPECT(spyreTraceStart(dev0), SPYRE_SUCCESS);
   EXPECT(spyreTraceStart(dev0), SPYRE_ERROR_INVALID_ARGUMENT);
   EXPECT(spyreLaunch(q, &desc), SPYRE_SUCCESS);
@@ -568,6 +593,18 @@ static void shutdown_and_restart(void) {
   EXPECT(spyreDeviceGetProperties(dev0, &p), SPYRE_ERROR_INVALID_HANDLE); /* old handles are gone */
   EXPECT(spyreDeviceGet(0, &d), SPYRE_SUCCESS);                           /* a fresh driver */
   EXPECT(spyreDeviceGetProperties(d, &p), SPYRE_SUCCESS);
+  EXPECT(spyreDriverShutdown(), SPYRE_SUCCESS);
+  /* A bad environment: every call says the driver could not start, and why. */
+  setenv("SPYRE_SIM_DEVICES", "many", 1);
+  EXPECT(spyreDeviceGet(0, &d), SPYRE_ERROR_NOT_INITIALIZED);
+  CHECK(strstr(spyreGetLastErrorMessage(), "SPYRE_SIM_DEVICES") != NULL);
+  EXPECT(spyreDriverInit(SPYRE_API_VERSION_CURRENT), SPYRE_ERROR_NOT_INITIALIZED);
+  setenv("SPYRE_SIM_DEVICES", "1", 1);
+  setenv("SPYRE_SIM_SET", "cores.count=0", 1);
+  EXPECT(spyreDriverInit(SPYRE_API_VERSION_CURRENT), SPYRE_ERROR_NOT_INITIALIZED);
+  CHECK(strstr(spyreGetLastErrorMessage(), "--set cores.count=0") != NULL);
+  setenv("SPYRE_SIM_SET", "", 1);
+  EXPECT(spyreDriverInit(SPYRE_API_VERSION_CURRENT), SPYRE_SUCCESS); /* and recovers once it is fixed */
   EXPECT(spyreDriverShutdown(), SPYRE_SUCCESS);
 }
 

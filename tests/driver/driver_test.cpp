@@ -1,7 +1,11 @@
 // Behaviour of the firmware model through the driver ABI: determinism under host
 // timing noise, queue concurrency and order, priorities, events, faults, the watchdog,
 // and many host threads. Each test starts a fresh driver with the config it needs.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -404,4 +408,22 @@ TEST_CASE("given 8 host threads with 4 queues each and 500 mixed commands, data 
   for (auto& th : threads) th.join();
   CHECK(failures == 0);
   OK(spyreDeviceSynchronize(d));
+}
+
+TEST_CASE("given a device pointer, dereferencing it on the host crashes instead of reading memory") {
+  const spyre_device_t d = fresh_driver();
+  void* p = nullptr;
+  OK(spyreMemAlloc(d, 4096, &p));
+  const pid_t child = fork();
+  if (child == 0) {
+    std::signal(SIGSEGV, SIG_DFL);  // not the test framework's handler: just die of it
+    volatile char c = *static_cast<volatile char*>(p);  // must fault
+    (void)c;
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGSEGV);
+  OK(spyreMemFree(p));
 }
