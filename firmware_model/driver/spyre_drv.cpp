@@ -113,6 +113,33 @@ void wait_device_idle(Runtime& rt, Device* d) {
   rt.block_until(d, [d] { return d->firmware->device_idle(); });
 }
 
+// Forgets a pinned range once no submitted copy can still read or write it.
+void release_pinned(Runtime& rt, void* ptr, const char* expected) {
+  require(ptr, "ptr");
+  const auto range = rt.pinned_range(ptr);
+  if (!range || range->first != reinterpret_cast<std::uintptr_t>(ptr)) {
+    raise(SPYRE_ERROR_INVALID_ARGUMENT, fmt::format("{} is not {}", ptr, expected));
+  }
+  for (auto& d : rt.devices()) wait_device_idle(rt, d.get());
+  rt.remove_pinned(ptr);
+}
+
+// Runs a copy or fill on the device's internal queue after everything already
+// submitted to the device, and waits for it. A failure is reported (and the internal
+// queue cleared) as SPYRE_ERROR_DEVICE_FAULT with the fault's reason.
+void run_synchronously(Runtime& rt, Device* d, firmware::CommandBody body) {
+  submit(rt, d->sync_queue, firmware::Fence{});
+  submit(rt, d->sync_queue, std::move(body));
+  if (wait_idle(rt, d->sync_queue) == SPYRE_SUCCESS) return;
+  std::optional<firmware::FaultRecord> record;
+  rt.query(d, [&] {
+    record = d->sync_queue->queue->fault;
+    d->firmware->acknowledge(*d->sync_queue->queue);
+  });
+  d->sync_queue->error_seen = false;
+  raise(SPYRE_ERROR_DEVICE_FAULT, record ? record->reason : "the command failed");
+}
+
 // A copy's endpoints, classified.
 struct Endpoints {
   Device* dst_device;
@@ -440,15 +467,7 @@ spyre_result_t spyreHostAlloc(size_t bytes, void** ptr) {
 
 spyre_result_t spyreHostFree(void* ptr) {
   return guarded(__func__, [&] {
-    require(ptr, "ptr");
-    Runtime& rt = Runtime::get();
-    const auto range = rt.pinned_range(ptr);
-    if (!range || range->first != reinterpret_cast<std::uintptr_t>(ptr)) {
-      raise(SPYRE_ERROR_INVALID_ARGUMENT, fmt::format("{} is not memory from spyreHostAlloc", ptr));
-    }
-    // Asynchronous copies may still read or write it.
-    for (auto& d : rt.devices()) wait_device_idle(rt, d.get());
-    rt.remove_pinned(ptr);
+    release_pinned(Runtime::get(), ptr, "memory from spyreHostAlloc");
     std::free(ptr);
     return SPYRE_SUCCESS;
   });
@@ -467,14 +486,7 @@ spyre_result_t spyreHostRegister(void* ptr, size_t bytes) {
 
 spyre_result_t spyreHostUnregister(void* ptr) {
   return guarded(__func__, [&] {
-    require(ptr, "ptr");
-    Runtime& rt = Runtime::get();
-    const auto range = rt.pinned_range(ptr);
-    if (!range || range->first != reinterpret_cast<std::uintptr_t>(ptr)) {
-      raise(SPYRE_ERROR_INVALID_ARGUMENT, fmt::format("{} is not the start of a registered range", ptr));
-    }
-    for (auto& d : rt.devices()) wait_device_idle(rt, d.get());
-    rt.remove_pinned(ptr);
+    release_pinned(Runtime::get(), ptr, "the start of a registered range");
     return SPYRE_SUCCESS;
   });
 }
@@ -591,19 +603,7 @@ spyre_result_t spyreMemcpy(void* dst, const void* src, size_t bytes) {
     firmware::Copy c = make_copy(rt, dst, bytes, src, bytes, bytes, 1, false, ends);
     // Ordered after everything already submitted to the devices involved.
     if (ends.dst_device && ends.src_device && ends.dst_device != ends.src_device) wait_device_idle(rt, ends.dst_device);
-    Device* d = queue_device_for(ends);
-    submit(rt, d->sync_queue, firmware::Fence{});
-    submit(rt, d->sync_queue, std::move(c));
-    const spyre_result_t rc = wait_idle(rt, d->sync_queue);
-    if (rc != SPYRE_SUCCESS) {
-      std::optional<firmware::FaultRecord> record;
-      rt.query(d, [&] {
-        record = d->sync_queue->queue->fault;
-        d->firmware->acknowledge(*d->sync_queue->queue);
-      });
-      d->sync_queue->error_seen = false;
-      raise(SPYRE_ERROR_DEVICE_FAULT, record ? record->reason : "the copy failed");
-    }
+    run_synchronously(rt, queue_device_for(ends), std::move(c));
     return SPYRE_SUCCESS;
   });
 }
@@ -622,13 +622,7 @@ spyre_result_t spyreMemFill(void* dst, const void* pattern, size_t pattern_size,
     Runtime& rt = Runtime::get();
     Device* d = nullptr;
     firmware::Fill f = make_fill(rt, dst, pattern, pattern_size, bytes, d);
-    submit(rt, d->sync_queue, firmware::Fence{});
-    submit(rt, d->sync_queue, f);
-    if (wait_idle(rt, d->sync_queue) != SPYRE_SUCCESS) {
-      rt.query(d, [&] { d->firmware->acknowledge(*d->sync_queue->queue); });
-      d->sync_queue->error_seen = false;
-      raise(SPYRE_ERROR_DEVICE_FAULT, "the fill failed");
-    }
+    run_synchronously(rt, d, f);
     return SPYRE_SUCCESS;
   });
 }
