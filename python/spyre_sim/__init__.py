@@ -1,7 +1,10 @@
 """spyre_sim: a simulated IBM Spyre accelerator that PyTorch treats as a device.
 
-Importing this package loads the backend library (libspyre_torch.so), which registers
-"spyre" as PyTorch's PrivateUse1 device, so ``torch.device("spyre")`` parses.
+``import spyre_sim`` loads the backend library (libspyre_torch.so), which registers
+"spyre" as PyTorch's PrivateUse1 device, and installs ``torch.spyre`` (the device
+module: streams, events, memory statistics, ...), ``tensor.spyre()`` and friends.
+An installed package is imported automatically by ``import torch`` through its
+``torch.backends`` entry point.
 """
 
 import os
@@ -30,4 +33,19 @@ def library_path() -> pathlib.Path:
     )
 
 
-torch.ops.load_library(str(library_path()))
+def _load() -> None:
+    if getattr(torch, "spyre", None) is not None:
+        return
+    torch.ops.load_library(str(library_path()))
+    from . import device as _device  # noqa: PLC0415  (needs the library's operators)
+
+    torch._register_device_module("spyre", _device)
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point: called by ``import torch``."""
+    _load()
+
+
+_load()

@@ -1,0 +1,196 @@
+// The minimal kernels every PrivateUse1 backend registers: tensor creation, views,
+// resizing, copies between CPU and spyre, fills and scalar reads. Everything else runs
+// through the CPU fallback (aten/cpu_fallback.cpp) until it has a device kernel.
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "runtime/caching_allocator.h"
+#include "runtime/driver.h"
+#include "runtime/streams.h"
+
+namespace spyre::backend {
+namespace {
+
+constexpr auto kType = c10::DeviceType::PrivateUse1;
+
+c10::DeviceIndex index_of(std::optional<c10::Device> device) {
+  return device && device->has_index() ? device->index() : current_device();
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  TORCH_CHECK(!pin_memory.value_or(false), "spyre: only CPU tensors can be pinned");
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, "spyre: only strided tensors are supported");
+  const c10::DeviceGuard guard(c10::Device(kType, index_of(device)));
+  return at::detail::empty_generic(size, caching_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "spyre: only CPU tensors can be pinned");
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, "spyre: only strided tensors are supported");
+  const c10::DeviceGuard guard(c10::Device(kType, index_of(device)));
+  return at::detail::empty_strided_generic(size, stride, caching_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  const std::size_t needed =
+      static_cast<std::size_t>((self.storage_offset() + self.numel()) * static_cast<std::int64_t>(self.itemsize()));
+  if (self.numel() > 0 && needed > self.storage().nbytes()) {
+    const c10::DeviceGuard guard(self.device());
+    at::native::resize_bytes_nocuda(self.storage(), static_cast<std::int64_t>(needed));
+  }
+  if (memory_format && *memory_format != c10::MemoryFormat::Preserve) impl->empty_tensor_restride(*memory_format);
+  return self;
+}
+
+// The span of storage elements a strided tensor touches: [offset, offset + extent).
+std::int64_t storage_extent(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  std::int64_t last = 0;
+  for (std::int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return last + 1;
+}
+
+spyre_queue_t queue_for(const at::Tensor& device_tensor) {
+  return queue_of(current_stream(device_tensor.device().index()));
+}
+
+// Raw bytes between a spyre tensor's storage span and host memory (or spyre memory),
+// on the current stream of the spyre side; waits when a host destination needs it.
+void raw_copy(void* dst, const void* src, std::size_t bytes, spyre_queue_t queue, bool wait) {
+  if (bytes == 0) return;
+  SPYRE_CHECK(spyreMemcpyAsync(queue, dst, src, bytes));
+  if (wait) synchronize_queue(queue, "copy");
+}
+
+// A CPU copy of a spyre tensor (any strides), contiguous.
+at::Tensor download(const at::Tensor& t) {
+  const std::int64_t extent = storage_extent(t);
+  auto span = at::empty({extent}, t.options().device(c10::kCPU));
+  const auto* base = static_cast<const char*>(t.storage().data()) + t.storage_offset() * t.itemsize();
+  raw_copy(span.data_ptr(), base, static_cast<std::size_t>(extent) * t.itemsize(), queue_for(t), true);
+  return span.as_strided(t.sizes(), t.strides(), 0).contiguous();
+}
+
+bool same_layout(const at::Tensor& a, const at::Tensor& b) {
+  return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
+         a.is_non_overlapping_and_dense() && b.is_non_overlapping_and_dense();
+}
+
+bool is_pinned(const at::Tensor& t) {
+  spyre_pointer_attributes_t a{};
+  a.struct_size = sizeof a;
+  return spyrePointerGetAttributes(t.data_ptr(), &a) == SPYRE_SUCCESS && a.type == SPYRE_MEMORY_TYPE_HOST_PINNED;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.defined() && dst.defined(), "spyre: copy of an undefined tensor");
+  if (self.numel() == 0) return dst;
+  const bool src_dev = self.device().type() == kType, dst_dev = dst.device().type() == kType;
+  TORCH_CHECK(src_dev || self.is_cpu(), "spyre: copies from ", self.device(), " are not supported");
+  TORCH_CHECK(dst_dev || dst.is_cpu(), "spyre: copies to ", dst.device(), " are not supported");
+  if (same_layout(self, dst)) {
+    // One transfer of the dense storage span.
+    const std::size_t bytes = static_cast<std::size_t>(storage_extent(self)) * self.itemsize();
+    const at::Tensor& device_side = dst_dev ? dst : self;
+    const c10::DeviceGuard guard(device_side.device());
+    // Host destinations must be written before we return (unless non_blocking into
+    // pinned memory); pageable host sources are snapshotted by the driver.
+    const bool wait = !dst_dev ? !(non_blocking && is_pinned(dst)) : (!src_dev && is_pinned(self) && !non_blocking);
+    raw_copy(dst.data_ptr(), self.data_ptr(), bytes, queue_for(device_side), wait);
+    return dst;
+  }
+  // General case: through the CPU (dtype conversion, strides, broadcasting).
+  at::Tensor source = src_dev ? download(self) : self;
+  if (!dst_dev) {
+    dst.copy_(source);
+    return dst;
+  }
+  const c10::DeviceGuard guard(dst.device());
+  if (dst.is_non_overlapping_and_dense()) {
+    auto staged = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU));
+    staged.copy_(source);
+    raw_copy(dst.data_ptr(), staged.data_ptr(), static_cast<std::size_t>(storage_extent(dst)) * dst.itemsize(),
+             queue_for(dst), false);
+    return dst;
+  }
+  // A view with gaps: read its storage span, update the viewed elements, write it back.
+  const std::int64_t extent = storage_extent(dst);
+  auto span = at::empty({extent}, dst.options().device(c10::kCPU));
+  auto* base = static_cast<char*>(dst.storage().mutable_data()) + dst.storage_offset() * dst.itemsize();
+  raw_copy(span.data_ptr(), base, static_cast<std::size_t>(extent) * dst.itemsize(), queue_for(dst), true);
+  span.as_strided(dst.sizes(), dst.strides(), 0).copy_(source);
+  raw_copy(base, span.data_ptr(), static_cast<std::size_t>(extent) * dst.itemsize(), queue_for(dst), false);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "spyre: a tensor with ", self.numel(), " elements cannot be converted to a scalar");
+  const c10::DeviceGuard guard(self.device());
+  return download(self).item();
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
+  if (self.numel() == 0) return self;
+  const std::size_t size = self.itemsize();
+  if (self.is_non_overlapping_and_dense() && (size == 1 || size == 2 || size == 4)) {
+    // The value in the tensor's dtype, as a 1-, 2- or 4-byte pattern.
+    const auto one = at::scalar_tensor(value, self.options().device(c10::kCPU));
+    const c10::DeviceGuard guard(self.device());
+    SPYRE_CHECK(spyreMemFillAsync(queue_for(self), self.data_ptr(), one.data_ptr(), size,
+                                  static_cast<std::size_t>(self.numel()) * size));
+    return self;
+  }
+  self.copy_(at::full(self.sizes(), value, self.options().device(c10::kCPU)));
+  return self;
+}
+
+at::Tensor& zero(at::Tensor& self) { return fill_scalar(self, 0); }
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<std::int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, std::int64_t storage_offset, c10::IntArrayRef size,
+                        c10::IntArrayRef stride) {
+  return at::native::set_storage_cpu_(self, std::move(source), storage_offset, size, stride);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage", at::native::set_);
+  m.impl("set_.source_Storage_storage_offset", set_storage);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("fill_.Scalar", fill_scalar);
+  m.impl("zero_", zero);
+}
+
+}  // namespace spyre::backend

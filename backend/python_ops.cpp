@@ -1,0 +1,72 @@
+// torch.ops.spyre.*: what the Python module torch.spyre (python/spyre_sim) calls.
+// Plain operators rather than a pybind11 module: nothing here needs Python headers.
+#include <ATen/core/Generator.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+
+#include "aten/cpu_fallback.h"
+#include "runtime/caching_allocator.h"
+#include "runtime/driver.h"
+#include "runtime/streams.h"
+
+namespace spyre::backend {
+namespace {
+
+c10::DeviceIndex resolve(std::int64_t device) {
+  const auto d = device < 0 ? current_device() : static_cast<c10::DeviceIndex>(device);
+  check_device_index(d);
+  return d;
+}
+
+c10::Dict<std::string, std::int64_t> to_dict(const std::map<std::string, std::int64_t>& m) {
+  c10::Dict<std::string, std::int64_t> d;
+  for (const auto& [k, v] : m) d.insert(k, v);
+  return d;
+}
+
+void synchronize(std::int64_t device) {
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->synchronizeDevice(resolve(device));
+}
+
+std::vector<std::int64_t> current_stream_ids(std::int64_t device) {
+  const c10::Stream s = current_stream(resolve(device));
+  return {s.id(), s.device_index(), static_cast<std::int64_t>(s.device_type())};
+}
+
+void manual_seed_all(std::int64_t seed) {
+  for (c10::DeviceIndex i = 0; i < device_count_or_zero(); ++i) {
+    auto gen = at::detail::getPrivateUse1Hooks().getDefaultGenerator(i);
+    std::lock_guard lock(gen.mutex());
+    gen.set_current_seed(static_cast<std::uint64_t>(seed));
+  }
+}
+
+std::string device_report(std::int64_t device) {
+  const spyre_device_t d = driver_device(resolve(device));
+  std::size_t bytes = 0;
+  SPYRE_CHECK(spyreDeviceGetReport(d, nullptr, &bytes));
+  std::string text(bytes, '\0');
+  SPYRE_CHECK(spyreDeviceGetReport(d, text.data(), &bytes));
+  text.resize(bytes - 1);
+  return text;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(spyre, m) {
+  m.def("device_count() -> int", [] { return static_cast<std::int64_t>(device_count_or_zero()); });
+  m.def("current_device() -> int", [] { return static_cast<std::int64_t>(current_device()); });
+  m.def("set_device(int device) -> ()", [](std::int64_t d) { set_current_device(resolve(d)); });
+  m.def("synchronize(int device) -> ()", synchronize);
+  m.def("current_stream(int device) -> int[]", current_stream_ids);
+  m.def("memory_stats(int device) -> Dict(str, int)", [](std::int64_t d) { return to_dict(memory_stats_map(resolve(d))); });
+  m.def("memory_summary(int device) -> str", [](std::int64_t d) { return memory_summary(resolve(d)); });
+  m.def("reset_peak_memory_stats(int device) -> ()", [](std::int64_t d) { reset_peak_memory_stats(resolve(d)); });
+  m.def("empty_cache() -> ()", [] { empty_cache(); });
+  m.def("fallback_counts() -> Dict(str, int)", [] { return to_dict(fallback_counts()); });
+  m.def("reset_fallback_counts() -> ()", [] { reset_fallback_counts(); });
+  m.def("manual_seed_all(int seed) -> ()", manual_seed_all);
+  m.def("device_report(int device) -> str", device_report);
+  m.def("driver_api_version() -> int", [] { return static_cast<std::int64_t>(driver_api_version()); });
+}
+
+}  // namespace spyre::backend

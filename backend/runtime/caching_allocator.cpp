@@ -1,0 +1,388 @@
+#include "runtime/caching_allocator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "runtime/driver.h"
+#include "runtime/streams.h"
+
+namespace spyre::backend {
+
+void Stat::add(std::int64_t n) {
+  current += n;
+  peak = std::max(peak, current);
+  (n >= 0 ? allocated : freed) += n >= 0 ? n : -n;
+}
+
+namespace {
+
+constexpr std::size_t kRound = 512;               // every block size is a multiple
+constexpr std::size_t kSmallLimit = 1 << 20;      // requests up to 1 MiB share 2 MiB segments
+constexpr std::size_t kSmallSegment = 2 << 20;
+constexpr std::size_t kLargeRound = 2 << 20;      // larger segments round to 2 MiB
+constexpr std::size_t kMinLargeSplit = 1 << 20;   // a large block splits when >= 1 MiB would remain
+
+bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return std::string(v) != "0";
+}
+
+struct Block {
+  c10::DeviceIndex device = 0;
+  c10::StreamId stream = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;
+  char* ptr = nullptr;
+  bool allocated = false;
+  bool small = false;
+  Block* prev = nullptr;  // neighbours in the same segment
+  Block* next = nullptr;
+  std::set<c10::StreamId> used_on;  // other streams (record_stream)
+};
+
+struct BySize {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return a->ptr < b->ptr;
+  }
+};
+
+struct PendingFree {
+  Block* block;
+  std::vector<spyre_event_t> events;
+};
+
+struct DeviceState {
+  std::set<Block*, BySize> small_pool, large_pool;
+  std::unordered_map<void*, Block*> live;
+  std::vector<PendingFree> pending;
+  MemoryStats stats;
+};
+
+class CachingAllocator final : public c10::Allocator {
+ public:
+  CachingAllocator()
+      : caching_(env_flag("SPYRE_ALLOC_CACHING", true)), poison_(env_flag("SPYRE_ALLOC_POISON", false)) {}
+
+  c10::DataPtr allocate(std::size_t bytes) override {
+    const c10::DeviceIndex device = current_device();
+    const c10::Device where(c10::DeviceType::PrivateUse1, device);
+    if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &noop, where);
+    Block* block;
+    {
+      const std::lock_guard lock(mutex_);
+      block = caching_ ? from_pool(device, bytes) : direct(device, bytes);
+    }
+    if (poison_) {
+      const std::uint8_t pattern = 0xff;
+      SPYRE_CHECK(spyreMemFillAsync(queue_of(current_stream(device)), block->ptr, &pattern, 1, block->size));
+    }
+    return c10::DataPtr(block->ptr, block, &release, where);
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    if (count > 0) SPYRE_CHECK(spyreMemcpy(dest, src, count));
+  }
+
+  void free(Block* block) {
+    const std::lock_guard lock(mutex_);
+    DeviceState& d = state(block->device);
+    d.stats.allocated_bytes.add(-static_cast<std::int64_t>(block->size));
+    d.stats.requested_bytes.add(-static_cast<std::int64_t>(block->requested));
+    d.stats.allocations.add(-1);
+    d.live.erase(block->ptr);
+    if (!caching_) {
+      d.stats.active_bytes.add(-static_cast<std::int64_t>(block->size));
+      release_segment(d, block);
+      return;
+    }
+    if (!block->used_on.empty()) {
+      // Used on other streams: reuse only after their work submitted so far completes.
+      PendingFree p{block, {}};
+      for (const c10::StreamId s : block->used_on) {
+        spyre_event_t e = nullptr;
+        SPYRE_CHECK(spyreEventCreate(driver_device(block->device), &e));
+        SPYRE_CHECK(spyreEventRecord(e, queue_of(stream(block->device, s))));
+        p.events.push_back(e);
+      }
+      block->used_on.clear();
+      d.pending.push_back(std::move(p));
+      return;
+    }
+    d.stats.active_bytes.add(-static_cast<std::int64_t>(block->size));
+    to_pool(d, block);
+  }
+
+  void record_stream(void* ptr, c10::Stream s) {
+    const std::lock_guard lock(mutex_);
+    DeviceState& d = state(s.device_index());
+    const auto it = d.live.find(ptr);
+    if (it == d.live.end()) return;  // not from this allocator (or size 0)
+    if (it->second->stream != s.id()) it->second->used_on.insert(s.id());
+  }
+
+  void empty_cache() {
+    const std::lock_guard lock(mutex_);
+    for (std::size_t i = 0; i < states_.size(); ++i) release_cached(state(static_cast<c10::DeviceIndex>(i)));
+  }
+
+  MemoryStats stats(c10::DeviceIndex device) {
+    const std::lock_guard lock(mutex_);
+    return state(device).stats;
+  }
+
+  void reset_peaks(c10::DeviceIndex device) {
+    const std::lock_guard lock(mutex_);
+    auto& s = state(device).stats;
+    for (Stat* st : {&s.allocated_bytes, &s.requested_bytes, &s.reserved_bytes, &s.active_bytes, &s.allocations,
+                     &s.segments}) {
+      st->peak = st->current;
+    }
+  }
+
+  static void release(void* ctx) { allocator().free(static_cast<Block*>(ctx)); }
+  static CachingAllocator& allocator();
+
+ private:
+  static void noop(void*) {}
+
+  static c10::Stream stream(c10::DeviceIndex device, c10::StreamId id) {
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+  }
+
+  DeviceState& state(c10::DeviceIndex device) {
+    check_device_index(device);
+    if (states_.empty()) states_.resize(static_cast<std::size_t>(device_count_or_zero()));
+    return states_[static_cast<std::size_t>(device)];
+  }
+
+  static std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+  void process_pending(DeviceState& d) {
+    for (auto it = d.pending.begin(); it != d.pending.end();) {
+      const bool done = std::all_of(it->events.begin(), it->events.end(),
+                                    [](spyre_event_t e) { return spyreEventQuery(e) != SPYRE_NOT_READY; });
+      if (!done) {
+        ++it;
+        continue;
+      }
+      for (spyre_event_t e : it->events) spyreEventDestroy(e);
+      d.stats.active_bytes.add(-static_cast<std::int64_t>(it->block->size));
+      to_pool(d, it->block);
+      it = d.pending.erase(it);
+    }
+  }
+
+  Block* from_pool(c10::DeviceIndex device, std::size_t bytes) {
+    DeviceState& d = state(device);
+    process_pending(d);
+    const std::size_t size = round_up(bytes, kRound);
+    const bool small = size <= kSmallLimit;
+    auto& pool = small ? d.small_pool : d.large_pool;
+    const c10::StreamId stream_id = current_stream(device).id();
+    Block key;
+    key.stream = stream_id;
+    key.size = size;
+    Block* block = nullptr;
+    auto it = pool.lower_bound(&key);
+    if (it != pool.end() && (*it)->stream == stream_id) {
+      block = *it;
+      pool.erase(it);
+    } else {
+      const std::size_t segment = small ? kSmallSegment : round_up(size, kLargeRound);
+      block = new_segment(d, device, segment, bytes);
+      block->stream = stream_id;
+      block->small = small;
+    }
+    const std::size_t rest = block->size - size;
+    if (rest >= (small ? kRound : kMinLargeSplit)) {
+      auto* tail = new Block(*block);
+      tail->ptr = block->ptr + size;
+      tail->size = rest;
+      tail->prev = block;
+      tail->next = block->next;
+      if (block->next) block->next->prev = tail;
+      block->next = tail;
+      block->size = size;
+      pool.insert(tail);
+    }
+    mark_allocated(d, block, bytes);
+    return block;
+  }
+
+  Block* direct(c10::DeviceIndex device, std::size_t bytes) {
+    DeviceState& d = state(device);
+    Block* block = new_segment(d, device, bytes, bytes);
+    block->stream = current_stream(device).id();
+    mark_allocated(d, block, bytes);
+    return block;
+  }
+
+  void mark_allocated(DeviceState& d, Block* block, std::size_t requested) {
+    block->allocated = true;
+    block->requested = requested;
+    d.live[block->ptr] = block;
+    d.stats.allocated_bytes.add(static_cast<std::int64_t>(block->size));
+    d.stats.requested_bytes.add(static_cast<std::int64_t>(requested));
+    d.stats.active_bytes.add(static_cast<std::int64_t>(block->size));
+    d.stats.allocations.add(1);
+  }
+
+  Block* new_segment(DeviceState& d, c10::DeviceIndex device, std::size_t size, std::size_t requested) {
+    void* ptr = nullptr;
+    spyre_result_t rc = spyreMemAlloc(driver_device(device), size, &ptr);
+    if (rc == SPYRE_ERROR_OUT_OF_DEVICE_MEMORY) {
+      // Release what the cache holds, then try once more.
+      ++d.stats.num_alloc_retries;
+      release_cached(d);
+      rc = spyreMemAlloc(driver_device(device), size, &ptr);
+    }
+    if (rc == SPYRE_ERROR_OUT_OF_DEVICE_MEMORY) {
+      ++d.stats.num_ooms;
+      std::size_t free_bytes = 0, total = 0;
+      spyreMemGetInfo(driver_device(device), &free_bytes, &total);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre: out of memory on spyre:", static_cast<int>(device),
+                       ": tried to allocate ", format_bytes(requested), "; the device has ", format_bytes(total),
+                       " of which ", format_bytes(free_bytes), " is free; PyTorch holds ",
+                       format_bytes(static_cast<std::size_t>(d.stats.allocated_bytes.current)), " in tensors and ",
+                       format_bytes(static_cast<std::size_t>(d.stats.reserved_bytes.current)),
+                       " reserved in total (the cache was released before this error)");
+    }
+    if (rc != SPYRE_SUCCESS) driver_failure(rc, "spyreMemAlloc");
+    auto* block = new Block();
+    block->device = device;
+    block->size = size;
+    block->ptr = static_cast<char*>(ptr);
+    d.stats.reserved_bytes.add(static_cast<std::int64_t>(size));
+    d.stats.segments.add(1);
+    return block;
+  }
+
+  void to_pool(DeviceState& d, Block* block) {
+    block->allocated = false;
+    auto& pool = block->small ? d.small_pool : d.large_pool;
+    // Coalesce with free neighbours of the same segment.
+    for (Block* n : {block->prev, block->next}) {
+      if (n == nullptr || n->allocated || pool.count(n) == 0) continue;
+      pool.erase(n);
+      if (n == block->prev) {
+        block->ptr = n->ptr;
+        block->prev = n->prev;
+        if (n->prev) n->prev->next = block;
+      } else {
+        block->next = n->next;
+        if (n->next) n->next->prev = block;
+      }
+      block->size += n->size;
+      delete n;
+    }
+    pool.insert(block);
+  }
+
+  void release_segment(DeviceState& d, Block* block) {
+    SPYRE_CHECK(spyreMemFree(block->ptr));
+    d.stats.reserved_bytes.add(-static_cast<std::int64_t>(block->size));
+    d.stats.segments.add(-1);
+    delete block;
+  }
+
+  void release_cached(DeviceState& d) {
+    process_pending(d);
+    for (auto* pool : {&d.small_pool, &d.large_pool}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* b = *it;
+        if (b->prev == nullptr && b->next == nullptr) {
+          it = pool->erase(it);
+          release_segment(d, b);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+
+  static std::string format_bytes(std::size_t n) {
+    if (n >= (1ull << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(n) / (1ull << 30));
+    if (n >= (1ull << 20)) return fmt::format("{:.2f} MiB", static_cast<double>(n) / (1ull << 20));
+    if (n >= (1ull << 10)) return fmt::format("{:.2f} KiB", static_cast<double>(n) / (1ull << 10));
+    return fmt::format("{} bytes", n);
+  }
+
+  const bool caching_;
+  const bool poison_;
+  std::recursive_mutex mutex_;
+  std::vector<DeviceState> states_;
+};
+
+CachingAllocator& CachingAllocator::allocator() {
+  static CachingAllocator instance;
+  return instance;
+}
+
+}  // namespace
+
+c10::Allocator* caching_allocator() { return &CachingAllocator::allocator(); }
+
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, caching_allocator());
+
+MemoryStats memory_stats(c10::DeviceIndex device) { return CachingAllocator::allocator().stats(device); }
+
+std::map<std::string, std::int64_t> memory_stats_map(c10::DeviceIndex device) {
+  const MemoryStats s = memory_stats(device);
+  std::map<std::string, std::int64_t> out;
+  const auto put = [&](const std::string& name, const Stat& st) {
+    out[name + ".all.current"] = st.current;
+    out[name + ".all.peak"] = st.peak;
+    out[name + ".all.allocated"] = st.allocated;
+    out[name + ".all.freed"] = st.freed;
+  };
+  put("allocated_bytes", s.allocated_bytes);
+  put("requested_bytes", s.requested_bytes);
+  put("reserved_bytes", s.reserved_bytes);
+  put("active_bytes", s.active_bytes);
+  put("allocation", s.allocations);
+  put("segment", s.segments);
+  out["num_alloc_retries"] = s.num_alloc_retries;
+  out["num_ooms"] = s.num_ooms;
+  return out;
+}
+
+void reset_peak_memory_stats(c10::DeviceIndex device) { CachingAllocator::allocator().reset_peaks(device); }
+
+std::string memory_summary(c10::DeviceIndex device) {
+  const MemoryStats s = memory_stats(device);
+  std::ostringstream out;
+  out << fmt::format("spyre:{} memory summary\n", device);
+  out << fmt::format("{:<20} {:>16} {:>16} {:>16} {:>16}\n", "metric", "current", "peak", "total allocated",
+                     "total freed");
+  const auto row = [&](const char* name, const Stat& st) {
+    out << fmt::format("{:<20} {:>16} {:>16} {:>16} {:>16}\n", name, st.current, st.peak, st.allocated, st.freed);
+  };
+  row("allocated bytes", s.allocated_bytes);
+  row("requested bytes", s.requested_bytes);
+  row("active bytes", s.active_bytes);
+  row("reserved bytes", s.reserved_bytes);
+  row("allocations", s.allocations);
+  row("segments", s.segments);
+  out << fmt::format("alloc retries {}, out-of-memory errors {}\n", s.num_alloc_retries, s.num_ooms);
+  return out.str();
+}
+
+void empty_cache() { CachingAllocator::allocator().empty_cache(); }
+
+void record_stream(const c10::DataPtr& data, c10::Stream stream) {
+  CachingAllocator::allocator().record_stream(data.get(), stream);
+}
+
+}  // namespace spyre::backend

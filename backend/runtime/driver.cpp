@@ -1,0 +1,79 @@
+#include "runtime/driver.h"
+
+#include <mutex>
+#include <vector>
+
+namespace spyre::backend {
+namespace {
+
+// Registration happens when the shared library is loaded (torch.ops.load_library or
+// a C++ program linking it), before any "spyre" device string is parsed.
+struct BackendNameRegistration {
+  BackendNameRegistration() { c10::register_privateuse1_backend(kBackendName); }
+};
+const BackendNameRegistration registration;
+
+thread_local c10::DeviceIndex t_current_device = 0;
+
+}  // namespace
+
+void driver_failure(spyre_result_t rc, const char* what) {
+  TORCH_CHECK(false, "spyre driver: ", what, " failed with ", spyreResultString(rc), ": ",
+              spyreGetLastErrorMessage());
+}
+
+std::string describe_fault(spyre_queue_t queue) {
+  spyre_fault_t f{};
+  f.struct_size = sizeof f;
+  if (spyreQueueGetFault(queue, &f) != SPYRE_SUCCESS) return "a device fault (no fault record)";
+  std::string s = f.kernel[0] != '\0' ? std::string("kernel '") + f.kernel + "' faulted on core " +
+                                            std::to_string(f.core) + " at pc " + std::to_string(f.pc)
+                                      : std::string("a device command failed");
+  if (f.instruction[0] != '\0') s += std::string(" [") + f.instruction + "]";
+  s += std::string(": ") + f.reason;
+  if (f.skipped_commands > 0) s += " (" + std::to_string(f.skipped_commands) + " later command(s) skipped)";
+  return s;
+}
+
+c10::DeviceIndex device_count_or_zero() noexcept {
+  static const c10::DeviceIndex count = [] {
+    std::uint32_t n = 0;
+    if (spyreDeviceGetCount(&n) != SPYRE_SUCCESS) {
+      TORCH_WARN("spyre: no devices: ", spyreGetLastErrorMessage());
+      return c10::DeviceIndex{0};
+    }
+    return static_cast<c10::DeviceIndex>(n);
+  }();
+  return count;
+}
+
+void check_device_index(c10::DeviceIndex index) {
+  TORCH_CHECK(index >= 0 && index < device_count_or_zero(), "spyre: device index ", static_cast<int>(index),
+              " is out of range (", static_cast<int>(device_count_or_zero()), " device(s); SPYRE_SIM_DEVICES)");
+}
+
+spyre_device_t driver_device(c10::DeviceIndex index) {
+  check_device_index(index);
+  static std::once_flag once;
+  static std::vector<spyre_device_t> devices;
+  std::call_once(once, [] {
+    devices.resize(device_count_or_zero());
+    for (std::size_t i = 0; i < devices.size(); ++i) SPYRE_CHECK(spyreDeviceGet(static_cast<uint32_t>(i), &devices[i]));
+  });
+  return devices[static_cast<std::size_t>(index)];
+}
+
+c10::DeviceIndex current_device() { return t_current_device; }
+
+void set_current_device(c10::DeviceIndex index) {
+  check_device_index(index);
+  t_current_device = index;
+}
+
+std::uint32_t driver_api_version() {
+  std::uint32_t version = 0;
+  SPYRE_CHECK(spyreDriverGetApiVersion(&version));
+  return version;
+}
+
+}  // namespace spyre::backend

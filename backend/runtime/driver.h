@@ -1,0 +1,39 @@
+// Calling the driver ABI from the backend: every result is checked, and a failure
+// becomes a c10::Error (Python RuntimeError) with the driver's explanation.
+#pragma once
+
+#include <string>
+
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+
+#include "spyre/spyre_drv.h"
+
+namespace spyre::backend {
+
+// Throws c10::Error naming `what`, the result code and the driver's message.
+[[noreturn]] void driver_failure(spyre_result_t rc, const char* what);
+
+// A queue reported a device fault: the fault record as text ("kernel 'x' on core 3 at
+// pc 7 [dma_load ...]: ... 16 bytes past the end of a 4096-byte allocation ...").
+std::string describe_fault(spyre_queue_t queue);
+
+#define SPYRE_CHECK(call)                                              \
+  do {                                                                 \
+    const spyre_result_t spyre_rc_ = (call);                           \
+    if (spyre_rc_ != SPYRE_SUCCESS) ::spyre::backend::driver_failure(spyre_rc_, #call); \
+  } while (0)
+
+inline constexpr const char* kBackendName = "spyre";
+
+// The driver's device handle for a PyTorch device index.
+spyre_device_t driver_device(c10::DeviceIndex index);
+c10::DeviceIndex device_count_or_zero() noexcept;
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+void check_device_index(c10::DeviceIndex index);
+
+// The driver ABI version this backend was loaded against (throws c10::Error on failure).
+std::uint32_t driver_api_version();
+
+}  // namespace spyre::backend

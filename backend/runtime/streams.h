@@ -1,0 +1,27 @@
+// Streams: each c10::Stream of the spyre device is a driver queue. Per device: the
+// default stream (id 0) and pools of normal- and high-priority streams handed out
+// round robin (like CUDA's). The current stream is per thread and per device.
+#pragma once
+
+#include <c10/core/Stream.h>
+
+#include "runtime/driver.h"
+
+namespace spyre::backend {
+
+inline constexpr int kStreamsPerPool = 8;
+
+c10::Stream default_stream(c10::DeviceIndex device);
+c10::Stream stream_from_pool(c10::DeviceIndex device, bool high_priority);
+c10::Stream current_stream(c10::DeviceIndex device);
+// Makes `stream` current for its device on this thread; returns the previous one.
+c10::Stream exchange_stream(c10::Stream stream);
+
+// The driver queue behind a stream (created on first use).
+spyre_queue_t queue_of(c10::Stream stream);
+
+// Synchronizes a queue; a device fault becomes a c10::Error naming `what` and the
+// fault record, after which the queue is usable again.
+void synchronize_queue(spyre_queue_t queue, const char* what);
+
+}  // namespace spyre::backend

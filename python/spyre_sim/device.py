@@ -1,0 +1,153 @@
+"""torch.spyre: the device module of the simulated Spyre accelerator.
+
+Mirrors torch.cuda's surface where it makes sense: devices, streams, events, memory
+statistics, seeding, plus ``fallback_counts`` to see which ops still run on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_ops = torch.ops.spyre
+
+__all__ = [
+    "Event",
+    "Stream",
+    "current_device",
+    "current_stream",
+    "device_count",
+    "empty_cache",
+    "fallback_counts",
+    "is_available",
+    "manual_seed",
+    "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "memory_summary",
+    "report",
+    "reset_fallback_counts",
+    "reset_peak_memory_stats",
+    "set_device",
+    "set_stream",
+    "synchronize",
+]
+
+
+def _index(device=None) -> int:
+    if device is None:
+        return -1
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "spyre":
+        raise ValueError(f"expected a spyre device, found {device}")
+    return -1 if device.index is None else device.index
+
+
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def device_count() -> int:
+    return _ops.device_count()
+
+
+def current_device() -> int:
+    return _ops.current_device()
+
+
+def set_device(device) -> None:
+    _ops.set_device(_index(device))
+
+
+def synchronize(device=None) -> None:
+    """Waits for all work on the device; a device fault raises RuntimeError."""
+    _ops.synchronize(_index(device))
+
+
+class Stream(torch.Stream):
+    """A spyre stream (a driver queue). priority < 0 is high priority."""
+
+    def __new__(cls, device=None, priority: int = 0):
+        index = _index(device)
+        index = current_device() if index < 0 else index
+        return super().__new__(cls, device=torch.device("spyre", index), priority=priority)
+
+
+class Event(torch.Event):
+    """A spyre event; elapsed_time() reports simulated milliseconds."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return super().__new__(cls, device=torch.device("spyre", current_device()), enable_timing=enable_timing)
+
+
+def current_stream(device=None) -> torch.Stream:
+    stream_id, device_index, device_type = _ops.current_stream(_index(device))
+    return torch.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    torch.accelerator.set_stream(stream)
+
+
+def memory_stats(device=None) -> dict:
+    return dict(_ops.memory_stats(_index(device)))
+
+
+def memory_allocated(device=None) -> int:
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device=None) -> int:
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device=None) -> int:
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device=None) -> int:
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    _ops.reset_peak_memory_stats(_index(device))
+
+
+def memory_summary(device=None) -> str:
+    return _ops.memory_summary(_index(device))
+
+
+def empty_cache() -> None:
+    _ops.empty_cache()
+
+
+def fallback_counts() -> dict:
+    """Op name -> number of calls that ran on the CPU through the fallback."""
+    return dict(_ops.fallback_counts())
+
+
+def reset_fallback_counts() -> None:
+    _ops.reset_fallback_counts()
+
+
+def report(device=None) -> dict:
+    """The simulated device's statistics (cycles, traffic, launches) as a dict."""
+    import json
+
+    return json.loads(_ops.device_report(_index(device)))
+
+
+def manual_seed(seed: int) -> None:
+    manual_seed_all(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    _ops.manual_seed_all(int(seed))
+
+
+def _is_in_bad_fork() -> bool:
+    return False
