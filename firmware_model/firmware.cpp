@@ -166,7 +166,6 @@ void Firmware::execute(Queue& queue, std::uint64_t, CommandBody& body, std::opti
 
 void Firmware::execute_copy(Copy& c, std::optional<FaultRecord>& fault) {
   using Direction = Copy::Direction;
-  auto& memory = chip_.memory();
   const auto check = [&](sim::DeviceMemory& mem, std::uint64_t base, std::uint64_t pitch, const char* what) {
     for (std::uint64_t r = 0; r < c.rows; ++r) {
       if (auto err = mem.check(base + r * pitch, c.width)) {
@@ -178,39 +177,40 @@ void Firmware::execute_copy(Copy& c, std::optional<FaultRecord>& fault) {
     }
     return true;
   };
-  const bool to_device = c.direction != Direction::device_to_host;
-  const bool from_device = c.direction != Direction::host_to_device;
-  sim::DeviceMemory& dst_memory = c.direction == Direction::peer ? c.peer->chip().memory() : memory;
-  if (from_device && !check(memory, c.src, c.src_pitch, "source")) return;
-  if (to_device && !check(dst_memory, c.dst, c.dst_pitch, "destination")) return;
+  sim::Chip* src = c.src_device ? &c.src_device->chip() : nullptr;
+  sim::Chip* dst = c.dst_device ? &c.dst_device->chip() : nullptr;
+  if (src && !check(src->memory(), c.src, c.src_pitch, "source")) return;
+  if (dst && !check(dst->memory(), c.dst, c.dst_pitch, "destination")) return;
 
-  const std::uint64_t bytes = c.width * c.rows;
-  const Picoseconds now = mode_ == Mode::timed ? now_ps() : 0;
-  Picoseconds end = now;
-  if (mode_ == Mode::timed) switch (c.direction) {
-    case Direction::host_to_device:
-      end = chip_.host_transfer(now, sim::Chip::HostDirection::to_device, c.dst, bytes);
-      break;
-    case Direction::device_to_host:
-      end = chip_.host_transfer(now, sim::Chip::HostDirection::to_host, c.src, bytes);
-      break;
-    case Direction::device_to_device:
-      end = chip_.dram_copy(now, c.dst, c.src, bytes);
-      break;
-    case Direction::peer:
-      // Over PCIe: out of this device, into the other one.
-      end = std::max(chip_.host_transfer(now, sim::Chip::HostDirection::to_host, c.src, bytes),
-                     c.peer->chip().host_transfer(now, sim::Chip::HostDirection::to_device, c.dst, bytes));
-      break;
+  if (mode_ == Mode::timed) {
+    const std::uint64_t bytes = c.width * c.rows;
+    const Picoseconds now = now_ps();
+    Picoseconds end = now;
+    switch (c.direction) {
+      case Direction::host_to_device:
+        end = dst->host_transfer(now, sim::Chip::HostDirection::to_device, c.dst, bytes);
+        break;
+      case Direction::device_to_host:
+        end = src->host_transfer(now, sim::Chip::HostDirection::to_host, c.src, bytes);
+        break;
+      case Direction::device_to_device:
+        end = src->dram_copy(now, c.dst, c.src, bytes);
+        break;
+      case Direction::peer:
+        // Over PCIe: out of one device, into the other.
+        end = std::max(src->host_transfer(now, sim::Chip::HostDirection::to_host, c.src, bytes),
+                       dst->host_transfer(now, sim::Chip::HostDirection::to_device, c.dst, bytes));
+        break;
+    }
+    wait_ps(end - now);
   }
-  wait_ps(end - now);
   // The bytes land when the copy completes.
   for (std::uint64_t r = 0; r < c.rows; ++r) {
-    std::uint8_t* dst = to_device ? dst_memory.host(c.dst + r * c.dst_pitch) : c.host_dst + r * c.dst_pitch;
-    const std::uint8_t* src = from_device ? memory.host(c.src + r * c.src_pitch)
-                              : c.snapshot.empty() ? c.host_src + r * c.src_pitch
-                                                   : c.snapshot.data() + r * c.width;
-    std::memmove(dst, src, c.width);
+    std::uint8_t* to = dst ? dst->memory().host(c.dst + r * c.dst_pitch) : c.host_dst + r * c.dst_pitch;
+    const std::uint8_t* from = src ? src->memory().host(c.src + r * c.src_pitch)
+                               : c.snapshot.empty() ? c.host_src + r * c.src_pitch
+                                                    : c.snapshot.data() + r * c.width;
+    std::memmove(to, from, c.width);
   }
 }
 

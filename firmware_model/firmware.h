@@ -48,7 +48,10 @@ struct Copy {
   std::vector<std::uint8_t> snapshot;
   const std::uint8_t* host_src = nullptr;
   std::uint8_t* host_dst = nullptr;
-  Firmware* peer = nullptr;  // the destination device of a peer copy
+  // The devices holding the source and destination (null for host memory). A peer
+  // copy may run on either device's queue.
+  Firmware* src_device = nullptr;
+  Firmware* dst_device = nullptr;
 };
 
 struct Fill {

@@ -14,10 +14,7 @@ namespace {
 std::mutex g_mutex;
 std::map<std::string, std::int64_t> g_counts;
 
-void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& schema = op.schema();
-  std::string name = schema.name();
-  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+void count(const std::string& name) {
   bool first = false;
   {
     const std::lock_guard lock(g_mutex);
@@ -26,7 +23,38 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (first) {
     TORCH_WARN("spyre: ", name, " has no spyre kernel and runs on the CPU (see torch.spyre.fallback_counts())");
   }
+}
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  std::string name = schema.name();
+  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  count(name);
   at::native::cpu_fallback(op, stack);
+}
+
+// Convolutions reach non-CPU/CUDA backends as convolution_overrideable, which has no
+// CPU kernel for the boxed fallback to call: run the CPU convolution on copies.
+at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                       c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                       c10::IntArrayRef output_padding, std::int64_t groups) {
+  count("aten::convolution_overrideable");
+  const auto cpu_bias = bias && bias->defined() ? std::optional<at::Tensor>(bias->cpu()) : std::nullopt;
+  return at::convolution(input.cpu(), weight.cpu(), cpu_bias, stride, padding, dilation, transposed, output_padding,
+                         groups)
+      .to(input.device());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    std::int64_t groups, std::array<bool, 3> output_mask) {
+  count("aten::convolution_backward_overrideable");
+  const std::vector<std::int64_t> bias_sizes{grad_output.size(1)};
+  auto [gi, gw, gb] = at::convolution_backward(grad_output.cpu(), input.cpu(), weight.cpu(), bias_sizes, stride,
+                                               padding, dilation, transposed, output_padding, groups, output_mask);
+  const auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
+  return {back(gi), back(gw), back(gb)};
 }
 
 }  // namespace
@@ -42,5 +70,10 @@ void reset_fallback_counts() {
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable", convolution);
+  m.impl("convolution_backward_overrideable", convolution_backward);
+}
 
 }  // namespace spyre::backend

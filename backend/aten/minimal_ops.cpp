@@ -175,9 +175,14 @@ at::Tensor& set_storage(at::Tensor& self, c10::Storage source, std::int64_t stor
   return at::native::set_storage_cpu_(self, std::move(source), storage_offset, size, stride);
 }
 
+void record_stream_op(at::Tensor& self, c10::Stream stream) {
+  record_stream(self.storage().data_ptr(), stream);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("record_stream", record_stream_op);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);

@@ -163,6 +163,8 @@ firmware::Copy make_copy(Runtime& rt, void* dst, std::size_t dst_pitch, const vo
   if (ends.dst_device) check_device_range(*ends.dst_device, dst, dst_extent, "destination");
   if (ends.src_device) check_device_range(*ends.src_device, src, src_extent, "source");
   firmware::Copy c;
+  c.src_device = ends.src_device ? ends.src_device->firmware.get() : nullptr;
+  c.dst_device = ends.dst_device ? ends.dst_device->firmware.get() : nullptr;
   c.width = width;
   c.rows = height;
   c.dst_pitch = dst_pitch;
@@ -170,7 +172,6 @@ firmware::Copy make_copy(Runtime& rt, void* dst, std::size_t dst_pitch, const vo
   using Direction = firmware::Copy::Direction;
   if (ends.dst_device && ends.src_device) {
     c.direction = ends.dst_device == ends.src_device ? Direction::device_to_device : Direction::peer;
-    c.peer = ends.dst_device->firmware.get();
     c.dst = addr(dst);
     c.src = addr(src);
   } else if (ends.dst_device) {

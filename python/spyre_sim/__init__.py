@@ -10,7 +10,8 @@ An installed package is imported automatically by ``import torch`` through its
 import os
 import pathlib
 
-import torch
+# torch is imported inside the functions: `import torch` itself may import this
+# package (through the entry point) while torch is still initialising.
 
 __all__ = ["library_path"]
 
@@ -34,6 +35,8 @@ def library_path() -> pathlib.Path:
 
 
 def _load() -> None:
+    import torch
+
     if getattr(torch, "spyre", None) is not None:
         return
     torch.ops.load_library(str(library_path()))

@@ -1,0 +1,105 @@
+"""Data movement: every dtype, views, strides, fills, resize, set_, item."""
+
+import pytest
+import torch
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
+          torch.int32, torch.int64, torch.bool, torch.complex64]
+
+
+def sample(dtype, shape=(5, 7)):
+    g = torch.Generator().manual_seed(0)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_complex:
+        return torch.randn(shape, generator=g, dtype=dtype)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-100 if dtype != torch.uint8 else 0, 100, shape, generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_dtype_round_trips(dtype):
+    x = sample(dtype)
+    assert torch.equal(x.to("spyre").cpu(), x)
+    assert x.to("spyre").dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16], ids=str)
+def test_non_contiguous_views_round_trip(dtype):
+    x = sample(dtype, (6, 8))
+    for view in (x.t(), x[::2, 1::3], x[:, 3], x.unsqueeze(0).expand(3, 6, 8)):
+        assert torch.equal(view.to("spyre").cpu(), view)
+    d = x.to("spyre")
+    for view in (d.t(), d[::2, 1::3], d[:, 3], d[1:4]):
+        assert torch.equal(view.cpu(), x.t() if view.shape == (8, 6) else view.cpu())
+    assert torch.equal(d.t().cpu(), x.t())
+    assert torch.equal(d[::2, 1::3].cpu(), x[::2, 1::3])
+
+
+def test_copies_into_strided_device_views_leave_the_rest_alone():
+    x = torch.zeros(4, 6).to("spyre")
+    x[:, 2] = torch.arange(4.0).to("spyre")  # a column: a view with gaps
+    x[1:3, 4:] = 7.0
+    expect = torch.zeros(4, 6)
+    expect[:, 2] = torch.arange(4.0)
+    expect[1:3, 4:] = 7.0
+    assert torch.equal(x.cpu(), expect)
+
+
+def test_device_to_device_and_dtype_conversion_copies():
+    x = sample(torch.float32)
+    d = x.to("spyre")
+    e = torch.empty_like(d)
+    e.copy_(d)
+    assert torch.equal(e.cpu(), x)
+    assert torch.equal(d.to(torch.float16).cpu(), x.to(torch.float16))
+    assert torch.equal(d.to("spyre:1").cpu(), x)  # to the other device
+
+
+def test_non_blocking_copies_from_pinned_memory():
+    x = torch.arange(1000.0).pin_memory()
+    assert x.is_pinned()
+    d = x.to("spyre", non_blocking=True)
+    back = torch.empty(1000).pin_memory()
+    back.copy_(d, non_blocking=True)
+    torch.spyre.synchronize()
+    assert torch.equal(back, x)
+
+
+def test_views_share_storage():
+    d = torch.zeros(3, 4, device="spyre")
+    v = d.view(12)
+    v[5] = 3.0
+    assert d[1, 1].item() == 3.0
+    assert d.reshape(4, 3).untyped_storage().data_ptr() == d.untyped_storage().data_ptr()
+    s = d.as_strided((2, 2), (4, 1), 1)  # storage elements 1, 2, 5, 6
+    assert torch.equal(s.cpu(), torch.tensor([[0.0, 0.0], [3.0, 0.0]]))
+
+
+def test_fill_zero_and_item():
+    for dtype in (torch.float32, torch.float16, torch.int8, torch.int64, torch.bool):
+        d = torch.empty(10, dtype=dtype, device="spyre")
+        d.fill_(1)
+        assert torch.equal(d.cpu(), torch.ones(10, dtype=dtype))
+        d.zero_()
+        assert torch.equal(d.cpu(), torch.zeros(10, dtype=dtype))
+    assert torch.full((1,), 2.5, device="spyre").item() == 2.5
+
+
+def test_empty_strided_resize_and_set():
+    e = torch.empty_strided((2, 3), (1, 2), device="spyre")
+    assert e.stride() == (1, 2)
+    d = torch.arange(6.0).to("spyre")
+    d.resize_(12)
+    assert d.shape == (12,)
+    assert torch.equal(d[:6].cpu(), torch.arange(6.0))
+    other = torch.empty(0, device="spyre")
+    other.set_(d.untyped_storage(), 2, (3,), (1,))
+    assert torch.equal(other.cpu(), torch.tensor([2.0, 3.0, 4.0]))
+
+
+def test_zero_size_and_zero_dim_tensors():
+    assert torch.empty(0, 3, device="spyre").cpu().shape == (0, 3)
+    z = torch.tensor(4.0).to("spyre")
+    assert z.dim() == 0 and z.item() == 4.0

@@ -1,0 +1,48 @@
+"""Device identity: names, counts, current device, torch.accelerator."""
+
+import torch
+
+
+def test_device_strings_parse_and_tensors_print_as_spyre():
+    assert torch.device("spyre:1").type == "spyre" and torch.device("spyre:1").index == 1
+    t = torch.ones(2, device="spyre")
+    assert t.device == torch.device("spyre:0")
+    assert "device='spyre:0'" in repr(t)
+    assert torch._C._get_privateuse1_backend_name() == "spyre"
+
+
+def test_device_count_comes_from_the_driver():
+    # ctest runs this suite with SPYRE_SIM_DEVICES=2.
+    assert torch.spyre.is_available()
+    assert torch.spyre.device_count() == 2
+
+
+def test_current_device_is_per_thread_and_settable():
+    assert torch.spyre.current_device() == 0
+    torch.spyre.set_device(1)
+    try:
+        t = torch.empty(3, device="spyre")
+        assert t.device == torch.device("spyre:1")
+    finally:
+        torch.spyre.set_device(0)
+
+
+def test_accelerator_api_sees_spyre():
+    assert torch.accelerator.is_available()
+    assert torch.accelerator.current_accelerator() == torch.device("spyre")
+    assert torch.accelerator.device_count() == 2
+    torch.accelerator.synchronize()
+
+
+def test_generated_methods_move_tensors_and_modules():
+    t = torch.arange(4.0).spyre()
+    assert t.is_spyre and t.device.type == "spyre"
+    m = torch.nn.Linear(3, 2).spyre()
+    assert next(m.parameters()).device.type == "spyre"
+
+
+def test_bad_device_index_is_a_clear_error():
+    import pytest
+
+    with pytest.raises(RuntimeError, match="out of range"):
+        torch.empty(1, device="spyre:5")

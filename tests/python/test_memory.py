@@ -1,0 +1,70 @@
+"""The caching allocator: statistics, caching, empty_cache, out of memory, streams."""
+
+import pytest
+import torch
+
+
+def test_memory_allocated_returns_to_its_start_and_empty_cache_releases():
+    torch.spyre.synchronize()
+    start = torch.spyre.memory_allocated()
+    tensors = [torch.empty(1000 + i, device="spyre") for i in range(10)]
+    assert torch.spyre.memory_allocated() > start
+    assert torch.spyre.max_memory_allocated() >= torch.spyre.memory_allocated()
+    reserved = torch.spyre.memory_reserved()
+    assert reserved >= torch.spyre.memory_allocated()
+    big = torch.empty(4 << 20, dtype=torch.uint8, device="spyre")  # a segment of its own
+    reserved = torch.spyre.memory_reserved()
+    del tensors, big
+    assert torch.spyre.memory_allocated() == start
+    assert torch.spyre.memory_reserved() == reserved  # cached, not released
+    torch.spyre.empty_cache()
+    assert torch.spyre.memory_reserved() <= reserved - (4 << 20)
+
+
+def test_freed_blocks_are_reused():
+    a = torch.empty(1 << 20, dtype=torch.uint8, device="spyre")
+    ptr = a.data_ptr()
+    del a
+    reserved = torch.spyre.memory_reserved()
+    b = torch.empty(1 << 20, dtype=torch.uint8, device="spyre")
+    assert b.data_ptr() == ptr
+    assert torch.spyre.memory_reserved() == reserved
+
+
+def test_stats_and_summary_read_like_cuda():
+    stats = torch.spyre.memory_stats()
+    for key in ("allocated_bytes.all.current", "reserved_bytes.all.peak", "active_bytes.all.current",
+                "allocation.all.current", "num_ooms"):
+        assert key in stats
+    assert "allocated bytes" in torch.spyre.memory_summary()
+
+
+def test_an_allocation_larger_than_the_device_is_a_clear_oom_and_the_next_works():
+    # configs/spyre-ci.yaml has 768 MiB of usable device memory.
+    with pytest.raises(torch.OutOfMemoryError, match=r"tried to allocate 2\.00 GiB.*free"):
+        torch.empty(2 << 30, dtype=torch.uint8, device="spyre")
+    assert torch.spyre.memory_stats()["num_ooms"] >= 1
+    t = torch.ones(16, device="spyre")
+    assert t.sum().item() == 16
+
+
+def test_a_block_used_on_another_stream_is_not_reused_early():
+    side = torch.spyre.Stream()
+    big_host = torch.ones(32 << 20, dtype=torch.uint8)
+    a = torch.empty(1 << 20, dtype=torch.uint8, device="spyre")
+    ptr = a.data_ptr()
+    target = torch.empty(32 << 20, dtype=torch.uint8, device="spyre")
+    default = torch.spyre.current_stream()
+    torch.accelerator.set_stream(side)
+    try:
+        target.copy_(big_host)  # long work on the side stream
+        a.record_stream(side)
+    finally:
+        torch.accelerator.set_stream(default)
+    del a
+    b = torch.empty(1 << 20, dtype=torch.uint8, device="spyre")
+    assert b.data_ptr() != ptr  # the side stream may still use the old block
+    del b
+    side.synchronize()
+    c = torch.empty(1 << 20, dtype=torch.uint8, device="spyre")
+    assert c.data_ptr() == ptr  # reusable once that work completed
