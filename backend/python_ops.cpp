@@ -3,8 +3,11 @@
 #include <ATen/core/Generator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
+#include "spyre/isa/program.h"
+
 #include "aten/cpu_fallback.h"
 #include "runtime/caching_allocator.h"
+#include "runtime/launch.h"
 #include "runtime/driver.h"
 #include "runtime/streams.h"
 
@@ -50,6 +53,20 @@ std::string device_report(std::int64_t device) {
   return text;
 }
 
+// A kernel that reads 64 KiB from the tensor's start: past the end of any small
+// tensor's memory, a device fault. For tests of error reporting, and for backend
+// developers who want to see what a fault looks like.
+void inject_fault(const at::Tensor& t) {
+  TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "spyre: _inject_fault needs a spyre tensor");
+  isa::ProgramBuilder b("spyre::_inject_fault", 1);
+  isa::DmaLoad load;
+  load.dtype = isa::DType::int8;
+  load.shape = {64 << 10, 1, 1};
+  b.add(0, load).add(0, isa::Wait{.token_mask = 1});
+  launch_program(t.device().index(), b.build(), {reinterpret_cast<std::uint64_t>(t.data_ptr())},
+                 "spyre::_inject_fault");
+}
+
 }  // namespace
 
 TORCH_LIBRARY(spyre, m) {
@@ -67,6 +84,7 @@ TORCH_LIBRARY(spyre, m) {
   m.def("manual_seed_all(int seed) -> ()", manual_seed_all);
   m.def("device_report(int device) -> str", device_report);
   m.def("driver_api_version() -> int", [] { return static_cast<std::int64_t>(driver_api_version()); });
+  m.def("_inject_fault(Tensor t) -> ()", inject_fault);
 }
 
 }  // namespace spyre::backend

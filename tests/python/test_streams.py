@@ -61,3 +61,12 @@ def test_two_streams_overlap_in_simulated_time_while_events_order_them():
     assert one_copy > 0
     assert both_on_s1 > 1.9 * one_copy * 0.9  # in order on one stream
     assert on_s2 < both_on_s1  # the other stream ran alongside
+
+
+def test_generic_torch_stream_and_event_work_for_spyre():
+    s = torch.Stream(device="spyre")
+    e = torch.Event(device="spyre", enable_timing=True)
+    assert s.device_type == torch.spyre.current_stream().device_type
+    e.record(s)
+    e.synchronize()
+    assert e.query() and s.query()

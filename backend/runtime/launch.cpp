@@ -1,0 +1,49 @@
+#include "runtime/launch.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "runtime/driver.h"
+#include "runtime/streams.h"
+
+namespace spyre::backend {
+
+bool launch_blocking() {
+  static const bool blocking = [] {
+    const char* v = std::getenv("SPYRE_LAUNCH_BLOCKING");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }();
+  return blocking;
+}
+
+void launch_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& blob,
+                    const std::vector<std::uint64_t>& args, const std::string& op_name) {
+  // Loaded programs, by device and exact bytes (the kernel compiler keys its own cache
+  // by op, shapes and config; this only avoids loading identical blobs twice).
+  static std::mutex mutex;
+  static std::map<std::pair<c10::DeviceIndex, std::vector<std::uint8_t>>, spyre_program_t> loaded;
+  spyre_program_t program = nullptr;
+  {
+    const std::lock_guard lock(mutex);
+    auto& slot = loaded[{device, blob}];
+    if (slot == nullptr) {
+      SPYRE_CHECK(spyreProgramLoad(driver_device(device), blob.data(), blob.size(), op_name.c_str(), &slot));
+    }
+    program = slot;
+  }
+  spyre_launch_desc_t desc{};
+  desc.struct_size = sizeof desc;
+  desc.program = program;
+  desc.args = args.data();
+  desc.num_args = static_cast<std::uint32_t>(args.size());
+  desc.name = op_name.c_str();
+  const spyre_queue_t queue = queue_of(current_stream(device));
+  const spyre_result_t rc = spyreLaunch(queue, &desc);
+  if (rc == SPYRE_ERROR_QUEUE_IN_ERROR_STATE) synchronize_queue(queue, op_name.c_str());
+  if (rc != SPYRE_SUCCESS) driver_failure(rc, "spyreLaunch");
+  if (launch_blocking()) synchronize_queue(queue, op_name.c_str());
+}
+
+}  // namespace spyre::backend

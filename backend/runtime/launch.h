@@ -1,0 +1,21 @@
+// Launching device programs from the backend: load (once per program and device) and
+// launch on the current stream, named after the aten op that asked for it, so traces,
+// launch records and fault messages say which op ran. SPYRE_LAUNCH_BLOCKING=1 makes
+// every launch synchronous, so a fault is raised by the op that caused it (like
+// CUDA_LAUNCH_BLOCKING).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+
+namespace spyre::backend {
+
+void launch_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& blob,
+                    const std::vector<std::uint64_t>& args, const std::string& op_name);
+
+bool launch_blocking();
+
+}  // namespace spyre::backend
