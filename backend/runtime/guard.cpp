@@ -11,6 +11,9 @@ namespace {
 
 constexpr auto kType = c10::DeviceType::PrivateUse1;
 
+// "spyre" without an index means the current device.
+c10::DeviceIndex resolve(c10::Device d) { return d.has_index() ? d.index() : current_device(); }
+
 struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kType; }
 
@@ -29,14 +32,14 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (d.index() >= 0 && d.index() < device_count_or_zero()) set_current_device(d.index());
   }
 
-  c10::Stream getStream(c10::Device d) const noexcept override { return current_stream(d.index()); }
-  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(d.index()); }
+  c10::Stream getStream(c10::Device d) const noexcept override { return current_stream(resolve(d)); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(resolve(d)); }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority = false) const override {
-    return stream_from_pool(d.index(), high_priority);
+    return stream_from_pool(resolve(d), high_priority);
   }
   // As in CUDA, a negative priority is a high one.
   c10::Stream getNewStream(c10::Device d, int priority = 0) const override {
-    return stream_from_pool(d.index(), priority < 0);
+    return stream_from_pool(resolve(d), priority < 0);
   }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override { return exchange_stream(s); }
   c10::DeviceIndex deviceCount() const noexcept override { return device_count_or_zero(); }
