@@ -6,6 +6,7 @@
 #include "spyre/isa/program.h"
 
 #include "aten/cpu_fallback.h"
+#include "aten/kernel_cache.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/launch.h"
 #include "runtime/driver.h"
@@ -85,6 +86,11 @@ TORCH_LIBRARY(spyre, m) {
   m.def("device_report(int device) -> str", device_report);
   m.def("driver_api_version() -> int", [] { return static_cast<std::int64_t>(driver_api_version()); });
   m.def("_inject_fault(Tensor t) -> ()", inject_fault);
+  m.def("kernel_cache_stats() -> Dict(str, int)", [] {
+    const auto s = kernel_cache_stats();
+    return to_dict({{"hits", s.hits}, {"misses", s.misses}});
+  });
+  m.def("reset_kernel_cache_stats() -> ()", [] { reset_kernel_cache_stats(); });
 }
 
 }  // namespace spyre::backend

@@ -64,6 +64,8 @@ std::map<std::string, std::int64_t> fallback_counts() {
   return g_counts;
 }
 
+void count_fallback(const std::string& op) { count(op); }
+
 void reset_fallback_counts() {
   const std::lock_guard lock(g_mutex);
   g_counts.clear();

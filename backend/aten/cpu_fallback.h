@@ -9,5 +9,7 @@ namespace spyre::backend {
 
 std::map<std::string, std::int64_t> fallback_counts();
 void reset_fallback_counts();
+// Counts a CPU run of `op` done by a kernel wrapper (and warns the first time).
+void count_fallback(const std::string& op);
 
 }  // namespace spyre::backend

@@ -33,6 +33,11 @@ void launch_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& bl
     }
     program = slot;
   }
+  launch(device, program, args, op_name);
+}
+
+void launch(c10::DeviceIndex device, spyre_program_t program, const std::vector<std::uint64_t>& args,
+            const std::string& op_name) {
   spyre_launch_desc_t desc{};
   desc.struct_size = sizeof desc;
   desc.program = program;

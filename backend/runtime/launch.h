@@ -11,10 +11,16 @@
 
 #include <c10/core/Device.h>
 
+#include "spyre/spyre_drv.h"
+
 namespace spyre::backend {
 
 void launch_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& blob,
                     const std::vector<std::uint64_t>& args, const std::string& op_name);
+
+// Launches an already loaded program (see kernel_cache.h).
+void launch(c10::DeviceIndex device, spyre_program_t program, const std::vector<std::uint64_t>& args,
+            const std::string& op_name);
 
 bool launch_blocking();
 

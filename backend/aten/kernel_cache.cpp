@@ -1,0 +1,84 @@
+#include "aten/kernel_cache.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "runtime/driver.h"
+#include "spyre/isa/program.h"
+
+namespace spyre::backend {
+namespace {
+
+struct DeviceInfo {
+  compiler::Target target;
+  std::string hash;
+};
+
+std::mutex g_mutex;
+std::map<std::pair<c10::DeviceIndex, std::string>, spyre_program_t> g_programs;
+KernelCacheStats g_stats;
+
+const DeviceInfo& info(c10::DeviceIndex device) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, DeviceInfo> infos;
+  const std::lock_guard lock(mutex);
+  auto it = infos.find(device);
+  if (it == infos.end()) {
+    spyre_device_properties_t p{};
+    p.struct_size = sizeof p;
+    SPYRE_CHECK(spyreDeviceGetProperties(driver_device(device), &p));
+    DeviceInfo d;
+    d.target.cores = p.cores;
+    d.target.scratchpad_bytes = p.scratchpad_usable_bytes;
+    d.target.stick_bytes = p.stick_bytes;
+    d.hash = p.config_hash;
+    it = infos.emplace(device, std::move(d)).first;
+  }
+  return it->second;
+}
+
+}  // namespace
+
+const compiler::Target& target(c10::DeviceIndex device) { return info(device).target; }
+const std::string& config_hash(c10::DeviceIndex device) { return info(device).hash; }
+
+spyre_program_t cached_program(c10::DeviceIndex device, const std::string& key,
+                               const std::function<std::vector<std::uint8_t>()>& compile, const std::string& name) {
+  const std::string full_key = key + "|" + config_hash(device);
+  const std::lock_guard lock(g_mutex);
+  auto it = g_programs.find({device, full_key});
+  if (it != g_programs.end()) {
+    ++g_stats.hits;
+    return it->second;
+  }
+  ++g_stats.misses;
+  std::vector<std::uint8_t> blob;
+  try {
+    blob = compile();
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, "spyre: cannot compile ", name, ": ", e.what());
+  }
+  const char* dump = std::getenv("SPYRE_DUMP_KERNELS");
+  if (dump != nullptr && *dump != '\0' && std::string(dump) != "0") {
+    std::cerr << isa::disassemble(isa::Program(blob)) << std::flush;
+  }
+  spyre_program_t program = nullptr;
+  SPYRE_CHECK(spyreProgramLoad(driver_device(device), blob.data(), blob.size(), name.c_str(), &program));
+  g_programs.emplace(std::make_pair(device, full_key), program);
+  return program;
+}
+
+KernelCacheStats kernel_cache_stats() {
+  const std::lock_guard lock(g_mutex);
+  return g_stats;
+}
+
+void reset_kernel_cache_stats() {
+  const std::lock_guard lock(g_mutex);
+  g_stats = {};
+}
+
+}  // namespace spyre::backend

@@ -1,0 +1,34 @@
+// Compiled and loaded device programs, keyed by op, shapes, dtypes and the device's
+// config hash, so a second call with the same shapes reuses the loaded kernel.
+// SPYRE_DUMP_KERNELS=1 prints each newly compiled program, disassembled, to stderr.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+
+#include "compiler/elementwise.h"
+#include "spyre/spyre_drv.h"
+
+namespace spyre::backend {
+
+struct KernelCacheStats {
+  std::int64_t hits = 0, misses = 0;
+};
+
+// The program for `key` on `device`, compiling and loading it on a miss. A compile
+// failure (no tiling fits) is a c10::Error naming the op and the bytes needed.
+spyre_program_t cached_program(c10::DeviceIndex device, const std::string& key,
+                               const std::function<std::vector<std::uint8_t>()>& compile, const std::string& name);
+
+KernelCacheStats kernel_cache_stats();
+void reset_kernel_cache_stats();
+
+// The compiler's view of a device (cores, scratchpad) and its config hash.
+const compiler::Target& target(c10::DeviceIndex device);
+const std::string& config_hash(c10::DeviceIndex device);
+
+}  // namespace spyre::backend

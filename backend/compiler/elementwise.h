@@ -1,0 +1,28 @@
+// The kernel compiler's first family: elementwise binary ops over contiguous tensors
+// of equal shape, tiled across the cores with double-buffered DMA. Pure ISA code
+// generation: no torch, no driver, so it is testable and reusable (the simulation
+// benchmark compiles its add with it too).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spyre/isa/isa.h"
+
+namespace spyre::compiler {
+
+// What the compiler needs to know about the target device.
+struct Target {
+  std::uint32_t cores = 1;
+  std::uint64_t scratchpad_bytes = 0;  // usable by kernels
+  std::uint32_t stick_bytes = 128;
+};
+
+// out[i] = a[i] <op> b[i] for `count` elements of `dtype`. Arguments at launch:
+// 0 = a, 1 = b, 2 = out (device addresses). Throws std::invalid_argument with the
+// op, sizes and the bytes needed when no tiling fits the scratchpad.
+std::vector<std::uint8_t> compile_binary(isa::BinaryOp op, isa::DType dtype, std::uint64_t count, const Target& target,
+                                         const std::string& name);
+
+}  // namespace spyre::compiler
