@@ -25,4 +25,8 @@ struct Target {
 std::vector<std::uint8_t> compile_binary(isa::BinaryOp op, isa::DType dtype, std::uint64_t count, const Target& target,
                                          const std::string& name);
 
+// out[i] = op(a[i]) for `count` elements of `dtype`. Arguments: 0 = a, 1 = out.
+std::vector<std::uint8_t> compile_unary(isa::UnaryOp op, isa::DType dtype, std::uint64_t count, const Target& target,
+                                        const std::string& name);
+
 }  // namespace spyre::compiler

@@ -33,3 +33,16 @@ TEST_CASE("given a scratchpad too small for any tile, compilation fails naming t
                     ContainsSubstring("aten::add: 100 fp32 elements need at least 768 bytes of scratchpad, the "
                                       "device has 512"));
 }
+
+TEST_CASE("given a unary op, the program uses four buffers and validates") {
+  const compiler::Target target{.cores = 2, .scratchpad_bytes = 4 * 256, .stick_bytes = 128};
+  // 4 buffers x 64 fp32 values (2 sticks) fit 1024 bytes: tiles of 64 values.
+  const isa::Program p(compiler::compile_unary(isa::UnaryOp::exp, isa::DType::fp32, 256, target, "aten::exp"));
+  CHECK(p.num_streams() == 2);
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1024, .num_streams = 2}));
+  const isa::Decoded compute = p.decode_at(0, 2);  // load 0, load 1, wait, exp
+  REQUIRE(compute.inst);
+  const isa::Decoded op = p.decode_at(0, 3);
+  REQUIRE(std::holds_alternative<isa::VUnary>(*op.inst));
+  CHECK(std::get<isa::VUnary>(*op.inst).count == 64);
+}

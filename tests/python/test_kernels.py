@@ -51,3 +51,33 @@ def test_variants_without_a_kernel_still_match_cpu_and_are_counted():
     ints = torch.arange(6)
     assert torch.equal((ints.to("spyre") * ints.to("spyre")).cpu(), ints * ints)  # int64
     assert torch.spyre.fallback_counts()["aten::add.Tensor"] == 2
+
+
+UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "relu": torch.relu,  # exact
+    "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
+    "sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": torch.nn.functional.silu, "erf": torch.erf,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+}
+EXACT = {"neg", "abs", "relu"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_ops_match_cpu_without_falling_back(dtype, name):
+    op = UNARY[name]
+    g = torch.Generator().manual_seed(3)
+    x = (torch.rand(4097, generator=g) * 4 + 0.1).to(dtype)  # positive: log, sqrt, rsqrt are defined
+    if name in EXACT or name in ("tanh", "erf", "sigmoid", "silu", "gelu", "gelu_tanh"):
+        x = (x - 2).to(dtype)
+    torch.spyre.reset_fallback_counts()
+    got = op(x.to("spyre")).cpu()
+    assert torch.spyre.fallback_counts() == {}
+    if name in EXACT:
+        assert torch.equal(got, op(x))
+    else:
+        # The device computes in fp32 and rounds once; PyTorch's CPU kernels may differ
+        # by an ulp of the dtype (fp32: a few ulp).
+        tol = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}[dtype]
+        torch.testing.assert_close(got, op(x), rtol=tol, atol=tol)
