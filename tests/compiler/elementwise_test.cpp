@@ -2,6 +2,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include "compiler/elementwise.h"
+#include "compiler/matmul.h"
 #include "spyre/isa/program.h"
 
 using namespace spyre;
@@ -45,4 +46,17 @@ TEST_CASE("given a unary op, the program uses four buffers and validates") {
   const isa::Decoded op = p.decode_at(0, 3);
   REQUIRE(std::holds_alternative<isa::VUnary>(*op.inst));
   CHECK(std::get<isa::VUnary>(*op.inst).count == 64);
+}
+
+TEST_CASE("given a matmul, tiles fit the scratchpad and too small a scratchpad is a clear error") {
+  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128};
+  const compiler::MatmulShape shape{.m = 300, .n = 513, .k = 17, .dtype = isa::DType::fp16, .b_transposed = false};
+  const isa::Program p(compiler::compile_matmul(shape, target, "aten::mm"));
+  CHECK(p.num_streams() == 4);
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 4}));
+  const compiler::Target tiny{.cores = 1, .scratchpad_bytes = 256, .stick_bytes = 128};
+  // The smallest tiling, 8x8x8 fp16: 2 x (64 + 64) x 2 + 64 x 4 + 64 x 2 = 896 bytes.
+  CHECK_THROWS_WITH(compiler::compile_matmul(shape, tiny, "aten::mm"),
+                    ContainsSubstring("aten::mm 300x513x17: the smallest tiling needs 896 bytes of scratchpad, the "
+                                      "device has 256"));
 }
