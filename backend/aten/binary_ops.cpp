@@ -13,15 +13,6 @@
 namespace spyre::backend {
 namespace {
 
-std::optional<isa::DType> device_dtype(c10::ScalarType t) {
-  switch (t) {
-    case c10::kFloat: return isa::DType::fp32;
-    case c10::kHalf: return isa::DType::fp16;
-    case c10::kBFloat16: return isa::DType::bf16;
-    default: return std::nullopt;
-  }
-}
-
 bool on_device(const at::Tensor& self, const at::Tensor& other) {
   return self.device().type() == c10::DeviceType::PrivateUse1 && other.device() == self.device() &&
          self.sizes() == other.sizes() && self.scalar_type() == other.scalar_type() &&

@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include "compiler/elementwise.h"
 #include "spyre/spyre_drv.h"
@@ -26,6 +28,16 @@ spyre_program_t cached_program(c10::DeviceIndex device, const std::string& key,
 
 KernelCacheStats kernel_cache_stats();
 void reset_kernel_cache_stats();
+
+// The device dtype computing kernels for a tensor dtype, if the device kernels take it.
+inline std::optional<isa::DType> device_dtype(c10::ScalarType t) {
+  switch (t) {
+    case c10::kFloat: return isa::DType::fp32;
+    case c10::kHalf: return isa::DType::fp16;
+    case c10::kBFloat16: return isa::DType::bf16;
+    default: return std::nullopt;
+  }
+}
 
 // The compiler's view of a device (cores, scratchpad) and its config hash.
 const compiler::Target& target(c10::DeviceIndex device);

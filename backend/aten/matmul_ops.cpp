@@ -12,15 +12,6 @@
 namespace spyre::backend {
 namespace {
 
-std::optional<isa::DType> device_dtype(c10::ScalarType t) {
-  switch (t) {
-    case c10::kFloat: return isa::DType::fp32;
-    case c10::kHalf: return isa::DType::fp16;
-    case c10::kBFloat16: return isa::DType::bf16;
-    default: return std::nullopt;
-  }
-}
-
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   const bool b_plain = mat2.is_contiguous();
   const bool b_transposed = !b_plain && mat2.dim() == 2 && mat2.t().is_contiguous();

@@ -11,15 +11,6 @@
 namespace spyre::backend {
 namespace {
 
-std::optional<isa::DType> device_dtype(c10::ScalarType t) {
-  switch (t) {
-    case c10::kFloat: return isa::DType::fp32;
-    case c10::kHalf: return isa::DType::fp16;
-    case c10::kBFloat16: return isa::DType::bf16;
-    default: return std::nullopt;
-  }
-}
-
 template <class Cpu>
 at::Tensor unary(isa::UnaryOp op, const char* name, const at::Tensor& self, Cpu&& cpu) {
   const bool on_device = self.device().type() == c10::DeviceType::PrivateUse1 && self.is_contiguous() &&
