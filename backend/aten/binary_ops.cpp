@@ -6,9 +6,6 @@
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
 #include "runtime/driver.h"
-#include "runtime/launch.h"
-
-#include <c10/core/DeviceGuard.h>
 
 namespace spyre::backend {
 namespace {
@@ -20,19 +17,9 @@ bool on_device(const at::Tensor& self, const at::Tensor& other) {
 }
 
 at::Tensor run(isa::BinaryOp op, const char* name, const at::Tensor& self, const at::Tensor& other) {
-  const c10::DeviceGuard guard(self.device());
-  const c10::DeviceIndex device = self.device().index();
-  const auto dtype = *device_dtype(self.scalar_type());
-  const auto count = static_cast<std::uint64_t>(self.numel());
-  at::Tensor out = at::empty(self.sizes(), self.options());
-  const std::string key = std::string(name) + "|" + std::string(isa::to_string(dtype)) + "|" + std::to_string(count);
-  const spyre_program_t program = cached_program(
-      device, key, [&] { return compiler::compile_binary(op, dtype, count, target(device), name); }, name);
-  launch(device, program,
-         {reinterpret_cast<std::uint64_t>(self.data_ptr()), reinterpret_cast<std::uint64_t>(other.data_ptr()),
-          reinterpret_cast<std::uint64_t>(out.data_ptr())},
-         name);
-  return out;
+  return run_elementwise(name, {self, other}, [&](isa::DType dtype, std::uint64_t count, const compiler::Target& t) {
+    return compiler::compile_binary(op, dtype, count, t, name);
+  });
 }
 
 // The same op on CPU copies, result back on the device of `self` (counted).

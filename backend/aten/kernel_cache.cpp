@@ -6,7 +6,10 @@
 #include <mutex>
 #include <stdexcept>
 
+#include <c10/core/DeviceGuard.h>
+
 #include "runtime/driver.h"
+#include "runtime/launch.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::backend {
@@ -69,6 +72,23 @@ spyre_program_t cached_program(c10::DeviceIndex device, const std::string& key,
   SPYRE_CHECK(spyreProgramLoad(driver_device(device), blob.data(), blob.size(), name.c_str(), &program));
   g_programs.emplace(std::make_pair(device, full_key), program);
   return program;
+}
+
+at::Tensor run_elementwise(const char* name, const std::vector<at::Tensor>& inputs, const ElementwiseCompiler& compile) {
+  const at::Tensor& first = inputs.front();
+  const c10::DeviceGuard guard(first.device());
+  const c10::DeviceIndex device = first.device().index();
+  const auto dtype = *device_dtype(first.scalar_type());
+  const auto count = static_cast<std::uint64_t>(first.numel());
+  at::Tensor out = at::empty(first.sizes(), first.options());
+  const std::string key = std::string(name) + "|" + std::string(isa::to_string(dtype)) + "|" + std::to_string(count);
+  const spyre_program_t program =
+      cached_program(device, key, [&] { return compile(dtype, count, target(device)); }, name);
+  std::vector<std::uint64_t> args;
+  for (const auto& t : inputs) args.push_back(reinterpret_cast<std::uint64_t>(t.data_ptr()));
+  args.push_back(reinterpret_cast<std::uint64_t>(out.data_ptr()));
+  launch(device, program, args, name);
+  return out;
 }
 
 KernelCacheStats kernel_cache_stats() {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
@@ -38,6 +39,13 @@ inline std::optional<isa::DType> device_dtype(c10::ScalarType t) {
     default: return std::nullopt;
   }
 }
+
+// Runs an elementwise kernel on contiguous, same-shape, same-dtype `inputs` of one
+// device into a new output tensor like inputs[0]: compiled once per op, dtype and
+// element count (then cached), launched with the inputs' addresses and the output's.
+using ElementwiseCompiler =
+    std::function<std::vector<std::uint8_t>(isa::DType, std::uint64_t count, const compiler::Target&)>;
+at::Tensor run_elementwise(const char* name, const std::vector<at::Tensor>& inputs, const ElementwiseCompiler& compile);
 
 // The compiler's view of a device (cores, scratchpad) and its config hash.
 const compiler::Target& target(c10::DeviceIndex device);

@@ -1,12 +1,9 @@
 // Device kernels for elementwise unary ops on contiguous fp32/fp16/bf16 spyre tensors;
 // other dtypes and layouts run on the CPU and are counted as fallbacks. The device
 // computes in fp32 and rounds to the dtype (sim/README.md states the accuracy).
-#include <c10/core/DeviceGuard.h>
-
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
 #include "runtime/driver.h"
-#include "runtime/launch.h"
 
 namespace spyre::backend {
 namespace {
@@ -19,17 +16,9 @@ at::Tensor unary(isa::UnaryOp op, const char* name, const at::Tensor& self, Cpu&
     count_fallback(name);
     return cpu(self.cpu()).to(self.device());
   }
-  const c10::DeviceGuard guard(self.device());
-  const c10::DeviceIndex device = self.device().index();
-  const auto dtype = *device_dtype(self.scalar_type());
-  const auto count = static_cast<std::uint64_t>(self.numel());
-  at::Tensor out = at::empty(self.sizes(), self.options());
-  const std::string key = std::string(name) + "|" + std::string(isa::to_string(dtype)) + "|" + std::to_string(count);
-  const spyre_program_t program = cached_program(
-      device, key, [&] { return compiler::compile_unary(op, dtype, count, target(device), name); }, name);
-  launch(device, program,
-         {reinterpret_cast<std::uint64_t>(self.data_ptr()), reinterpret_cast<std::uint64_t>(out.data_ptr())}, name);
-  return out;
+  return run_elementwise(name, {self}, [&](isa::DType dtype, std::uint64_t count, const compiler::Target& t) {
+    return compiler::compile_unary(op, dtype, count, t, name);
+  });
 }
 
 #define SPYRE_UNARY(fn, op, aten_name)                                                            \
