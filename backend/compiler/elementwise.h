@@ -1,7 +1,6 @@
-// The kernel compiler's first family: elementwise binary ops over contiguous tensors
-// of equal shape, tiled across the cores with double-buffered DMA. Pure ISA code
-// generation: no torch, no driver, so it is testable and reusable (the simulation
-// benchmark compiles its add with it too).
+// The compiler's target description, and the simplest elementwise entry points:
+// unary and binary ops over contiguous tensors of equal shape (shorthands for
+// compile_pointwise in pointwise.h). Pure ISA code generation: no torch, no driver.
 #pragma once
 
 #include <cstdint>
