@@ -74,23 +74,6 @@ spyre_program_t cached_program(c10::DeviceIndex device, const std::string& key,
   return program;
 }
 
-at::Tensor run_elementwise(const char* name, const std::vector<at::Tensor>& inputs, const ElementwiseCompiler& compile) {
-  const at::Tensor& first = inputs.front();
-  const c10::DeviceGuard guard(first.device());
-  const c10::DeviceIndex device = first.device().index();
-  const auto dtype = *device_dtype(first.scalar_type());
-  const auto count = static_cast<std::uint64_t>(first.numel());
-  at::Tensor out = at::empty(first.sizes(), first.options());
-  const std::string key = std::string(name) + "|" + std::string(isa::to_string(dtype)) + "|" + std::to_string(count);
-  const spyre_program_t program =
-      cached_program(device, key, [&] { return compile(dtype, count, target(device)); }, name);
-  std::vector<std::uint64_t> args;
-  for (const auto& t : inputs) args.push_back(reinterpret_cast<std::uint64_t>(t.data_ptr()));
-  args.push_back(reinterpret_cast<std::uint64_t>(out.data_ptr()));
-  launch(device, program, args, name);
-  return out;
-}
-
 KernelCacheStats kernel_cache_stats() {
   const std::lock_guard lock(g_mutex);
   return g_stats;

@@ -30,22 +30,26 @@ spyre_program_t cached_program(c10::DeviceIndex device, const std::string& key,
 KernelCacheStats kernel_cache_stats();
 void reset_kernel_cache_stats();
 
-// The device dtype computing kernels for a tensor dtype, if the device kernels take it.
+// The device dtype for a tensor dtype, if the device's vector and DMA units take it
+// (int64, float64, uint8 and complex run on the CPU).
 inline std::optional<isa::DType> device_dtype(c10::ScalarType t) {
   switch (t) {
     case c10::kFloat: return isa::DType::fp32;
     case c10::kHalf: return isa::DType::fp16;
     case c10::kBFloat16: return isa::DType::bf16;
+    case c10::kInt: return isa::DType::int32;
+    case c10::kChar: return isa::DType::int8;
+    case c10::kBool: return isa::DType::boolean;
     default: return std::nullopt;
   }
 }
 
-// Runs an elementwise kernel on contiguous, same-shape, same-dtype `inputs` of one
-// device into a new output tensor like inputs[0]: compiled once per op, dtype and
-// element count (then cached), launched with the inputs' addresses and the output's.
-using ElementwiseCompiler =
-    std::function<std::vector<std::uint8_t>(isa::DType, std::uint64_t count, const compiler::Target&)>;
-at::Tensor run_elementwise(const char* name, const std::vector<at::Tensor>& inputs, const ElementwiseCompiler& compile);
+// The floating dtypes the compute arrays multiply (fp32, fp16, bf16).
+inline std::optional<isa::DType> device_float_dtype(c10::ScalarType t) {
+  const auto d = device_dtype(t);
+  if (d && isa::is_float(*d)) return d;
+  return std::nullopt;
+}
 
 // The compiler's view of a device (cores, scratchpad) and its config hash.
 const compiler::Target& target(c10::DeviceIndex device);

@@ -17,7 +17,7 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   const bool b_transposed = !b_plain && mat2.dim() == 2 && mat2.t().is_contiguous();
   const bool on_device = self.device().type() == c10::DeviceType::PrivateUse1 && mat2.device() == self.device() &&
                          self.dim() == 2 && mat2.dim() == 2 && self.size(1) == mat2.size(0) &&
-                         self.scalar_type() == mat2.scalar_type() && device_dtype(self.scalar_type()) &&
+                         self.scalar_type() == mat2.scalar_type() && device_float_dtype(self.scalar_type()) &&
                          self.is_contiguous() && (b_plain || b_transposed) && self.numel() > 0 && mat2.numel() > 0;
   if (!on_device) {
     count_fallback("aten::mm");
@@ -29,7 +29,7 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   shape.m = static_cast<std::uint64_t>(self.size(0));
   shape.k = static_cast<std::uint64_t>(self.size(1));
   shape.n = static_cast<std::uint64_t>(mat2.size(1));
-  shape.dtype = *device_dtype(self.scalar_type());
+  shape.dtype = *device_float_dtype(self.scalar_type());
   shape.b_transposed = b_transposed;
   at::Tensor out = at::empty({self.size(0), mat2.size(1)}, self.options());
   const std::string key = "aten::mm|" + std::string(isa::to_string(shape.dtype)) + "|" + std::to_string(shape.m) + "x" +

@@ -55,6 +55,10 @@ double lowest(isa::DType t) {
   }
 }
 
+// The vector units do arithmetic on bool as int8 (0/1 values; the conversion back to
+// bool maps nonzero to true, so add is "or" and mul is "and", as in PyTorch).
+isa::DType arithmetic(isa::DType t) { return t == isa::DType::boolean ? isa::DType::int8 : t; }
+
 bool commutative(const Step& s) {
   if (s.kind == Step::Kind::binary) {
     const auto op = static_cast<isa::BinaryOp>(s.op);
@@ -184,6 +188,7 @@ class Walker {
   // `r` (a constant, or a register of a smaller form) spread to `form`, in dtype `t`.
   Ref spread(const Ref& r, Form form, isa::DType t) {
     if (!r.constant && r.form == form) return as_dtype(r, t);
+    if (t == isa::DType::boolean && !r.constant) return as_dtype(spread(r, form, isa::DType::int8), t);
     const std::string key = (r.constant ? "k" + exact(r.value) : r.key) + "^" +
                             std::to_string(static_cast<int>(form)) + dtype_name(t);
     Ref m{.key = key, .addr = reg(key, form, t, false, slot_), .form = form, .dtype = t};
@@ -245,14 +250,15 @@ class Walker {
         case Step::Kind::convert: {
           need(1);
           Ref a = resolve(s.args[0], steps);
-          if (a.constant) a = spread(a, Form::scalar, s.dtype);
-          a = as_dtype(a, s.dtype);
+          const isa::DType t = s.kind == Step::Kind::convert ? s.dtype : arithmetic(s.dtype);
+          if (a.constant) a = spread(a, Form::scalar, t);
+          a = as_dtype(a, t);
           if (s.kind == Step::Kind::convert) {
             steps.push_back(a);
             break;
           }
-          const Ref d = destination(j, a.form, s.dtype);
-          add(isa::VUnary{.op = static_cast<isa::UnaryOp>(s.op), .dtype = s.dtype, .src = a.addr, .dst = d.addr,
+          const Ref d = destination(j, a.form, t);
+          add(isa::VUnary{.op = static_cast<isa::UnaryOp>(s.op), .dtype = t, .src = a.addr, .dst = d.addr,
                           .count = count(a.form, e_)});
           steps.push_back(d);
           break;
@@ -270,13 +276,14 @@ class Walker {
               op = static_cast<std::uint8_t>(mirrored(static_cast<isa::CompareOp>(op)));
             }
           }
-          a = spread(a, form, s.dtype);
-          b = as_dtype(b, s.dtype);
+          const isa::DType t = s.kind == Step::Kind::binary ? arithmetic(s.dtype) : s.dtype;
+          a = spread(a, form, t);
+          b = as_dtype(b, t);
           const auto [rows, cols] = shape_of(form);
-          const isa::DType result = s.kind == Step::Kind::compare ? isa::DType::boolean : s.dtype;
+          const isa::DType result = s.kind == Step::Kind::compare ? isa::DType::boolean : t;
           const Ref d = destination(j, form, result);
           if (s.kind == Step::Kind::binary) {
-            add(isa::VBinary{.op = static_cast<isa::BinaryOp>(op), .dtype = s.dtype, .bcast = bcast(b, form), .a = a.addr,
+            add(isa::VBinary{.op = static_cast<isa::BinaryOp>(op), .dtype = t, .bcast = bcast(b, form), .a = a.addr,
                              .b = b.addr, .dst = d.addr, .rows = rows, .cols = cols, .imm = b.value});
           } else {
             add(isa::VCompare{.op = static_cast<isa::CompareOp>(op), .dtype = s.dtype, .bcast = bcast(b, form),

@@ -1,0 +1,117 @@
+#include "aten/pointwise.h"
+
+#include <cmath>
+
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include "aten/kernel_cache.h"
+#include "runtime/launch.h"
+
+namespace spyre::backend {
+
+using compiler::Step;
+using compiler::Value;
+
+bool device_can_run(const at::TensorIteratorBase& iter) {
+  std::optional<c10::Device> device;
+  for (int arg = 0; arg < iter.ntensors(); ++arg) {
+    if (arg >= iter.noutputs() && iter.is_cpu_scalar(arg)) {
+      if (c10::isComplexType(iter.dtype(arg))) return false;
+      continue;
+    }
+    const c10::Device d = iter.device(arg);
+    if (d.type() != c10::DeviceType::PrivateUse1 || (device && *device != d)) return false;
+    device = d;
+    if (!device_dtype(iter.dtype(arg))) return false;
+  }
+  return device.has_value();
+}
+
+isa::DType compute_dtype(c10::ScalarType common, std::size_t steps) {
+  const isa::DType t = *device_dtype(common);
+  if (steps > 1 && (t == isa::DType::fp16 || t == isa::DType::bf16)) return isa::DType::fp32;
+  return t;
+}
+
+namespace {
+
+double rounded(double v, c10::ScalarType t) {
+  switch (t) {
+    case c10::kHalf: return static_cast<float>(c10::Half(static_cast<float>(v)));
+    case c10::kBFloat16: return static_cast<float>(c10::BFloat16(static_cast<float>(v)));
+    case c10::kFloat: return static_cast<float>(v);
+    case c10::kBool: return v != 0 ? 1 : 0;
+    case c10::kInt:
+    case c10::kChar: return std::trunc(v);
+    default: return v;
+  }
+}
+
+}  // namespace
+
+void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>& steps,
+                   std::optional<c10::ScalarType> round_scalars_to) {
+  if (iter.numel() == 0) return;
+  TORCH_INTERNAL_ASSERT(iter.noutputs() == 1, "spyre: pointwise kernels have one output");
+  compiler::PointwiseKernel k;
+  for (const auto d : iter.shape()) k.shape.push_back(static_cast<std::uint64_t>(d));
+  const auto operand = [&](int arg) {
+    compiler::Operand o;
+    o.dtype = *device_dtype(iter.dtype(arg));
+    const auto size = static_cast<std::int64_t>(isa::dtype_size(o.dtype));
+    for (const auto s : iter.strides(arg)) o.strides.push_back(s / size);
+    return o;
+  };
+  k.output = operand(0);
+  std::vector<int> args;              // iterator operand of each kernel input
+  std::vector<Value> remap;           // iterator input -> kernel value
+  for (int i = 0; i < iter.ninputs(); ++i) {
+    const int arg = iter.noutputs() + i;
+    if (iter.is_cpu_scalar(arg)) {
+      const double v = iter.scalar_value<double>(arg);
+      remap.push_back(Value::constant(round_scalars_to ? rounded(v, *round_scalars_to) : v));
+    } else {
+      remap.push_back(Value::input(static_cast<std::uint32_t>(k.inputs.size())));
+      k.inputs.push_back(operand(arg));
+      args.push_back(arg);
+    }
+  }
+  for (Step s : steps) {
+    for (Value& v : s.args) {
+      if (v.kind == Value::Kind::input) v = remap.at(v.index);
+    }
+    k.steps.push_back(s);
+  }
+  TORCH_CHECK(!k.inputs.empty(), "spyre: ", name, " needs at least one spyre tensor input (all inputs are CPU scalars)");
+  const c10::Device device = iter.device(0);
+  const c10::DeviceGuard guard(device);
+  const std::string key = std::string(name) + "|" + k.key();
+  const spyre_program_t program = cached_program(
+      device.index(), key, [&] { return compiler::compile_pointwise(k, target(device.index()), name); }, name);
+  std::vector<std::uint64_t> addresses;
+  const auto address = [&](int arg, const compiler::Operand& o) {
+    const std::int64_t low = compiler::lowest_offset(k.shape, o.strides);
+    return reinterpret_cast<std::uint64_t>(static_cast<char*>(iter.data_ptr(arg)) +
+                                           low * static_cast<std::int64_t>(isa::dtype_size(o.dtype)));
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) addresses.push_back(address(args[i], k.inputs[i]));
+  addresses.push_back(address(0, k.output));
+  launch(device.index(), program, addresses, name);
+}
+
+bool device_copy(const at::Tensor& dst, const at::Tensor& src) {
+  if (!device_dtype(dst.scalar_type()) || !device_dtype(src.scalar_type())) return false;
+  auto iter = at::TensorIteratorConfig()
+                  .add_output(dst)
+                  .add_const_input(src)
+                  .resize_outputs(false)
+                  .check_all_same_dtype(false)
+                  .check_all_same_device(true)
+                  .build();
+  run_pointwise("aten::copy_", iter, {});
+  return true;
+}
+
+}  // namespace spyre::backend

@@ -1,0 +1,39 @@
+// Running pointwise kernels (compiler/pointwise.h) over a TensorIterator: the
+// iterator does PyTorch's broadcasting, type promotion, output allocation/resizing
+// and dimension coalescing; its shape and per-operand strides become the kernel's
+// IR, so broadcast and strided operands are read by DMA descriptors (no copies).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include <ATen/TensorIterator.h>
+
+#include "compiler/pointwise.h"
+
+namespace spyre::backend {
+
+// Whether the device can run `iter`: every tensor operand on one spyre device in a
+// dtype the device computes (fp32, fp16, bf16, int32, int8, bool); CPU scalars any
+// real dtype.
+bool device_can_run(const at::TensorIteratorBase& iter);
+
+// The dtype to compute a `steps`-step expression in for the iterator's common dtype:
+// fp16/bf16 go through fp32 when there is more than one step (one rounding, as the
+// CPU's opmath does).
+isa::DType compute_dtype(c10::ScalarType common, std::size_t steps);
+
+// Runs `steps` (Value::input(i) = the iterator's i-th input) on the device, on the
+// current stream; CPU scalar inputs become constants (rounded to `round_scalars_to`
+// when given, as the CPU's comparison kernels see them; arithmetic keeps them exact,
+// as PyTorch's opmath does). The kernel is compiled once per shape, strides, dtypes,
+// steps and constants (kernel_cache.h).
+void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<compiler::Step>& steps,
+                   std::optional<c10::ScalarType> round_scalars_to = std::nullopt);
+
+// dst = src on dst's device, with dtype conversion, any strides on both sides and src
+// broadcast to dst's shape. Both on the same spyre device; false if a dtype is not a
+// device dtype (the caller copies another way).
+bool device_copy(const at::Tensor& dst, const at::Tensor& src);
+
+}  // namespace spyre::backend
