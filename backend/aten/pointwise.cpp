@@ -31,6 +31,8 @@ bool device_can_run(const at::TensorIteratorBase& iter) {
 
 isa::DType compute_dtype(c10::ScalarType common, std::size_t steps) {
   const isa::DType t = *device_dtype(common);
+  // One rounding at the end, as the CPU's vectorised opmath kernels do (its scalar
+  // tails round alpha * b to fp16/bf16 first: up to half an ulp of alpha * b apart).
   if (steps > 1 && (t == isa::DType::fp16 || t == isa::DType::bf16)) return isa::DType::fp32;
   return t;
 }

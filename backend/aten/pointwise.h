@@ -18,9 +18,8 @@ namespace spyre::backend {
 // real dtype.
 bool device_can_run(const at::TensorIteratorBase& iter);
 
-// The dtype to compute a `steps`-step expression in for the iterator's common dtype:
-// fp16/bf16 go through fp32 when there is more than one step (one rounding, as the
-// CPU's opmath does).
+// The dtype to compute a `steps`-step expression in for the common dtype: fp16/bf16
+// go through fp32 when there is more than one step (one rounding, as opmath).
 isa::DType compute_dtype(c10::ScalarType common, std::size_t steps);
 
 // Runs `steps` (Value::input(i) = the iterator's i-th input) on the device, on the

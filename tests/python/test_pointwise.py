@@ -1,0 +1,199 @@
+"""Pointwise device kernels over every operand layout PyTorch produces: odd sizes,
+non-contiguous views, broadcasting, scalars, 0-d and zero-size tensors, mixed dtypes,
+in-place and out=. Every case compares with the CPU and checks that nothing fell back."""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def rand(shape, dtype, seed, positive=False):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype == torch.int32:
+        return torch.randint(-50, 50, shape, generator=g, dtype=torch.int32)
+    t = torch.randn(shape, generator=g)
+    return (t.abs() + 0.5 if positive else t).to(dtype)
+
+
+def layouts(n, dtype, seed, positive=False):
+    """(name, cpu a, cpu b) pairs: the same math over different memory layouts."""
+    base = rand((3, n), dtype, seed, positive)
+    other = rand((3, n), dtype, seed + 1, positive)
+    wide = rand((n, 6), dtype, seed + 2, positive)
+    yield "contiguous", base, other
+    yield "transposed", wide.t(), rand((6, n), dtype, seed + 3, positive)
+    yield "strided slice", rand((3, 2 * n), dtype, seed + 4, positive)[:, ::2], other
+    yield "row broadcast", base, rand((n,), dtype, seed + 5, positive)
+    yield "column broadcast", base, rand((3, 1), dtype, seed + 6, positive)
+    yield "lhs broadcast", rand((1, n), dtype, seed + 7, positive), base
+    yield "0-d operand", base, rand((), dtype, seed + 8, positive)
+    yield "expanded", rand((3, 1), dtype, seed + 9, positive).expand(3, n), rand((1, n), dtype, seed + 10, positive)
+
+
+def on_device(t):
+    return t.to("spyre") if isinstance(t, torch.Tensor) else t
+
+
+def check(fn, *args, atol=None, **kwargs):
+    """fn on the device equals fn on the CPU (dtype tolerance), without falling back."""
+    torch.spyre.reset_fallback_counts()
+    got = fn(*[on_device(a) for a in args], **kwargs)
+    counts = torch.spyre.fallback_counts()
+    want = fn(*args, **kwargs)
+    assert got.device.type == "spyre"
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if atol is None:
+        assert_close(got.cpu(), want, equal_nan=True)
+    else:
+        rtol = {torch.float32: 1.3e-6, torch.float16: 1e-3, torch.bfloat16: 1.6e-2}[want.dtype]
+        assert_close(got.cpu(), want, equal_nan=True, atol=atol, rtol=rtol)
+    assert counts == {}, counts
+
+
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    "maximum": torch.maximum, "minimum": torch.minimum,
+    "add alpha": lambda a, b: torch.add(a, b, alpha=3), "sub alpha": lambda a, b: torch.sub(a, b, alpha=0.5),
+    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+}
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 4097])
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_ops_over_every_layout(name, dtype, n):
+    for layout, a, b in layouts(n, dtype, seed=n, positive=name == "div"):
+        atol = None
+        if "alpha" in name:
+            # The CPU's scalar tail rounds alpha * b to the dtype before adding, its
+            # vector body does not (we never do): half an ulp of |alpha * b| apart.
+            atol = torch.finfo(dtype).eps * 3 * b.abs().max().item() * 1.01
+        try:
+            check(BINARY[name], a, b, atol=atol)
+        except AssertionError as e:
+            raise AssertionError(f"{name} {layout}: {e}") from e
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "maximum", "minimum", "eq", "lt", "ge", "div"])
+def test_int32_operands(name):
+    for layout, a, b in layouts(1000, torch.int32, seed=5):
+        if name == "div":
+            b = b.abs() + 1  # true division: the result is float
+        check(BINARY[name], a, b)
+
+
+@pytest.mark.parametrize("name", ["add", "mul", "maximum", "minimum", "eq", "ne", "lt"])
+def test_bool_operands(name):
+    for layout, a, b in layouts(77, torch.bool, seed=6):
+        check(BINARY[name], a, b)
+
+
+def test_python_scalars_and_promotion():
+    x = rand((5, 33), torch.float16, 1)
+    i = rand((5, 33), torch.int32, 2)
+    f = rand((5, 33), torch.float32, 3)
+    check(lambda t: t + 2.5, x)
+    check(lambda t: t * -3, x)
+    check(lambda t: 1 - t, x)
+    check(lambda t: t / 7, i)           # int32 / int -> float32
+    check(lambda t: t + 0.5, i)         # int32 + float -> float32
+    check(lambda t: t * 3, i)           # stays int32
+    check(lambda t, u: t + u, x, f)     # fp16 + fp32 -> fp32
+    check(lambda t, u: t * u, i, x)     # int32 * fp16 -> fp16
+    check(lambda t: t == 0.1, x)        # the scalar compares rounded to fp16, as on the CPU
+    check(lambda t: t > 1, i)
+    check(lambda t, u: t + u, x, torch.tensor(2.0))  # a 0-d CPU tensor operand
+    check(lambda t, s: s + t, x, torch.tensor(1.5, dtype=torch.float16))  # 0-d CPU tensor, not a wrapped number
+
+
+def test_zero_size_and_0d_tensors():
+    for shape in [(0,), (3, 0), ()]:
+        a, b = rand(shape, torch.float32, 1), rand(shape, torch.float32, 2)
+        check(torch.add, a, b)
+        check(torch.exp, a)
+        check(torch.lt, a, b)
+        check(lambda t: torch.where(t > 0, t, 0.0), a)
+
+
+def test_in_place_and_out_variants_write_through_views():
+    a = rand((6, 40), torch.float32, 1)
+    b = rand((40,), torch.float32, 2)
+    d = a.to("spyre")
+    torch.spyre.reset_fallback_counts()
+    dt = d.t()                      # a non-contiguous view of the device tensor
+    dt.mul_(2)
+    d[:, ::3].add_(b.to("spyre")[::3], alpha=2)
+    d.exp_()
+    want = a.clone()
+    want.t().mul_(2)
+    want[:, ::3].add_(b[::3], alpha=2)
+    want.exp_()
+    assert_close(d.cpu(), want)
+    out = torch.empty(40, 6, device="spyre").t()  # out= into a transposed view
+    torch.mul(d, 3, out=out)
+    assert_close(out.cpu(), want * 3)
+    resized = torch.empty(0, device="spyre")       # out= resized by the op
+    torch.sigmoid(d, out=resized)
+    assert_close(resized.cpu(), torch.sigmoid(want))
+    mask = torch.empty(6, 40, dtype=torch.bool, device="spyre")
+    torch.gt(d, 1.0, out=mask)
+    assert torch.equal(mask.cpu(), want > 1.0)
+    f = a.to("spyre")
+    f.lt_(0)                        # in-place comparison: bool converted to float
+    assert torch.equal(f.cpu(), (a < 0).float())
+    assert torch.spyre.fallback_counts() == {}
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int32], ids=str)
+def test_where_and_clamp(dtype):
+    x = rand((7, 130), dtype, 1)
+    y = rand((130,), dtype, 2)
+    cond = rand((7, 1), torch.bool, 3)
+    check(torch.where, cond, x, y)
+    check(lambda c, t: torch.where(c, t, 0), cond, x)
+    check(lambda t: torch.where(t > 0, t, -t), x)
+    check(lambda t: torch.clamp(t, -0.5, 0.5) if dtype != torch.int32 else torch.clamp(t, -5, 5), x)
+    check(lambda t: torch.clamp(t, min=0), x)
+    check(lambda t: torch.clamp(t, max=1), x)
+    lo, hi = rand((130,), dtype, 4) - 1, rand((7, 1), dtype, 5) + 1
+    check(lambda t, a, b: torch.clamp(t, a, b), x, lo, hi)
+    check(lambda t, a: torch.clamp(t, min=a), x, lo)
+
+
+UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "relu": torch.relu, "exp": torch.exp, "log": torch.log,
+    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal, "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh, "silu": torch.nn.functional.silu, "erf": torch.erf, "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_ops_over_views_and_variants(name, dtype):
+    positive = name in ("log", "sqrt", "rsqrt")
+    x = rand((9, 4097), dtype, 11, positive)
+    op = UNARY[name]
+    check(op, x)
+    check(op, x.t())
+    check(op, x[:, 1::5])
+    check(op, x[0, 0])  # 0-d
+    if name not in ("gelu_tanh", "silu", "gelu"):
+        inplace = getattr(torch.Tensor, name + "_")
+        d = x.to("spyre")
+        inplace(d.t())
+        want = x.clone()
+        inplace(want.t())
+        assert_close(d.cpu(), want, equal_nan=True)
+
+
+def test_int_unary_ops_and_float_promotion():
+    i = rand((4, 100), torch.int32, 3)
+    check(torch.neg, i)
+    check(torch.abs, i)
+    check(torch.relu, i)
+    check(torch.exp, i.float().clamp(-5, 5).int())  # int -> float result
