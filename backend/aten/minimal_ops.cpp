@@ -8,6 +8,7 @@
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 
+#include "aten/pointwise.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/driver.h"
 #include "runtime/streams.h"
@@ -113,7 +114,13 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     raw_copy(dst.data_ptr(), self.data_ptr(), bytes, queue_for(device_side), wait);
     return dst;
   }
-  // General case: through the CPU (dtype conversion, strides, broadcasting).
+  // On one device: a pointwise copy kernel (dtype conversion, any strides on both
+  // sides, broadcasting), read and written by DMA descriptors.
+  if (src_dev && dst_dev && self.device() == dst.device() && dst.numel() > 0) {
+    const c10::DeviceGuard guard(dst.device());
+    if (device_copy(dst, self)) return dst;
+  }
+  // Otherwise through the CPU (host sides, other devices, dtypes the device lacks).
   at::Tensor source = src_dev ? download(self) : self;
   if (!dst_dev) {
     dst.copy_(source);

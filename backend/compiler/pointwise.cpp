@@ -188,7 +188,10 @@ class Walker {
   // `r` (a constant, or a register of a smaller form) spread to `form`, in dtype `t`.
   Ref spread(const Ref& r, Form form, isa::DType t) {
     if (!r.constant && r.form == form) return as_dtype(r, t);
-    if (t == isa::DType::boolean && !r.constant) return as_dtype(spread(r, form, isa::DType::int8), t);
+    if (t == isa::DType::boolean && !r.constant) {
+      // To bool first (nonzero, not a truncation to int8), spread as int8, back to bool.
+      return as_dtype(spread(as_dtype(r, t), form, isa::DType::int8), t);
+    }
     const std::string key = (r.constant ? "k" + exact(r.value) : r.key) + "^" +
                             std::to_string(static_cast<int>(form)) + dtype_name(t);
     Ref m{.key = key, .addr = reg(key, form, t, false, slot_), .form = form, .dtype = t};

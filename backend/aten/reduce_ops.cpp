@@ -1,0 +1,253 @@
+// Device kernels for sum, mean, amax, amin (any dims, keepdim, dtype=, out=) and
+// softmax / log_softmax (any dim, half_to_float, out=). The reduced dimensions are
+// permuted last and coalesced into one strided 2-D view when the strides allow (else
+// a device copy makes it contiguous first); compiler/reduce.h does the rest. Results
+// the device cannot hold (int64 sums of integers) run on the CPU, counted.
+#include <ATen/WrapDimUtils.h>
+#include <ATen/native/ReduceOpsUtils.h>
+#include <ATen/native/Resize.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "aten/cpu_fallback.h"
+#include "aten/kernel_cache.h"
+#include "compiler/pointwise.h"
+#include "compiler/reduce.h"
+#include "runtime/launch.h"
+
+namespace spyre::backend {
+namespace {
+
+std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+
+// Dims [first, last) of t as one (size, stride), if they coalesce (size-1 dims skipped).
+struct Run {
+  std::int64_t size = 1, stride = 1;
+  bool ok = true;
+};
+Run coalesce(const at::Tensor& t, std::int64_t first, std::int64_t last) {
+  std::int64_t size = 1, stride = 1;
+  bool any = false;
+  for (std::int64_t d = last - 1; d >= first; --d) {
+    if (t.size(d) == 1) continue;
+    if (!any) {
+      size = t.size(d);
+      stride = t.stride(d);
+      any = true;
+    } else if (t.stride(d) == stride * size) {
+      size *= t.size(d);
+    } else {
+      return Run{0, 0, false};
+    }
+  }
+  return Run{size, any ? stride : 1, true};
+}
+
+// Writes `result` into `out` (resizing it), or returns result when there is no out.
+at::Tensor deliver(const at::Tensor& result, at::Tensor out) {
+  if (!out.defined()) return result;
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+  return out;
+}
+
+at::Tensor reduce(const char* name, isa::ReduceOp op, bool mean, at::Tensor out, const at::Tensor& self,
+                  at::OptionalIntArrayRef dims, bool keepdim, std::optional<c10::ScalarType> dtype) {
+  c10::ScalarType result_type = self.scalar_type();
+  if (dtype) {
+    result_type = *dtype;
+  } else if (out.defined()) {
+    result_type = out.scalar_type();
+  } else if (op == isa::ReduceOp::sum && !mean && at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) {
+    result_type = at::kLong;
+  }
+  if (mean) {
+    TORCH_CHECK(at::isFloatingType(result_type), "mean(): could not infer output dtype. Input dtype must be either a "
+                "floating point or complex dtype. Got: ", result_type);
+  }
+  const std::int64_t ndim = self.dim();
+  const auto mask = at::native::make_dim_mask(dims, std::max<std::int64_t>(ndim, 1));
+  std::vector<std::int64_t> kept, reduced, shape;
+  for (std::int64_t d = 0; d < ndim; ++d) {
+    (mask[d] ? reduced : kept).push_back(d);
+    if (!mask[d]) {
+      shape.push_back(self.size(d));
+    } else if (keepdim) {
+      shape.push_back(1);
+    }
+  }
+  const auto cpu_result = [&] {
+    at::Tensor c = self.cpu();
+    if (op == isa::ReduceOp::max) return at::amax(c, dims.value_or(at::IntArrayRef{}), keepdim);
+    if (op == isa::ReduceOp::min) return at::amin(c, dims.value_or(at::IntArrayRef{}), keepdim);
+    return mean ? at::mean(c, dims, keepdim, dtype) : at::sum(c, dims, keepdim, dtype);
+  };
+  const auto in_t = device_dtype(self.scalar_type()), out_t = device_dtype(result_type);
+  const bool reducible = in_t && out_t && *in_t != isa::DType::boolean && *out_t != isa::DType::int8 &&
+                         (isa::is_float(*in_t) || !isa::is_float(*out_t) || op != isa::ReduceOp::sum) &&
+                         (isa::is_float(*in_t) == isa::is_float(*out_t));
+  if (self.numel() == 0) {
+    // Nothing to read: sum is 0, mean NaN; amax/amin raise (or return empty) as on the CPU.
+    if (op != isa::ReduceOp::sum) return deliver(cpu_result().to(self.device()), out);
+    at::Tensor r = at::empty(shape, self.options().dtype(result_type));
+    r.fill_(mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+    return deliver(r, out);
+  }
+  if (!reducible) {
+    count_fallback(name);
+    return deliver(cpu_result().to(self.device()), out);
+  }
+  // Kept dims first, reduced last: one strided 2-D view if the strides coalesce.
+  std::vector<std::int64_t> perm = kept;
+  perm.insert(perm.end(), reduced.begin(), reduced.end());
+  at::Tensor v = ndim == 0 ? self.reshape({1}) : self.permute(perm);
+  const auto nk = static_cast<std::int64_t>(kept.size());
+  auto a = coalesce(v, 0, nk), r = coalesce(v, nk, v.dim());
+  if (!a.ok || !r.ok) {
+    v = v.contiguous();
+    a = coalesce(v, 0, nk);
+    r = coalesce(v, nk, v.dim());
+  }
+  TORCH_INTERNAL_ASSERT(a.ok && r.ok, "spyre: a contiguous tensor's dims coalesce");
+  compiler::ReduceShape s;
+  s.outer = u64(a.size);
+  s.reduced = u64(r.size);
+  s.outer_stride = a.stride;
+  s.reduced_stride = r.stride;
+  s.in = *in_t;
+  s.out = *out_t;
+  s.op = op;
+  s.scale = mean ? 1.0 / static_cast<double>(s.reduced) : 1.0;
+  const c10::DeviceGuard guard(self.device());
+  const c10::DeviceIndex device = self.device().index();
+  at::Tensor result = at::empty(shape, self.options().dtype(result_type));
+  const std::string key = std::string(name) + "|" + std::to_string(s.outer) + "x" + std::to_string(s.reduced) + "|" +
+                          std::to_string(s.outer_stride) + "," + std::to_string(s.reduced_stride) + "|" +
+                          std::string(isa::to_string(s.in)) + ">" + std::string(isa::to_string(s.out)) +
+                          (mean ? "|mean" : "");
+  const spyre_program_t program =
+      cached_program(device, key, [&] { return compiler::compile_reduce(s, target(device), name); }, name);
+  const std::int64_t low = compiler::lowest_offset({s.outer, s.reduced}, {s.outer_stride, s.reduced_stride});
+  launch(device, program,
+         {reinterpret_cast<std::uint64_t>(static_cast<char*>(v.data_ptr()) + low * v.element_size()),
+          reinterpret_cast<std::uint64_t>(result.data_ptr())},
+         name);
+  return deliver(result, out);
+}
+
+at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                   std::optional<c10::ScalarType> dtype) {
+  return reduce("aten::sum", isa::ReduceOp::sum, false, at::Tensor(), self, dims, keepdim, dtype);
+}
+at::Tensor& sum_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                    std::optional<c10::ScalarType> dtype, at::Tensor& out) {
+  reduce("aten::sum.out", isa::ReduceOp::sum, false, out, self, dims, keepdim, dtype);
+  return out;
+}
+at::Tensor sum(const at::Tensor& self, std::optional<c10::ScalarType> dtype) {
+  return reduce("aten::sum", isa::ReduceOp::sum, false, at::Tensor(), self, std::nullopt, false, dtype);
+}
+at::Tensor mean_dim(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                    std::optional<c10::ScalarType> dtype) {
+  return reduce("aten::mean", isa::ReduceOp::sum, true, at::Tensor(), self, dims, keepdim, dtype);
+}
+at::Tensor& mean_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                     std::optional<c10::ScalarType> dtype, at::Tensor& out) {
+  reduce("aten::mean.out", isa::ReduceOp::sum, true, out, self, dims, keepdim, dtype);
+  return out;
+}
+at::Tensor mean(const at::Tensor& self, std::optional<c10::ScalarType> dtype) {
+  return reduce("aten::mean", isa::ReduceOp::sum, true, at::Tensor(), self, std::nullopt, false, dtype);
+}
+at::Tensor amax(const at::Tensor& self, at::IntArrayRef dims, bool keepdim) {
+  return reduce("aten::amax", isa::ReduceOp::max, false, at::Tensor(), self, dims, keepdim, std::nullopt);
+}
+at::Tensor& amax_out(const at::Tensor& self, at::IntArrayRef dims, bool keepdim, at::Tensor& out) {
+  reduce("aten::amax.out", isa::ReduceOp::max, false, out, self, dims, keepdim, std::nullopt);
+  return out;
+}
+at::Tensor amin(const at::Tensor& self, at::IntArrayRef dims, bool keepdim) {
+  return reduce("aten::amin", isa::ReduceOp::min, false, at::Tensor(), self, dims, keepdim, std::nullopt);
+}
+at::Tensor& amin_out(const at::Tensor& self, at::IntArrayRef dims, bool keepdim, at::Tensor& out) {
+  reduce("aten::amin.out", isa::ReduceOp::min, false, out, self, dims, keepdim, std::nullopt);
+  return out;
+}
+
+// ---- softmax ---------------------------------------------------------------------
+
+at::Tensor softmax(const char* name, bool log, at::Tensor out, const at::Tensor& self, std::int64_t dim,
+                   bool half_to_float) {
+  const c10::ScalarType result_type = half_to_float ? at::kFloat : self.scalar_type();
+  TORCH_CHECK(!half_to_float || self.scalar_type() == at::kHalf,
+              "conversion is supported for Half type only");
+  const std::int64_t d = at::maybe_wrap_dim(dim, self.dim());
+  const auto in_t = device_float_dtype(self.scalar_type()), out_t = device_float_dtype(result_type);
+  if (!in_t || !out_t) {
+    count_fallback(name);
+    at::Tensor c = self.cpu();
+    return deliver((log ? at::_log_softmax(c, dim, half_to_float) : at::_softmax(c, dim, half_to_float)).to(self.device()),
+                   out);
+  }
+  at::Tensor result = at::empty(self.sizes(), self.options().dtype(result_type));
+  if (self.numel() == 0) return deliver(result, out);
+  // Rows along `dim`, contiguous: move dim last and make that layout dense.
+  at::Tensor x = self.dim() == 0 ? self.reshape({1, 1}) : self.movedim(d, -1).contiguous();
+  at::Tensor y = self.dim() == 0 ? result.reshape({1, 1}) : at::empty(x.sizes(), x.options().dtype(result_type));
+  compiler::SoftmaxShape s;
+  s.cols = u64(x.size(-1));
+  s.rows = u64(x.numel()) / s.cols;
+  s.row_stride = static_cast<std::int64_t>(s.cols);
+  s.in = *in_t;
+  s.out = *out_t;
+  s.log = log;
+  const c10::DeviceGuard guard(self.device());
+  const c10::DeviceIndex device = self.device().index();
+  const std::string key = std::string(name) + "|" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "|" +
+                          std::string(isa::to_string(s.in)) + ">" + std::string(isa::to_string(s.out));
+  const spyre_program_t program =
+      cached_program(device, key, [&] { return compiler::compile_softmax(s, target(device), name); }, name);
+  launch(device, program,
+         {reinterpret_cast<std::uint64_t>(x.data_ptr()), reinterpret_cast<std::uint64_t>(y.data_ptr())}, name);
+  if (self.dim() > 0 && d != self.dim() - 1) {
+    result.copy_(y.movedim(-1, d));
+  } else if (self.dim() > 0) {
+    result = y;
+  }
+  return deliver(result, out);
+}
+
+at::Tensor softmax_fn(const at::Tensor& self, std::int64_t dim, bool half_to_float) {
+  return softmax("aten::_softmax", false, at::Tensor(), self, dim, half_to_float);
+}
+at::Tensor& softmax_out(const at::Tensor& self, std::int64_t dim, bool half_to_float, at::Tensor& out) {
+  softmax("aten::_softmax.out", false, out, self, dim, half_to_float);
+  return out;
+}
+at::Tensor log_softmax_fn(const at::Tensor& self, std::int64_t dim, bool half_to_float) {
+  return softmax("aten::_log_softmax", true, at::Tensor(), self, dim, half_to_float);
+}
+at::Tensor& log_softmax_out(const at::Tensor& self, std::int64_t dim, bool half_to_float, at::Tensor& out) {
+  softmax("aten::_log_softmax.out", true, out, self, dim, half_to_float);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("sum.dim_IntList", sum_dim);
+  m.impl("sum.IntList_out", sum_out);
+  m.impl("sum", sum);
+  m.impl("mean.dim", mean_dim);
+  m.impl("mean.out", mean_out);
+  m.impl("mean", mean);
+  m.impl("amax", amax);
+  m.impl("amax.out", amax_out);
+  m.impl("amin", amin);
+  m.impl("amin.out", amin_out);
+  m.impl("_softmax", softmax_fn);
+  m.impl("_softmax.out", softmax_out);
+  m.impl("_log_softmax", log_softmax_fn);
+  m.impl("_log_softmax.out", log_softmax_out);
+}
+
+}  // namespace spyre::backend

@@ -1,0 +1,234 @@
+#include "compiler/reduce.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "compiler/pointwise.h"
+#include "spyre/isa/program.h"
+
+namespace spyre::compiler {
+namespace {
+
+template <class T>
+T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t offset, std::uint32_t sp,
+      std::array<std::uint32_t, 3> shape, std::array<std::int64_t, 3> stride) {
+  T d;
+  d.token = token;
+  d.dtype = dtype;
+  d.arg = arg;
+  d.offset = offset;
+  d.sp_addr = sp;
+  d.shape = shape;
+  d.mem_stride = stride;
+  return d;
+}
+
+std::uint32_t align(std::uint64_t bytes) { return static_cast<std::uint32_t>((bytes + 63) / 64 * 64); }
+
+isa::BinaryOp combine(isa::ReduceOp op) {
+  switch (op) {
+    case isa::ReduceOp::sum: return isa::BinaryOp::add;
+    case isa::ReduceOp::max: return isa::BinaryOp::max;
+    case isa::ReduceOp::min: return isa::BinaryOp::min;
+  }
+  return isa::BinaryOp::add;
+}
+
+// A run of items [first, last) of `total` for each of `cores` cores.
+std::pair<std::uint64_t, std::uint64_t> share(std::uint64_t total, std::uint32_t cores, std::uint32_t core) {
+  return {total * core / cores, total * (core + 1) / cores};
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> compile_reduce(const ReduceShape& s, const Target& target, const std::string& name) {
+  const bool floats = isa::is_float(s.in);
+  if (!floats && s.in != isa::DType::int32 && s.in != isa::DType::int8) {
+    throw std::invalid_argument(name + ": reductions take fp32, fp16, bf16, int32 or int8 input, found " +
+                                std::string(isa::to_string(s.in)));
+  }
+  if (s.outer == 0 || s.reduced == 0) throw std::invalid_argument(name + ": nothing to reduce (zero elements)");
+  const isa::DType acc_t = floats ? isa::DType::fp32 : isa::DType::int32;
+  const std::uint64_t in_size = isa::dtype_size(s.in), out_size = isa::dtype_size(s.out);
+  // Rows when the reduced elements are the adjacent ones, columns when the outputs are.
+  const bool rows_mode = s.outer == 1 || std::llabs(s.reduced_stride) <= std::llabs(s.outer_stride);
+  const std::uint64_t cap = 64 * 1024;  // elements per tile
+  const std::uint64_t a_share = (s.outer + target.cores - 1) / target.cores;
+  std::uint64_t rc = 0, ac = 0;
+  if (rows_mode) {
+    rc = std::min(s.reduced, cap);
+    ac = std::min(a_share, std::max<std::uint64_t>(1, cap / rc));
+  } else {
+    ac = std::min(a_share, cap);
+    rc = std::min(s.reduced, std::max<std::uint64_t>(1, cap / ac));
+  }
+  const auto bytes = [&](std::uint64_t r, std::uint64_t a) {
+    return 2ull * align(r * a * in_size) + 2ull * align(a * 4) + 2ull * align(a * out_size);
+  };
+  while (bytes(rc, ac) > target.scratchpad_bytes) {
+    if (rc == 1 && ac == 1) {
+      throw std::invalid_argument(name + ": reducing " + std::to_string(s.outer) + "x" + std::to_string(s.reduced) +
+                                  " " + std::string(isa::to_string(s.in)) + " needs at least " +
+                                  std::to_string(bytes(1, 1)) + " bytes of scratchpad, the device has " +
+                                  std::to_string(target.scratchpad_bytes));
+    }
+    if (rc >= ac) {
+      rc = std::max<std::uint64_t>(1, rc / 2);
+    } else {
+      ac = std::max<std::uint64_t>(1, ac / 2);
+    }
+  }
+  const std::uint32_t in_bytes = align(rc * ac * in_size);
+  const std::uint32_t sp_in[2] = {0, in_bytes};
+  const std::uint32_t sp_acc = 2 * in_bytes, sp_tmp = sp_acc + align(ac * 4);
+  const std::uint32_t sp_out[2] = {sp_tmp + align(ac * 4), sp_tmp + align(ac * 4) + align(ac * out_size)};
+
+  const std::uint64_t chunks_a = (s.outer + ac - 1) / ac, chunks_r = (s.reduced + rc - 1) / rc;
+  const std::uint32_t cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(target.cores, chunks_a));
+  const std::int64_t low = lowest_offset({s.outer, s.reduced}, {s.outer_stride, s.reduced_stride});
+  isa::ProgramBuilder b(name, cores);
+  for (std::uint32_t core = 0; core < cores; ++core) {
+    const auto [first_a, last_a] = share(chunks_a, cores, core);
+    const std::uint64_t first = first_a * chunks_r, last = last_a * chunks_r;  // units: (a chunk, r chunk)
+    const auto extent = [&](std::uint64_t u) {
+      const std::uint64_t a0 = (u / chunks_r) * ac, r0 = (u % chunks_r) * rc;
+      return std::array<std::uint64_t, 4>{a0, r0, std::min(ac, s.outer - a0), std::min(rc, s.reduced - r0)};
+    };
+    const auto load = [&](std::uint64_t u, std::uint32_t slot) {
+      const auto [a0, r0, alen, rlen] = extent(u);
+      const std::uint64_t offset =
+          static_cast<std::uint64_t>(static_cast<std::int64_t>(a0) * s.outer_stride +
+                                     static_cast<std::int64_t>(r0) * s.reduced_stride - low) * in_size;
+      const auto a = static_cast<std::uint32_t>(alen), r = static_cast<std::uint32_t>(rlen);
+      b.add(core, rows_mode ? dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), s.in, 0, offset, sp_in[slot], {r, a, 1},
+                                                {s.reduced_stride, s.outer_stride, 0})
+                            : dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), s.in, 0, offset, sp_in[slot], {a, r, 1},
+                                                {s.outer_stride, s.reduced_stride, 0}));
+    };
+    std::uint64_t stores = 0;
+    load(first, 0);
+    for (std::uint64_t u = first; u < last; ++u) {
+      const auto slot = static_cast<std::uint32_t>((u - first) % 2);
+      if (u + 1 < last) load(u + 1, 1 - slot);
+      b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
+      const auto [a0, r0, alen, rlen] = extent(u);
+      const auto a = static_cast<std::uint32_t>(alen), r = static_cast<std::uint32_t>(rlen);
+      const bool first_r = r0 == 0, last_r = r0 + rlen == s.reduced;
+      b.add(core, isa::VReduce{.op = s.op, .in = s.in, .out = acc_t, .axis = static_cast<std::uint8_t>(rows_mode ? 1 : 0),
+                               .src = sp_in[slot], .dst = first_r ? sp_acc : sp_tmp, .rows = rows_mode ? a : r,
+                               .cols = rows_mode ? r : a});
+      if (!first_r) {
+        b.add(core, isa::VBinary{.op = combine(s.op), .dtype = acc_t, .bcast = isa::Broadcast::none, .a = sp_acc,
+                                 .b = sp_tmp, .dst = sp_acc, .rows = 1, .cols = a});
+      }
+      if (!last_r) continue;
+      if (s.scale != 1) {
+        b.add(core, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = acc_t, .bcast = isa::Broadcast::immediate,
+                                 .a = sp_acc, .b = 0, .dst = sp_acc, .rows = 1, .cols = a, .imm = s.scale});
+      }
+      const auto oslot = static_cast<std::uint32_t>(stores % 2);
+      if (stores >= 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + oslot))});
+      if (s.out == acc_t) {
+        b.add(core, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = acc_t, .src = sp_acc, .dst = sp_out[oslot], .count = a});
+      } else {
+        b.add(core, isa::VConvert{.from = acc_t, .to = s.out, .src = sp_acc, .dst = sp_out[oslot], .count = a});
+      }
+      b.add(core, dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + oslot), s.out, 1, a0 * out_size, sp_out[oslot],
+                                     {a, 1, 1}, {1, 0, 0}));
+      ++stores;
+    }
+    b.add(core, isa::Wait{.token_mask = 0xf});
+  }
+  return b.build();
+}
+
+std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& s, const Target& target, const std::string& name) {
+  if (!isa::is_float(s.in) || !isa::is_float(s.out)) {
+    throw std::invalid_argument(name + ": softmax takes floating-point tensors");
+  }
+  if (s.rows == 0 || s.cols == 0) throw std::invalid_argument(name + ": nothing to compute (zero elements)");
+  const std::uint64_t in_size = isa::dtype_size(s.in), out_size = isa::dtype_size(s.out);
+  const bool convert_in = s.in != isa::DType::fp32;
+  const auto bytes = [&](std::uint64_t rows) {
+    const std::uint64_t n = rows * s.cols;
+    return 2ull * align(n * in_size) + (convert_in ? align(n * 4) : 0) + 2ull * align(n * 4) + 2ull * align(rows * 4) +
+           2ull * align(n * out_size);
+  };
+  if (bytes(1) > target.scratchpad_bytes) {
+    throw std::invalid_argument(name + ": a row of " + std::to_string(s.cols) + " " +
+                                std::string(isa::to_string(s.in)) + " values needs " + std::to_string(bytes(1)) +
+                                " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
+  }
+  std::uint64_t ac = std::min<std::uint64_t>((s.rows + target.cores - 1) / target.cores,
+                                             std::max<std::uint64_t>(1, 64 * 1024 / s.cols));
+  while (ac > 1 && bytes(ac) > target.scratchpad_bytes) ac /= 2;
+  const std::uint64_t n = ac * s.cols;
+  std::uint32_t next = 0;
+  const auto alloc = [&](std::uint64_t b) {
+    const std::uint32_t at = next;
+    next += align(b);
+    return at;
+  };
+  const std::uint32_t sp_in[2] = {alloc(n * in_size), alloc(n * in_size)};
+  const std::uint32_t sp_x = convert_in ? alloc(n * 4) : 0;
+  const std::uint32_t sp_y = alloc(n * 4), sp_e = alloc(n * 4);
+  const std::uint32_t sp_m = alloc(ac * 4), sp_s = alloc(ac * 4);
+  const std::uint32_t sp_out[2] = {alloc(n * out_size), alloc(n * out_size)};
+
+  const std::uint64_t chunks = (s.rows + ac - 1) / ac;
+  const std::uint32_t cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(target.cores, chunks));
+  const auto cols = static_cast<std::uint32_t>(s.cols);
+  const isa::DType f32 = isa::DType::fp32;
+  isa::ProgramBuilder b(name, cores);
+  for (std::uint32_t core = 0; core < cores; ++core) {
+    const auto [first, last] = share(chunks, cores, core);
+    const auto rows_of = [&](std::uint64_t u) { return static_cast<std::uint32_t>(std::min(ac, s.rows - u * ac)); };
+    const auto offset = [&](std::uint64_t u, std::uint64_t size) {
+      return static_cast<std::uint64_t>(static_cast<std::int64_t>(u * ac) * s.row_stride) * size;
+    };
+    const auto load = [&](std::uint64_t u, std::uint32_t slot) {
+      b.add(core, dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), s.in, 0, offset(u, in_size), sp_in[slot],
+                                    {cols, rows_of(u), 1}, {1, s.row_stride, 0}));
+    };
+    load(first, 0);
+    for (std::uint64_t u = first; u < last; ++u) {
+      const auto slot = static_cast<std::uint32_t>((u - first) % 2);
+      if (u + 1 < last) load(u + 1, 1 - slot);
+      b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
+      if (u >= first + 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
+      const std::uint32_t rows = rows_of(u), count = rows * cols;
+      std::uint32_t x = sp_in[slot];
+      if (convert_in) {
+        b.add(core, isa::VConvert{.from = s.in, .to = f32, .src = x, .dst = sp_x, .count = count});
+        x = sp_x;
+      }
+      const bool direct = s.out == f32;
+      const std::uint32_t result = direct ? sp_out[slot] : sp_e;
+      b.add(core, isa::VReduce{.op = isa::ReduceOp::max, .in = f32, .out = f32, .axis = 1, .src = x, .dst = sp_m,
+                               .rows = rows, .cols = cols});
+      b.add(core, isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = x, .b = sp_m,
+                               .dst = sp_y, .rows = rows, .cols = cols});
+      b.add(core, isa::VUnary{.op = isa::UnaryOp::exp, .dtype = f32, .src = sp_y, .dst = sp_e, .count = count});
+      b.add(core, isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = sp_e, .dst = sp_s,
+                               .rows = rows, .cols = cols});
+      if (s.log) {
+        b.add(core, isa::VUnary{.op = isa::UnaryOp::log, .dtype = f32, .src = sp_s, .dst = sp_s, .count = rows});
+        b.add(core, isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = sp_y,
+                                 .b = sp_s, .dst = result, .rows = rows, .cols = cols});
+      } else {
+        b.add(core, isa::VBinary{.op = isa::BinaryOp::div, .dtype = f32, .bcast = isa::Broadcast::col, .a = sp_e,
+                                 .b = sp_s, .dst = result, .rows = rows, .cols = cols});
+      }
+      if (!direct) {
+        b.add(core, isa::VConvert{.from = f32, .to = s.out, .src = result, .dst = sp_out[slot], .count = count});
+      }
+      b.add(core, dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), s.out, 1, offset(u, out_size), sp_out[slot],
+                                     {cols, rows, 1}, {1, s.row_stride, 0}));
+    }
+    b.add(core, isa::Wait{.token_mask = 0xf});
+  }
+  return b.build();
+}
+
+}  // namespace spyre::compiler

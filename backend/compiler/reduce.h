@@ -1,0 +1,45 @@
+// The kernel compiler's reductions and softmax over a strided 2-D view of the input:
+// `outer` independent results, each over `reduced` elements (the backend permutes and
+// coalesces any set of reduced dimensions into this form).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/elementwise.h"
+#include "spyre/isa/isa.h"
+
+namespace spyre::compiler {
+
+struct ReduceShape {
+  std::uint64_t outer = 1, reduced = 1;
+  std::int64_t outer_stride = 0, reduced_stride = 1;  // input strides, in elements
+  isa::DType in = isa::DType::fp32;
+  isa::DType out = isa::DType::fp32;
+  isa::ReduceOp op = isa::ReduceOp::sum;
+  double scale = 1;  // the result is multiplied by it (mean: 1 / reduced)
+};
+
+// out[a] = scale * reduce_r in[a * outer_stride + r * reduced_stride], accumulated in
+// fp32 (floats) or int32 (integers), stored as a contiguous array of `outer` values.
+// Outputs are split over the cores; each core streams its input tiles with
+// double-buffered DMA: along rows when the reduced elements are adjacent in memory,
+// down columns when the outputs are. Arguments: 0 = in, 1 = out.
+std::vector<std::uint8_t> compile_reduce(const ReduceShape& shape, const Target& target, const std::string& name);
+
+struct SoftmaxShape {
+  std::uint64_t rows = 1, cols = 1;  // softmax along each row of cols contiguous values
+  std::int64_t row_stride = 0;       // in elements (input and output alike)
+  isa::DType in = isa::DType::fp32;
+  isa::DType out = isa::DType::fp32;
+  bool log = false;  // log_softmax
+};
+
+// Each tile holds whole rows in fp32: max, exp(x - max), sum, then divide (softmax)
+// or subtract the log of the sum (log_softmax); one read and one write of the data.
+// Arguments: 0 = in, 1 = out (same layout). Throws std::invalid_argument naming the
+// bytes a row needs when one does not fit the scratchpad.
+std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& shape, const Target& target, const std::string& name);
+
+}  // namespace spyre::compiler
