@@ -37,6 +37,8 @@ const DeviceInfo& info(c10::DeviceIndex device) {
     d.target.cores = p.cores;
     d.target.scratchpad_bytes = p.scratchpad_usable_bytes;
     d.target.stick_bytes = p.stick_bytes;
+    d.target.core_macs_per_s = p.cores > 0 ? p.peak_macs_per_s[SPYRE_MAC_FP16] / p.cores : 0;
+    d.target.dram_bytes_per_s = p.dram_deliverable_bytes_per_s;
     d.hash = p.config_hash;
     it = infos.emplace(device, std::move(d)).first;
   }

@@ -1,50 +1,166 @@
-// Device kernel for mm: 2-D fp32/fp16/bf16 spyre tensors, A contiguous, B contiguous
-// or the transpose of a contiguous matrix (linear's weight.t()); anything else runs on
-// the CPU and is counted.
+// Device kernels for mm, bmm, addmm, baddbmm, addmv (functional, out=, in-place) in fp32,
+// fp16 and bf16; matmul and linear decompose into these. Operands are read in place
+// when each matrix is row- or column-major (transposed views included) with any batch
+// stride (0 for broadcast batches); other layouts get a device copy first. Bias terms
+// (beta * self + alpha * product) run as pointwise device kernels. Other dtypes run on
+// the CPU, counted.
+#include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
 #include "compiler/matmul.h"
-#include "runtime/driver.h"
 #include "runtime/launch.h"
 
 namespace spyre::backend {
 namespace {
 
-at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
-  const bool b_plain = mat2.is_contiguous();
-  const bool b_transposed = !b_plain && mat2.dim() == 2 && mat2.t().is_contiguous();
-  const bool on_device = self.device().type() == c10::DeviceType::PrivateUse1 && mat2.device() == self.device() &&
-                         self.dim() == 2 && mat2.dim() == 2 && self.size(1) == mat2.size(0) &&
-                         self.scalar_type() == mat2.scalar_type() && device_float_dtype(self.scalar_type()) &&
-                         self.is_contiguous() && (b_plain || b_transposed) && self.numel() > 0 && mat2.numel() > 0;
-  if (!on_device) {
-    count_fallback("aten::mm");
-    return at::mm(self.cpu(), mat2.cpu()).to(self.device());
+bool is_spyre(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+// Whether the last two dims of t are a dense matrix: row-major (plain) or column-major.
+enum class Layout { plain, transposed, other };
+Layout layout_of(const at::Tensor& t) {
+  const std::int64_t rows = t.size(-2), cols = t.size(-1);
+  if ((t.stride(-1) == 1 || cols == 1) && (t.stride(-2) == cols || rows == 1)) return Layout::plain;
+  if ((t.stride(-2) == 1 || rows == 1) && (t.stride(-1) == rows || cols == 1)) return Layout::transposed;
+  return Layout::other;
+}
+
+at::Tensor deliver(const at::Tensor& result, const at::Tensor& out) {
+  if (!out.defined()) return result;
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+  return out;
+}
+
+// a @ b for [m, k] @ [k, n] or batched [B, m, k] @ [B, k, n], on the device when it
+// can (else on the CPU, counted), as a new contiguous tensor.
+at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b_in) {
+  const bool batched = a_in.dim() == 3;
+  TORCH_CHECK(a_in.dim() == b_in.dim() && (a_in.dim() == 2 || batched), name, ": expected ",
+              batched ? "3-D" : "2-D", " tensors, got ", a_in.dim(), "-D and ", b_in.dim(), "-D");
+  TORCH_CHECK(a_in.size(-1) == b_in.size(-2), name, ": mat1 and mat2 shapes cannot be multiplied (",
+              a_in.size(-2), "x", a_in.size(-1), " and ", b_in.size(-2), "x", b_in.size(-1), ")");
+  TORCH_CHECK(!batched || a_in.size(0) == b_in.size(0), name, ": batch sizes differ: ", a_in.size(0), " and ",
+              b_in.size(0));
+  TORCH_CHECK(a_in.scalar_type() == b_in.scalar_type(), name, ": expected mat1 and mat2 to have the same dtype, but got: ",
+              a_in.scalar_type(), " != ", b_in.scalar_type());
+  const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
+  const std::int64_t batch = batched ? a_in.size(0) : 1;
+  const auto dtype = device_float_dtype(a_in.scalar_type());
+  if (!dtype || !is_spyre(a_in) || b_in.device() != a_in.device()) {
+    count_fallback(name);
+    const c10::Device device = is_spyre(a_in) ? a_in.device() : b_in.device();
+    return (batched ? at::bmm(a_in.cpu(), b_in.cpu()) : at::mm(a_in.cpu(), b_in.cpu())).to(device);
   }
-  const c10::DeviceGuard guard(self.device());
-  const c10::DeviceIndex device = self.device().index();
-  compiler::MatmulShape shape;
-  shape.m = static_cast<std::uint64_t>(self.size(0));
-  shape.k = static_cast<std::uint64_t>(self.size(1));
-  shape.n = static_cast<std::uint64_t>(mat2.size(1));
-  shape.dtype = *device_float_dtype(self.scalar_type());
-  shape.b_transposed = b_transposed;
-  at::Tensor out = at::empty({self.size(0), mat2.size(1)}, self.options());
-  const std::string key = "aten::mm|" + std::string(isa::to_string(shape.dtype)) + "|" + std::to_string(shape.m) + "x" +
-                          std::to_string(shape.n) + "x" + std::to_string(shape.k) + (b_transposed ? "|bt" : "");
-  const spyre_program_t program = cached_program(
-      device, key, [&] { return compiler::compile_matmul(shape, target(device), "aten::mm"); }, "aten::mm");
+  at::Tensor out = at::empty(batched ? std::vector<std::int64_t>{batch, m, n} : std::vector<std::int64_t>{m, n},
+                             a_in.options());
+  if (out.numel() == 0) return out;
+  if (k == 0) return out.zero_();
+  at::Tensor a = a_in, b = b_in;
+  Layout la = layout_of(a), lb = layout_of(b);
+  if (la == Layout::other) a = a.contiguous(), la = Layout::plain;
+  if (lb == Layout::other) b = b.contiguous(), lb = Layout::plain;
+  compiler::MatmulShape s;
+  s.m = static_cast<std::uint64_t>(m);
+  s.n = static_cast<std::uint64_t>(n);
+  s.k = static_cast<std::uint64_t>(k);
+  s.dtype = *dtype;
+  s.a_transposed = la == Layout::transposed && m > 1;
+  s.b_transposed = lb == Layout::transposed && n > 1;
+  s.batch = static_cast<std::uint64_t>(batch);
+  s.a_batch_stride = batched && batch > 1 ? static_cast<std::uint64_t>(a.stride(0)) : 0;
+  s.b_batch_stride = batched && batch > 1 ? static_cast<std::uint64_t>(b.stride(0)) : 0;
+  const c10::DeviceGuard guard(a.device());
+  const c10::DeviceIndex device = a.device().index();
+  const std::string key = std::string(name) + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(batch) +
+                          "x" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + "|" +
+                          (s.a_transposed ? "at" : "a") + (s.b_transposed ? "bt" : "b") + "|" +
+                          std::to_string(s.a_batch_stride) + "," + std::to_string(s.b_batch_stride);
+  const spyre_program_t program =
+      cached_program(device, key, [&] { return compiler::compile_matmul(s, target(device), name); }, name);
   launch(device, program,
-         {reinterpret_cast<std::uint64_t>(self.data_ptr()), reinterpret_cast<std::uint64_t>(mat2.data_ptr()),
+         {reinterpret_cast<std::uint64_t>(a.data_ptr()), reinterpret_cast<std::uint64_t>(b.data_ptr()),
           reinterpret_cast<std::uint64_t>(out.data_ptr())},
-         "aten::mm");
+         name);
+  return out;
+}
+
+// beta * self + alpha * product, with PyTorch's rule that beta == 0 ignores self.
+at::Tensor with_bias(at::Tensor prod, const at::Tensor& self, const c10::Scalar& beta, const c10::Scalar& alpha) {
+  if (!alpha.equal(1)) prod.mul_(alpha);
+  if (beta.equal(0)) return prod;
+  return beta.equal(1) ? prod.add_(self) : prod.add_(self, beta);
+}
+
+at::Tensor mm(const at::Tensor& a, const at::Tensor& b) { return product("aten::mm", a, b); }
+at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  deliver(product("aten::mm.out", a, b), out);
+  return out;
+}
+at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) { return product("aten::bmm", a, b); }
+at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  deliver(product("aten::bmm.out", a, b), out);
+  return out;
+}
+
+at::Tensor addmm(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                 const c10::Scalar& alpha) {
+  return with_bias(product("aten::addmm", a, b), self, beta, alpha);
+}
+at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                      const c10::Scalar& alpha, at::Tensor& out) {
+  deliver(with_bias(product("aten::addmm.out", a, b), self, beta, alpha), out);
+  return out;
+}
+at::Tensor& addmm_(at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                   const c10::Scalar& alpha) {
+  self.copy_(with_bias(product("aten::addmm_", a, b), self, beta, alpha));
+  return self;
+}
+at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                   const c10::Scalar& alpha) {
+  return with_bias(product("aten::baddbmm", a, b), self, beta, alpha);
+}
+at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                        const c10::Scalar& alpha, at::Tensor& out) {
+  deliver(with_bias(product("aten::baddbmm.out", a, b), self, beta, alpha), out);
+  return out;
+}
+at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                     const c10::Scalar& alpha) {
+  self.copy_(with_bias(product("aten::baddbmm_", a, b), self, beta, alpha));
+  return self;
+}
+
+// Matrix-vector products (mv decomposes into addmv): a matmul with n = 1.
+at::Tensor addmv_fn(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const c10::Scalar& beta,
+                 const c10::Scalar& alpha) {
+  TORCH_CHECK(mat.dim() == 2 && vec.dim() == 1, "vector + matrix @ vector expected, got ", self.dim(), ", ", mat.dim(),
+              ", ", vec.dim());
+  return with_bias(product("aten::addmv", mat, vec.unsqueeze(1)).squeeze(1), self, beta, alpha);
+}
+at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const c10::Scalar& beta,
+                      const c10::Scalar& alpha, at::Tensor& out) {
+  deliver(addmv_fn(self, mat, vec, beta, alpha), out);
   return out;
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("mm", mm); }
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("addmv", addmv_fn);
+  m.impl("addmv.out", addmv_out);
+  m.impl("mm", mm);
+  m.impl("mm.out", mm_out);
+  m.impl("bmm", bmm);
+  m.impl("bmm.out", bmm_out);
+  m.impl("addmm", addmm);
+  m.impl("addmm.out", addmm_out);
+  m.impl("addmm_", addmm_);
+  m.impl("baddbmm", baddbmm);
+  m.impl("baddbmm.out", baddbmm_out);
+  m.impl("baddbmm_", baddbmm_);
+}
 
 }  // namespace spyre::backend

@@ -16,6 +16,9 @@ struct Target {
   std::uint32_t cores = 1;
   std::uint64_t scratchpad_bytes = 0;  // usable by kernels
   std::uint32_t stick_bytes = 128;
+  // For cost models (0: unknown, plans then favour using every core).
+  double core_macs_per_s = 0;   // one core's fp16 multiply-accumulates per second
+  double dram_bytes_per_s = 0;  // the whole device's deliverable DRAM bandwidth
 };
 
 // out[i] = a[i] <op> b[i] for `count` elements of `dtype`. Arguments at launch:

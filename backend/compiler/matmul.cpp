@@ -8,6 +8,8 @@
 namespace spyre::compiler {
 namespace {
 
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
 template <class T>
 T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t element_offset, std::uint32_t sp,
       std::uint32_t cols, std::uint32_t rows, std::int64_t row_stride) {
@@ -22,94 +24,211 @@ T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t ele
   return d;
 }
 
-struct Tiles {
-  std::uint64_t tm, tn, tk;
-  std::uint64_t bytes;
-};
-
 // Scratchpad bytes for tiles: A and B double-buffered, C in fp32, the output copy.
 std::uint64_t footprint(std::uint64_t tm, std::uint64_t tn, std::uint64_t tk, std::uint64_t size) {
   return 2 * (tm * tk + tk * tn) * size + tm * tn * 4 + tm * tn * size;
 }
 
+// Token numbers: DMA loads of A / B into slot s, ring transfers of A / B out of slot s,
+// the store of C.
+constexpr std::uint8_t kDmaA = 0, kDmaB = 2, kRingA = 4, kRingB = 6, kStore = 8;
+std::uint16_t bit(std::uint32_t token) { return static_cast<std::uint16_t>(1u << token); }
+
 }  // namespace
 
-std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& target, const std::string& name) {
+MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
   const std::uint64_t size = isa::dtype_size(s.dtype);
-  // The largest tiles that fit, preferring a long K (fewer fill/drain phases of the
-  // systolic array per MAC) and square output tiles.
-  Tiles t{0, 0, 0, 0};
-  for (const std::uint64_t tmn : {256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
-    for (const std::uint64_t tk : {512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
-      const std::uint64_t tm = std::min(tmn, s.m), tn = std::min(tmn, s.n), tk_ = std::min(tk, s.k);
-      if (footprint(tm, tn, tk_, size) <= target.scratchpad_bytes) {
-        t = {tm, tn, tk_, footprint(tm, tn, tk_, size)};
+  MatmulPlan best;
+  double best_time = -1;
+  for (const std::uint64_t t : {256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
+    const std::uint64_t tm = std::min(t, s.m), tn = std::min(t, s.n);
+    std::uint64_t tk = 0;
+    for (const std::uint64_t c : {512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
+      if (footprint(tm, tn, std::min(c, s.k), size) <= target.scratchpad_bytes) {
+        tk = std::min(c, s.k);
         break;
       }
     }
-    if (t.tm != 0) break;
+    if (tk == 0) continue;
+    const std::uint64_t tiles_m = ceil_div(s.m, tm), tiles_n = ceil_div(s.n, tn);
+    const auto cores = std::max<std::uint32_t>(1, target.cores);
+    for (std::uint32_t gr = 1; gr <= std::min<std::uint64_t>(cores, tiles_m); ++gr) {
+      for (std::uint32_t gc = 1; gc <= std::min<std::uint64_t>(cores / gr, tiles_n); ++gc) {
+        const std::uint32_t groups = cores / (gr * gc);
+        const std::uint64_t sb = s.batch * ceil_div(tiles_m, gr) * ceil_div(tiles_n, gc);
+        const std::uint64_t waves = ceil_div(sb, groups);
+        // Per wave every core multiplies one tm x tn tile over K; the systolic array's
+        // fill and drain cost (R + C - 2 = 14 cycles per fold on 8x8) against
+        // ceil(tk / 8) cycles of streaming makes short K chunks slower.
+        const double stream = static_cast<double>(ceil_div(tk, 8));
+        const double compute = static_cast<double>(waves * tm * tn * s.k) * (stream + 14) / stream;
+        const std::uint64_t read =
+            sb * (std::min<std::uint64_t>(gr * tm, s.m) + std::min<std::uint64_t>(gc * tn, s.n)) * s.k * size;
+        const std::uint64_t bytes = read + s.batch * s.m * s.n * size;
+        double time = compute;
+        if (target.core_macs_per_s > 0 && target.dram_bytes_per_s > 0) {
+          // Overlap is never perfect: charge a part of the shorter of the two as well,
+          // so among compute-bound plans the one moving fewer bytes wins.
+          const double c = compute / target.core_macs_per_s;
+          const double d = static_cast<double>(bytes) / target.dram_bytes_per_s;
+          time = std::max(c, d) + 0.15 * std::min(c, d);
+        }
+        if (best_time < 0 || time < best_time * 0.999) {
+          best_time = time;
+          best = MatmulPlan{tm, tn, tk, gr, gc, groups, sb, read};
+        }
+      }
+    }
   }
-  if (t.tm == 0) {
+  return best;
+}
+
+std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& target, const std::string& name) {
+  const std::uint64_t size = isa::dtype_size(s.dtype);
+  const MatmulPlan p = plan_matmul(s, target);
+  if (p.tm == 0) {
     throw std::invalid_argument(name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
                                 std::to_string(s.k) + ": the smallest tiling needs " +
                                 std::to_string(footprint(std::min<std::uint64_t>(8, s.m), std::min<std::uint64_t>(8, s.n),
                                                          std::min<std::uint64_t>(8, s.k), size)) +
                                 " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
   }
-  const std::uint32_t a_bytes = static_cast<std::uint32_t>(t.tm * t.tk * size);
-  const std::uint32_t b_bytes = static_cast<std::uint32_t>(t.tk * t.tn * size);
+  const auto a_bytes = static_cast<std::uint32_t>(p.tm * p.tk * size);
+  const auto b_bytes = static_cast<std::uint32_t>(p.tk * p.tn * size);
   const std::uint32_t sp_a[2] = {0, a_bytes}, sp_b[2] = {2 * a_bytes, 2 * a_bytes + b_bytes};
   const std::uint32_t sp_c = 2 * a_bytes + 2 * b_bytes;
-  const std::uint32_t sp_o = sp_c + static_cast<std::uint32_t>(t.tm * t.tn * 4);
+  const std::uint32_t sp_o = sp_c + static_cast<std::uint32_t>(p.tm * p.tn * 4);
 
-  const std::uint64_t tiles_m = (s.m + t.tm - 1) / t.tm, tiles_n = (s.n + t.tn - 1) / t.tn;
-  const std::uint64_t tiles = tiles_m * tiles_n, steps = (s.k + t.tk - 1) / t.tk;
-  const std::uint32_t cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(target.cores, tiles));
-  isa::ProgramBuilder b(name, cores);
-  for (std::uint32_t core = 0; core < cores; ++core) {
+  const std::uint64_t tiles_m = ceil_div(s.m, p.tm), tiles_n = ceil_div(s.n, p.tn);
+  const std::uint64_t sb_m = ceil_div(tiles_m, p.grid_rows), sb_n = ceil_div(tiles_n, p.grid_cols);
+  const std::uint64_t steps = ceil_div(s.k, p.tk);
+  const std::uint32_t group_size = p.grid_rows * p.grid_cols;
+  const std::uint32_t streams = group_size * static_cast<std::uint32_t>(std::min<std::uint64_t>(p.groups, p.super_blocks));
+  const std::uint64_t a_ld = s.a_transposed ? s.m : s.k, b_ld = s.b_transposed ? s.k : s.n;
+  isa::ProgramBuilder b(name, streams);
+  struct Tile {
+    std::uint64_t batch = 0, i0 = 0, j0 = 0;
+    std::uint32_t m = 0, n = 0;
+    bool a_forward = false, b_forward = false;
+  };
+  for (std::uint32_t stream = 0; stream < streams; ++stream) {
+    const std::uint32_t group = stream / group_size, i = (stream % group_size) / p.grid_cols,
+                        j = stream % p.grid_cols;
+    const auto at = [&](std::uint32_t r, std::uint32_t c) {
+      return static_cast<std::uint16_t>(group * group_size + r * p.grid_cols + c);
+    };
+    // This core's tiles, one per super-block of its group that reaches it.
+    std::vector<Tile> tiles;
+    for (std::uint64_t sb = group; sb < p.super_blocks; sb += p.groups) {
+      const std::uint64_t si = (sb / sb_n) % sb_m, sj = sb % sb_n;
+      const auto rows = static_cast<std::uint32_t>(std::min<std::uint64_t>(p.grid_rows, tiles_m - si * p.grid_rows));
+      const auto cols = static_cast<std::uint32_t>(std::min<std::uint64_t>(p.grid_cols, tiles_n - sj * p.grid_cols));
+      if (i >= rows || j >= cols) continue;  // this super-block's edge: no tile here
+      Tile t;
+      t.batch = sb / (sb_m * sb_n);
+      t.i0 = (si * p.grid_rows + i) * p.tm;
+      t.j0 = (sj * p.grid_cols + j) * p.tn;
+      t.m = static_cast<std::uint32_t>(std::min(p.tm, s.m - t.i0));
+      t.n = static_cast<std::uint32_t>(std::min(p.tn, s.n - t.j0));
+      t.a_forward = j + 1 < cols;
+      t.b_forward = i + 1 < rows;
+      tiles.push_back(t);
+    }
+    const bool a_loader = j == 0, b_loader = i == 0;  // the same role in every super-block
+    const auto k_len = [&](std::uint64_t step) {
+      return static_cast<std::uint32_t>(std::min(p.tk, s.k - step * p.tk));
+    };
+    // Loads of step `step` of tile `t` into `slot`, once the slot's last ring transfer
+    // (which reads it) is done.
+    const auto load = [&](const Tile& t, std::uint64_t step, std::uint32_t slot) {
+      const std::uint64_t k0 = step * p.tk;
+      const std::uint32_t k = k_len(step);
+      if (a_loader) {
+        const std::uint64_t base = t.batch * s.a_batch_stride;
+        b.add(stream, isa::Wait{.token_mask = bit(kRingA + slot)});
+        b.add(stream, s.a_transposed
+                          ? dma<isa::DmaLoad>(kDmaA + slot, s.dtype, 0, base + k0 * s.m + t.i0, sp_a[slot], t.m, k,
+                                              static_cast<std::int64_t>(a_ld))
+                          : dma<isa::DmaLoad>(kDmaA + slot, s.dtype, 0, base + t.i0 * s.k + k0, sp_a[slot], k, t.m,
+                                              static_cast<std::int64_t>(a_ld)));
+      }
+      if (b_loader) {
+        const std::uint64_t base = t.batch * s.b_batch_stride;
+        b.add(stream, isa::Wait{.token_mask = bit(kRingB + slot)});
+        b.add(stream, s.b_transposed
+                          ? dma<isa::DmaLoad>(kDmaB + slot, s.dtype, 1, base + t.j0 * s.k + k0, sp_b[slot], k, t.n,
+                                              static_cast<std::int64_t>(b_ld))
+                          : dma<isa::DmaLoad>(kDmaB + slot, s.dtype, 1, base + k0 * s.n + t.j0, sp_b[slot], t.n, k,
+                                              static_cast<std::int64_t>(b_ld)));
+      }
+    };
+    std::uint64_t slot_counter = 0;
     bool store_pending = false;
-    for (std::uint64_t tile = core; tile < tiles; tile += cores) {
-      const std::uint64_t i0 = (tile / tiles_n) * t.tm, j0 = (tile % tiles_n) * t.tn;
-      const auto m = static_cast<std::uint32_t>(std::min(t.tm, s.m - i0));
-      const auto n = static_cast<std::uint32_t>(std::min(t.tn, s.n - j0));
-      const auto k_len = [&](std::uint64_t step) {
-        return static_cast<std::uint32_t>(std::min(t.tk, s.k - step * t.tk));
-      };
-      const auto load = [&](std::uint64_t step) {
-        const std::uint8_t slot = step % 2;
-        const std::uint64_t k0 = step * t.tk;
+    if (!tiles.empty()) load(tiles[0], 0, 0);
+    for (std::size_t ti = 0; ti < tiles.size(); ++ti) {
+      const Tile& t = tiles[ti];
+      for (std::uint64_t step = 0; step < steps; ++step, ++slot_counter) {
+        const auto slot = static_cast<std::uint32_t>(slot_counter % 2), next = 1 - slot;
         const std::uint32_t k = k_len(step);
-        b.add(core, dma<isa::DmaLoad>(slot, s.dtype, 0, i0 * s.k + k0, sp_a[slot], k, m, static_cast<std::int64_t>(s.k)));
-        if (s.b_transposed) {  // rows of B^T: n rows of k values
-          b.add(core, dma<isa::DmaLoad>(slot, s.dtype, 1, j0 * s.k + k0, sp_b[slot], k, n, static_cast<std::int64_t>(s.k)));
+        const std::uint32_t a_panel = t.m * k * static_cast<std::uint32_t>(size);
+        const std::uint32_t b_panel = k * t.n * static_cast<std::uint32_t>(size);
+        // A for this step: from DRAM (loader) or from the left neighbour, passed on right.
+        if (a_loader) {
+          b.add(stream, isa::Wait{.token_mask = bit(kDmaA + slot)});
+          if (t.a_forward) {
+            b.add(stream, isa::RingSend{.token = static_cast<std::uint8_t>(kRingA + slot), .dst_core = at(i, j + 1),
+                                        .tag = 0, .sp_addr = sp_a[slot], .bytes = a_panel});
+          }
         } else {
-          b.add(core, dma<isa::DmaLoad>(slot, s.dtype, 1, k0 * s.n + j0, sp_b[slot], n, k, static_cast<std::int64_t>(s.n)));
+          b.add(stream, isa::Wait{.token_mask = bit(kRingA + slot)});
+          b.add(stream, isa::RingRecv{.token = static_cast<std::uint8_t>(kRingA + slot), .src_core = at(i, j - 1),
+                                      .tag = 0,
+                                      .forward_to = t.a_forward ? at(i, j + 1) : isa::RingRecv::kNoForward,
+                                      .sp_addr = sp_a[slot], .bytes = a_panel});
         }
-      };
-      load(0);
-      for (std::uint64_t step = 0; step < steps; ++step) {
-        const std::uint8_t slot = step % 2;
-        if (step + 1 < steps) load(step + 1);
-        b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
-        const std::uint32_t k = k_len(step);
-        b.add(core, isa::Matmul{.a = sp_a[slot], .b = sp_b[slot], .c = sp_c, .m = m, .n = n, .k = k, .lda = k,
-                                .ldb = s.b_transposed ? k : n, .ldc = n, .in = s.dtype, .out = isa::DType::fp32,
-                                .trans_b = s.b_transposed, .accumulate = step > 0});
+        // B: from DRAM or from the neighbour above, passed down.
+        if (b_loader) {
+          b.add(stream, isa::Wait{.token_mask = bit(kDmaB + slot)});
+          if (t.b_forward) {
+            b.add(stream, isa::RingSend{.token = static_cast<std::uint8_t>(kRingB + slot), .dst_core = at(i + 1, j),
+                                        .tag = 1, .sp_addr = sp_b[slot], .bytes = b_panel});
+          }
+        } else {
+          b.add(stream, isa::Wait{.token_mask = bit(kRingB + slot)});
+          b.add(stream, isa::RingRecv{.token = static_cast<std::uint8_t>(kRingB + slot), .src_core = at(i - 1, j),
+                                      .tag = 1,
+                                      .forward_to = t.b_forward ? at(i + 1, j) : isa::RingRecv::kNoForward,
+                                      .sp_addr = sp_b[slot], .bytes = b_panel});
+        }
+        // Prefetch the next step (of this tile, or the first of the next tile) into the
+        // other slot while this one computes.
+        if (step + 1 < steps) {
+          load(t, step + 1, next);
+        } else if (ti + 1 < tiles.size()) {
+          load(tiles[ti + 1], 0, next);
+        }
+        b.add(stream, isa::Matmul{.a = sp_a[slot], .b = sp_b[slot], .c = sp_c, .m = t.m, .n = t.n, .k = k,
+                                  .lda = s.a_transposed ? t.m : k, .ldb = s.b_transposed ? k : t.n, .ldc = t.n,
+                                  .in = s.dtype, .out = isa::DType::fp32, .trans_a = s.a_transposed,
+                                  .trans_b = s.b_transposed, .accumulate = step > 0});
       }
       std::uint32_t result = sp_c;
-      if (store_pending) b.add(core, isa::Wait{.token_mask = 1u << 2});
+      if (store_pending) b.add(stream, isa::Wait{.token_mask = bit(kStore)});
       if (s.dtype != isa::DType::fp32) {
-        b.add(core, isa::VConvert{.from = isa::DType::fp32, .to = s.dtype, .src = sp_c, .dst = sp_o, .count = m * n});
+        b.add(stream, isa::VConvert{.from = isa::DType::fp32, .to = s.dtype, .src = sp_c, .dst = sp_o,
+                                    .count = t.m * t.n});
         result = sp_o;
       }
-      b.add(core, dma<isa::DmaStore>(2, s.dtype, 2, i0 * s.n + j0, result, n, m, static_cast<std::int64_t>(s.n)));
+      b.add(stream, dma<isa::DmaStore>(kStore, s.dtype, 2, t.batch * s.m * s.n + t.i0 * s.n + t.j0, result, t.n, t.m,
+                                       static_cast<std::int64_t>(s.n)));
       store_pending = true;
       if (result == sp_c) {
         // The next tile's first matmul overwrites C: wait for this store first.
-        b.add(core, isa::Wait{.token_mask = 1u << 2});
+        b.add(stream, isa::Wait{.token_mask = bit(kStore)});
         store_pending = false;
       }
     }
+    b.add(stream, isa::Wait{.token_mask = 0x1ff});  // every load, ring transfer and store done
   }
   return b.build();
 }

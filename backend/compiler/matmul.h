@@ -1,6 +1,16 @@
-// The kernel compiler's matmul: C[M x N] = A[M x K] B[K x N], A row-major, B row-major
-// or given as the transpose of a row-major [N x K] (as linear's weights are), C
-// row-major, in fp32, fp16 or bf16 with fp32 accumulation on chip.
+// The kernel compiler's matmul: C[b][M x N] = op(A[b]) op(B[b]) for b < batch, in fp32,
+// fp16 or bf16 with fp32 accumulation on chip. A is [M x K] row-major or given as the
+// transpose of a [K x M] one; B is [K x N] row-major or the transpose of an [N x K] one
+// (linear's weights); C is contiguous [batch, M, N].
+//
+// Panel sharing (DESIGN.md §4): cores form groups laid out as a Gr x Gc grid. A group
+// computes a super-block of Gr x Gc output tiles: along K, the first core of each grid
+// row reads the row's A panel from DRAM and it travels core to core along the row
+// over the ring (ring_recv with forwarding); the first core of each grid column does
+// the same with the B panel down the column. DRAM traffic per super-block is then
+// (Gr*tm + Gc*tn) * K instead of Gr*Gc*(tm + tn) * K. The grid, the tile size and
+// the number of groups come from a cost model (compute time of the waves of
+// super-blocks against the DRAM time of their bytes) over the device's figures.
 #pragma once
 
 #include <cstdint>
@@ -15,12 +25,24 @@ struct MatmulShape {
   std::uint64_t m = 0, n = 0, k = 0;
   isa::DType dtype = isa::DType::fp16;
   bool b_transposed = false;  // B is stored as [N x K] row-major
+  bool a_transposed = false;  // A is stored as [K x M] row-major
+  std::uint64_t batch = 1;
+  std::uint64_t a_batch_stride = 0, b_batch_stride = 0;  // elements between batches (0: broadcast)
 };
 
-// Output tiles are spread round robin over the cores; each core streams its A and B
-// panels along K with double-buffered DMA, accumulates in fp32 in its scratchpad,
-// converts and stores. Arguments: 0 = A, 1 = B, 2 = C. Throws std::invalid_argument
-// naming the shapes and the bytes needed when no tiling fits the scratchpad.
+// How compile_matmul laid the work out (for tests, dumps and the benchmark).
+struct MatmulPlan {
+  std::uint64_t tm = 0, tn = 0, tk = 0;      // tile
+  std::uint32_t grid_rows = 1, grid_cols = 1;  // cores per group: Gr x Gc
+  std::uint32_t groups = 1;
+  std::uint64_t super_blocks = 0;
+  std::uint64_t dram_read_bytes = 0;  // A and B panels read from DRAM (the model's estimate)
+};
+
+MatmulPlan plan_matmul(const MatmulShape& shape, const Target& target);
+
+// Arguments: 0 = A, 1 = B, 2 = C. Throws std::invalid_argument naming the shapes and
+// the bytes needed when no tiling fits the scratchpad.
 std::vector<std::uint8_t> compile_matmul(const MatmulShape& shape, const Target& target, const std::string& name);
 
 }  // namespace spyre::compiler

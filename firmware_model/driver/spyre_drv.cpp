@@ -359,6 +359,7 @@ spyre_result_t spyreDeviceGetProperties(spyre_device_t device, spyre_device_prop
     p->max_kernel_args = isa::kMaxArgs;
     p->clock_ghz = c.clock_ghz;
     p->dram_peak_bytes_per_s = f.dram_peak_bytes_per_s;
+    p->dram_deliverable_bytes_per_s = f.dram_deliverable_bytes_per_s;
     return SPYRE_SUCCESS;
   });
 }

@@ -51,7 +51,8 @@ extern "C" {
 
 /* API version: major in the high 16 bits, minor in the low 16 bits. */
 #define SPYRE_MAKE_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor)))
-#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 2)
+/* 0.3: spyre_device_properties_t.dram_deliverable_bytes_per_s. */
+#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 3)
 
 /* ---------------------------------------------------------------------------------
  * Result codes. Ranges: 0 success; 1..0x0fff "not yet"; 0x1000.. caller errors;
@@ -155,6 +156,7 @@ typedef struct spyre_device_properties_t {
   double clock_ghz;
   double dram_peak_bytes_per_s;
   double peak_macs_per_s[SPYRE_MAC_TYPE_COUNT];
+  double dram_deliverable_bytes_per_s;      /* peak x the config's efficiency (what streams achieve) */
 } spyre_device_properties_t;
 
 /* Number of devices (SPYRE_SIM_DEVICES).

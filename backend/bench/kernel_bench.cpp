@@ -1,0 +1,226 @@
+// spyre-kernel-bench: what the kernel compiler's kernels achieve on the modelled device
+// (fractions of peak and of deliverable DRAM bandwidth, from the device's own launch
+// records), what compiling a kernel costs, and what a cached eager op costs the host
+// (Google Benchmark). Run it on the unmodified default config:
+//
+//   tools/dev run spyre-kernel-bench            # full sizes (about a minute)
+//   tools/dev run spyre-kernel-bench --quick    # small sizes (the ctest smoke run)
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// Narrow ATen includes (no precompiled header here: an executable's -fPIE flags
+// cannot reuse the library's).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_softmax.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include "aten/kernel_cache.h"
+#include "compiler/matmul.h"
+#include "compiler/pointwise.h"
+#include "compiler/reduce.h"
+#include "spyre/spyre_drv.h"
+
+namespace {
+
+const c10::Device kDevice(c10::DeviceType::PrivateUse1, 0);
+
+spyre_device_t device_handle() {
+  spyre_device_t d = nullptr;
+  if (spyreDeviceGet(0, &d) != SPYRE_SUCCESS) throw std::runtime_error(spyreGetLastErrorMessage());
+  return d;
+}
+
+spyre_device_properties_t properties() {
+  spyre_device_properties_t p{};
+  p.struct_size = sizeof p;
+  spyreDeviceGetProperties(device_handle(), &p);
+  return p;
+}
+
+// The device's record of the last launch named `name` (after synchronizing).
+spyre_launch_record_t last_launch(const std::string& name) {
+  spyreDeviceSynchronize(device_handle());
+  std::uint32_t count = 0;
+  spyreDeviceGetLaunchRecords(device_handle(), &count, nullptr);
+  std::vector<spyre_launch_record_t> records(count);
+  for (auto& r : records) r.struct_size = sizeof r;
+  spyreDeviceGetLaunchRecords(device_handle(), &count, records.data());
+  for (auto it = records.rbegin(); it != records.rend(); ++it) {
+    if (name == it->name) return *it;
+  }
+  throw std::runtime_error("no launch named " + name);
+}
+
+double seconds(const spyre_launch_record_t& r) { return static_cast<double>(r.end_ps - r.start_ps) * 1e-12; }
+
+// Deliverable DRAM bandwidth: a plain device-to-device DMA copy of `bytes`, timed by
+// device events; read + write bytes per second.
+double copy_bandwidth(std::size_t bytes) {
+  spyre_device_t dev = device_handle();
+  void *src = nullptr, *dst = nullptr;
+  spyre_queue_t q = nullptr;
+  spyre_event_t start = nullptr, end = nullptr;
+  spyreMemAlloc(dev, bytes, &src);
+  spyreMemAlloc(dev, bytes, &dst);
+  spyreQueueCreate(dev, SPYRE_QUEUE_PRIORITY_NORMAL, &q);
+  spyreEventCreate(dev, &start);
+  spyreEventCreate(dev, &end);
+  spyreEventRecord(start, q);
+  spyreMemcpyAsync(q, dst, src, bytes);
+  spyreEventRecord(end, q);
+  spyreEventSynchronize(end);
+  double ns = 0;
+  spyreEventElapsedTime(start, end, &ns);
+  spyreEventDestroy(start);
+  spyreEventDestroy(end);
+  spyreQueueDestroy(q);
+  spyreMemFree(src);
+  spyreMemFree(dst);
+  return 2.0 * static_cast<double>(bytes) / (ns * 1e-9);
+}
+
+void gemms(bool quick) {
+  const auto p = properties();
+  const double peak_flops = 2 * p.peak_macs_per_s[SPYRE_MAC_FP16];
+  const double dram = p.dram_deliverable_bytes_per_s;
+  fmt::print("fp16 GEMM on {} ({} cores, peak {:.2f} TFLOPS, DRAM {:.1f} GB/s deliverable of {:.1f})\n",
+             p.config_name, p.cores, peak_flops * 1e-12, dram * 1e-9, p.dram_peak_bytes_per_s * 1e-9);
+  fmt::print("{:>16} {:>10} {:>8} {:>6} {:>11} {:>11} {:>7} {:>9} {:>10}\n", "m x n x k", "time us", "TFLOPS",
+             "%peak", "DRAM MB", "compulsory", "ratio", "bound %", "grid");
+  std::vector<std::array<std::int64_t, 3>> shapes = {{512, 512, 512},    {1024, 1024, 1024}, {2048, 2048, 2048},
+                                                     {4096, 4096, 4096}, {1, 4096, 4096}};
+  if (quick) shapes = {{256, 256, 256}, {1, 512, 512}};
+  const auto opts = at::TensorOptions().dtype(at::kHalf).device(kDevice);
+  for (const auto& [m, n, k] : shapes) {
+    const at::Tensor a = at::randn({m, k}).to(opts), b = at::randn({k, n}).to(opts);
+    at::mm(a, b);  // compile and load
+    at::mm(a, b);
+    const auto r = last_launch("aten::mm");
+    const double t = seconds(r);
+    const double flops = 2.0 * static_cast<double>(m * n * k);
+    const double bytes = static_cast<double>(r.dram_read_bytes + r.dram_write_bytes);
+    const double compulsory = 2.0 * static_cast<double>(m * k + k * n + m * n);
+    // The best these bytes allow: compute at peak, or the bytes at the DRAM's rate.
+    const double bound = (flops / peak_flops) / std::max(flops / peak_flops, bytes / dram) * 100;
+    const auto plan = spyre::compiler::plan_matmul(
+        {.m = static_cast<std::uint64_t>(m), .n = static_cast<std::uint64_t>(n), .k = static_cast<std::uint64_t>(k),
+         .dtype = spyre::isa::DType::fp16},
+        spyre::backend::target(0));
+    fmt::print("{:>16} {:>10.1f} {:>8.2f} {:>6.1f} {:>11.1f} {:>11.1f} {:>7.2f} {:>9.1f} {:>4}x{}x{}\n",
+               fmt::format("{}x{}x{}", m, n, k), t * 1e6, flops / t * 1e-12, flops / t / peak_flops * 100,
+               bytes * 1e-6, compulsory * 1e-6, bytes / compulsory, bound, plan.grid_rows, plan.grid_cols, plan.groups);
+  }
+}
+
+void bandwidth_kernels(bool quick) {
+  const std::int64_t n = quick ? (1 << 20) : (64ll << 20);
+  const std::int64_t rows = quick ? 256 : 8192, cols = quick ? 1024 : 4096;
+  const auto opts = at::TensorOptions().dtype(at::kHalf).device(kDevice);
+  const at::Tensor a = at::empty({n}, opts).fill_(1.5), b = at::empty({n}, opts).fill_(2.5);
+  at::add(a, b);
+  at::add(a, b);
+  const auto add = last_launch("aten::add");
+  const at::Tensor x = at::randn({rows, cols}).to(opts);
+  at::_softmax(x, 1, false);
+  at::_softmax(x, 1, false);
+  const auto sm = last_launch("aten::_softmax");
+  const double copy = copy_bandwidth(static_cast<std::size_t>(n) * 2);
+  fmt::print("\nbandwidth kernels (fraction of a device-to-device DMA copy's {:.1f} GB/s, read + write)\n",
+             copy * 1e-9);
+  for (const auto& [what, r] : {std::pair{fmt::format("add {} fp16", n), add},
+                               std::pair{fmt::format("softmax {}x{} fp16", rows, cols), sm}}) {
+    const double bytes = static_cast<double>(r.dram_read_bytes + r.dram_write_bytes);
+    const double bw = bytes / seconds(r);
+    fmt::print("  {:<28} {:>9.1f} us  {:>7.1f} MB  {:>6.1f} GB/s  {:>5.1f}% of deliverable\n", what,
+               seconds(r) * 1e6, bytes * 1e-6, bw * 1e-9, bw / copy * 100);
+  }
+}
+
+void compile_times() {
+  using clock = std::chrono::steady_clock;
+  const auto& target = spyre::backend::target(0);
+  const auto time = [](auto&& f) {
+    double best = 1e9;
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = clock::now();
+      benchmark::DoNotOptimize(f());
+      best = std::min(best, std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    return best;
+  };
+  spyre::compiler::PointwiseKernel add;
+  add.shape = {1 << 20};
+  add.inputs = {{spyre::isa::DType::fp16, {1}}, {spyre::isa::DType::fp16, {1}}};
+  add.output = {spyre::isa::DType::fp16, {1}};
+  add.steps = {spyre::compiler::Step::binary(spyre::isa::BinaryOp::add, spyre::isa::DType::fp16,
+                                             spyre::compiler::Value::input(0), spyre::compiler::Value::input(1))};
+  const spyre::compiler::MatmulShape mm{.m = 4096, .n = 4096, .k = 4096, .dtype = spyre::isa::DType::fp16};
+  const spyre::compiler::SoftmaxShape sm{.rows = 8192, .cols = 4096, .row_stride = 4096,
+                                         .in = spyre::isa::DType::fp16, .out = spyre::isa::DType::fp16};
+  fmt::print("\ncompile time of a new kernel (best of 5)\n");
+  fmt::print("  add 1 Mi fp16          {:8.3f} ms\n", time([&] { return spyre::compiler::compile_pointwise(add, target, "add"); }) * 1e3);
+  fmt::print("  softmax 8192x4096 fp16 {:8.3f} ms\n", time([&] { return spyre::compiler::compile_softmax(sm, target, "softmax"); }) * 1e3);
+  fmt::print("  mm 4096^3 fp16         {:8.3f} ms\n", time([&] { return spyre::compiler::compile_matmul(mm, target, "mm"); }) * 1e3);
+
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(kDevice);
+  const at::Tensor a = at::ones({4099}, opts);
+  spyre::backend::reset_kernel_cache_stats();
+  at::mul(a, a);
+  const auto first = spyre::backend::kernel_cache_stats();
+  at::mul(a, a);
+  const auto second = spyre::backend::kernel_cache_stats();
+  fmt::print("  kernel cache: first mul {} miss(es) {} hit(s); second mul {} miss(es) {} hit(s)\n", first.misses,
+             first.hits, second.misses - first.misses, second.hits - first.hits);
+}
+
+// Host cost of a cached eager op: tensors already on the device, no synchronisation.
+void BM_cached_eager_add(benchmark::State& state) {
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(kDevice);
+  const at::Tensor a = at::ones({1024}, opts), b = at::ones({1024}, opts);
+  at::add(a, b);
+  for (auto _ : state) benchmark::DoNotOptimize(at::add(a, b));
+  spyreDeviceSynchronize(device_handle());  // after the timed loop
+}
+BENCHMARK(BM_cached_eager_add)->Unit(benchmark::kMicrosecond)->Iterations(2000)->Repetitions(3)->ReportAggregatesOnly(true);
+
+void BM_cached_eager_broadcast_mul(benchmark::State& state) {
+  const auto opts = at::TensorOptions().dtype(at::kHalf).device(kDevice);
+  const at::Tensor a = at::ones({64, 256}, opts), b = at::ones({256}, opts);
+  at::mul(a, b);
+  for (auto _ : state) benchmark::DoNotOptimize(at::mul(a, b));
+  spyreDeviceSynchronize(device_handle());  // after the timed loop
+}
+BENCHMARK(BM_cached_eager_broadcast_mul)->Unit(benchmark::kMicrosecond)->Iterations(2000)->Repetitions(3)->ReportAggregatesOnly(true);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  gemms(quick);
+  bandwidth_kernels(quick);
+  compile_times();
+  fmt::print("\nhost time per cached eager op (no synchronisation)\n");
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

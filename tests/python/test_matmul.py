@@ -1,0 +1,81 @@
+"""mm, bmm, addmm, baddbmm (functional, out=, in-place), matmul and linear on the device:
+odd sizes, transposed and broadcast operands, zero-size and 0-d cases, against a float64
+reference within fp32-accumulation tolerance and without falling back."""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from test_pointwise import FLOATS, rand
+
+
+def tol(dtype, k):
+    # fp32 accumulation over k products of the dtype's values, then one rounding.
+    eps = torch.finfo(dtype).eps
+    return dict(atol=(k ** 0.5) * 4e-6 + 4 * eps * (k ** 0.5), rtol=4 * eps)
+
+
+def run(fn, *args, k=1):
+    torch.spyre.reset_fallback_counts()
+    got = fn(*[a.to("spyre") if isinstance(a, torch.Tensor) else a for a in args])
+    counts = torch.spyre.fallback_counts()
+    want = fn(*[a.double() if isinstance(a, torch.Tensor) else a for a in args]).to(got.dtype)
+    assert got.device.type == "spyre" and got.shape == want.shape and got.dtype == want.dtype
+    assert_close(got.cpu().double(), want.double(), **tol(got.dtype, k))
+    assert counts == {}, counts
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (7, 1, 1000), (1, 4097, 7), (300, 513, 17), (65, 1000, 129)])
+def test_mm_bmm_and_transposes(dtype, m, n, k):
+    a, b = rand((m, k), dtype, 1), rand((k, n), dtype, 2)
+    run(torch.mm, a, b, k=k)
+    run(lambda x, y: torch.mm(x.t().contiguous().t(), y), a, b, k=k)      # A column-major
+    run(lambda x, y: torch.mm(x, y.t().contiguous().t()), a, b, k=k)      # B column-major
+    run(lambda x, y: x @ y[:, ::1], a, b, k=k)
+    batched_a, batched_b = rand((3, m, k), dtype, 3), rand((3, k, n), dtype, 4)
+    run(torch.bmm, batched_a, batched_b, k=k)
+    run(lambda x, y: torch.bmm(x, y.expand(3, k, n)), batched_a, b.unsqueeze(0), k=k)  # batch stride 0
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_addmm_baddbmm_linear_matmul(dtype):
+    a, b, bias = rand((33, 70), dtype, 1), rand((70, 45), dtype, 2), rand((45,), dtype, 3)
+    run(lambda s, x, y: torch.addmm(s, x, y), bias, a, b, k=70)
+    run(lambda s, x, y: torch.addmm(s, x, y, beta=0.5, alpha=2), bias, a, b, k=70)
+    w = rand((45, 70), dtype, 4)
+    run(lambda x, w_, s: torch.nn.functional.linear(x, w_, s), a, w, bias, k=70)
+    run(lambda x, w_: torch.nn.functional.linear(x, w_), rand((2, 5, 70), dtype, 5), w, k=70)
+    ba, bb, bs = rand((4, 9, 70), dtype, 6), rand((4, 70, 11), dtype, 7), rand((4, 9, 11), dtype, 8)
+    run(lambda s, x, y: torch.baddbmm(s, x, y, beta=2, alpha=0.5), bs, ba, bb, k=70)
+    run(torch.matmul, rand((2, 3, 9, 70), dtype, 9), rand((70, 11), dtype, 10), k=70)
+    run(torch.matmul, rand((70,), dtype, 11), rand((70, 11), dtype, 12), k=70)   # vector @ matrix
+    run(torch.matmul, rand((9, 70), dtype, 13), rand((70,), dtype, 14), k=70)    # matrix @ vector
+
+
+def test_out_and_in_place_variants():
+    a, b, c = rand((20, 30), torch.float32, 1), rand((30, 40), torch.float32, 2), rand((20, 40), torch.float32, 3)
+    da, db, dc = a.to("spyre"), b.to("spyre"), c.to("spyre")
+    torch.spyre.reset_fallback_counts()
+    out = torch.empty(0, device="spyre")
+    torch.mm(da, db, out=out)
+    assert_close(out.cpu(), a @ b, atol=1e-4, rtol=1e-5)
+    dc.addmm_(da, db, beta=0.5)
+    assert_close(dc.cpu(), 0.5 * c + a @ b, atol=1e-4, rtol=1e-5)
+    batched = torch.empty(2, 20, 40, device="spyre")
+    torch.bmm(da.expand(2, 20, 30), db.expand(2, 30, 40), out=batched)
+    assert_close(batched.cpu(), (a @ b).expand(2, 20, 40), atol=1e-4, rtol=1e-5)
+    assert torch.spyre.fallback_counts() == {}
+
+
+def test_zero_size_products():
+    run(torch.mm, torch.randn(0, 5), torch.randn(5, 3))
+    run(torch.mm, torch.randn(4, 0), torch.randn(0, 3))   # k = 0: zeros
+    run(torch.bmm, torch.randn(0, 2, 3), torch.randn(0, 3, 4))
+    run(lambda s, x, y: torch.addmm(s, x, y), torch.randn(3), torch.randn(4, 0), torch.randn(0, 3))
+
+
+def test_a_large_gemm_matches_with_panels_shared_over_the_ring():
+    # Large enough for a multi-core grid with panels forwarded core to core.
+    a, b = rand((520, 1030), torch.float16, 1), rand((1030, 770), torch.float16, 2)
+    run(torch.mm, a, b, k=1030)
