@@ -11,3 +11,15 @@ def sync():
     """Synchronize the device after a test's work (surfaces faults in the test)."""
     yield
     torch.spyre.synchronize()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The OpInfo run's accounting: samples run and skipped per op (test_opinfo.py)."""
+    import sys
+
+    module = sys.modules.get("test_opinfo")
+    if module is None or not module.STATS:
+        return
+    terminalreporter.section("OpInfo samples on spyre (run / skipped)")
+    for name, (run, skipped) in sorted(module.STATS.items()):
+        terminalreporter.write_line(f"{name:<36} {run:6d} run {skipped:5d} skipped")
