@@ -148,10 +148,11 @@ def test_in_place_and_out_variants_write_through_views():
     assert torch.spyre.fallback_counts() == {}
 
 
+@pytest.mark.parametrize("n", [1, 7, 1000, 4097])
 @pytest.mark.parametrize("dtype", FLOATS + [torch.int32], ids=str)
-def test_where_and_clamp(dtype):
-    x = rand((7, 130), dtype, 1)
-    y = rand((130,), dtype, 2)
+def test_where_and_clamp(dtype, n):
+    x = rand((7, n), dtype, 1)
+    y = rand((n,), dtype, 2)
     cond = rand((7, 1), torch.bool, 3)
     check(torch.where, cond, x, y)
     check(lambda c, t: torch.where(c, t, 0), cond, x)
@@ -159,9 +160,12 @@ def test_where_and_clamp(dtype):
     check(lambda t: torch.clamp(t, -0.5, 0.5) if dtype != torch.int32 else torch.clamp(t, -5, 5), x)
     check(lambda t: torch.clamp(t, min=0), x)
     check(lambda t: torch.clamp(t, max=1), x)
-    lo, hi = rand((130,), dtype, 4) - 1, rand((7, 1), dtype, 5) + 1
+    lo, hi = rand((n,), dtype, 4) - 1, rand((7, 1), dtype, 5) + 1
     check(lambda t, a, b: torch.clamp(t, a, b), x, lo, hi)
     check(lambda t, a: torch.clamp(t, min=a), x, lo)
+    check(lambda t: torch.where(t > 0, t, 1), x.t())        # a non-contiguous view
+    check(lambda t: torch.clamp(t, 0, 1), x[0, 0])           # 0-d
+    check(lambda t: torch.where(t > 0, t, 0), x[:, :0])      # zero-size
 
 
 UNARY = {

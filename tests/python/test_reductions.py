@@ -93,19 +93,22 @@ CASTS = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.bool]
 
 @pytest.mark.parametrize("src", CASTS, ids=str)
 @pytest.mark.parametrize("dst", CASTS, ids=str)
-def test_dtype_conversion_and_contiguous_on_the_device(src, dst):
-    x = (rand((33, 65), torch.float32, 6) * 40).to(src)
+@pytest.mark.parametrize("n", [1, 7, 1000, 4097])
+def test_dtype_conversion_and_contiguous_on_the_device(src, dst, n):
+    x = (rand((33, n), torch.float32, 6) * 40).to(src)
     check(lambda t: t.to(dst), x)
     check(lambda t: t.t().to(dst), x)
     check(lambda t: t.t().contiguous(), x)
     check(lambda t: t[1::2, ::3].contiguous(), x)
     torch.spyre.reset_fallback_counts()
-    d = torch.empty(65, 33, dtype=dst, device="spyre")
+    d = torch.empty(n, 33, dtype=dst, device="spyre")
     d.copy_(x.to("spyre").t())           # copy_ between dtypes and layouts
     assert torch.equal(d.cpu(), x.t().to(dst))
-    e = torch.zeros(33, 130, dtype=dst, device="spyre")
+    e = torch.zeros(33, 2 * n, dtype=dst, device="spyre")
     e[:, ::2].copy_(x.to("spyre")[0])     # broadcast source into a strided destination
-    want = torch.zeros(33, 130, dtype=dst)
+    want = torch.zeros(33, 2 * n, dtype=dst)
     want[:, ::2].copy_(x[0])
     assert torch.equal(e.cpu(), want)
+    check(lambda t: t[0, 0].to(dst), x)   # 0-d
+    check(lambda t: t[:, :0].to(dst), x)  # zero-size
     assert torch.spyre.fallback_counts() == {}
