@@ -29,5 +29,8 @@ void add_config_options(CLI::App& command, ConfigOptions& options);
 
 // Adds "info" to the app; the callback runs it and records the exit code.
 void add_info_command(CLI::App& app, int& exit_code);
+void add_run_command(CLI::App& app, int& exit_code);
+void add_diff_command(CLI::App& app, int& exit_code);
+void add_sweep_commands(CLI::App& app, int& exit_code);
 
 }  // namespace spyre::tools

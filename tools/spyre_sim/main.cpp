@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = kExitSuccess;
   add_info_command(app, exit_code);
+  add_run_command(app, exit_code);
+  add_diff_command(app, exit_code);
+  add_sweep_commands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,225 @@
+#include "spyre_sim/report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "config/derived_figures.h"
+
+namespace spyre::tools {
+
+using nlohmann::json;
+
+namespace {
+
+double num(const json& j, const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0; }
+
+double total_macs(const json& macs) {
+  double t = 0;
+  for (auto it = macs.begin(); it != macs.end(); ++it) t += it.value().get<double>();
+  return t;
+}
+
+// The dtype that did most of a kernel's MACs (its peak is the roofline's roof).
+config::MacType main_dtype(const json& macs) {
+  config::MacType best = config::MacType::fp16;
+  double most = 0;
+  for (const auto t : config::kMacTypes) {
+    const std::string name(config::to_string(t));
+    if (macs.contains(name) && macs[name].get<double>() > most) {
+      most = macs[name].get<double>();
+      best = t;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+json make_report(const std::string& workload, double flops, const config::LoadedConfig& loaded, const json& device,
+                 const std::map<std::string, std::int64_t>& fallbacks) {
+  const config::DerivedFigures d = config::derive(loaded.chip);
+  const double clock_hz = loaded.chip.clock_ghz * 1e9;
+  const double dram_bw = d.dram_deliverable_bytes_per_s;
+  json kernels = json::array();
+  double first = 0, last = 0, read = 0, write = 0, ring = 0, macs = 0, bound_s = 0;
+  bool any = false;
+  const json records = device.value("launch_records", json::array());
+  for (const auto& r : records) {
+    const double start = num(r, "start_ps"), end = num(r, "end_ps");
+    first = any ? std::min(first, start) : start;
+    last = any ? std::max(last, end) : end;
+    any = true;
+    const double t = (end - start) * 1e-12;
+    const double k_macs = total_macs(r.value("macs", json::object()));
+    const double bytes = num(r, "dram_read_bytes") + num(r, "dram_write_bytes");
+    const double peak = d.peak_ops_per_s(main_dtype(r.value("macs", json::object())));
+    // Roofline: the least time the kernel's operations and DRAM bytes allow.
+    const double bound = std::max(2 * k_macs / peak, bytes / dram_bw);
+    bound_s += bound;
+    read += num(r, "dram_read_bytes");
+    write += num(r, "dram_write_bytes");
+    ring += num(r, "ring_link_bytes");
+    macs += k_macs;
+    kernels.push_back({{"name", r.value("name", "?")},
+                       {"time_ps", end - start},
+                       {"cycles", std::llround(t * clock_hz)},
+                       {"macs", k_macs},
+                       {"flops", 2 * k_macs},
+                       {"dram_read_bytes", num(r, "dram_read_bytes")},
+                       {"dram_write_bytes", num(r, "dram_write_bytes")},
+                       {"ring_link_bytes", num(r, "ring_link_bytes")},
+                       {"intensity_flop_per_byte", bytes > 0 ? 2 * k_macs / bytes : 0.0},
+                       {"achieved_flops_per_s", t > 0 ? 2 * k_macs / t : 0.0},
+                       {"achieved_bytes_per_s", t > 0 ? bytes / t : 0.0},
+                       {"roofline_fraction", t > 0 ? bound / t : 0.0}});
+  }
+  const double time_s = (last - first) * 1e-12;
+  double compute = 0, vector = 0, sp_bytes = 0;
+  const json cores = device.value("cores", json::array());
+  for (const auto& c : cores) {
+    compute += num(c, "compute_utilisation");
+    vector += num(c, "vector_utilisation");
+    sp_bytes += num(c, "scratchpad_port_bytes");
+  }
+  const double n = std::max<double>(1, static_cast<double>(cores.size()));
+  const json pcie = device.value("pcie", json::object());
+  const double pcie_bytes = num(pcie.value("host_to_device", json::object()), "bytes") +
+                            num(pcie.value("device_to_host", json::object()), "bytes");
+  std::int64_t fallback_total = 0;
+  for (const auto& [op, c] : fallbacks) fallback_total += c;
+
+  json metrics = {{"time_us", time_s * 1e6},
+                  {"cycles", std::llround(time_s * clock_hz)},
+                  {"kernels", kernels.size()},
+                  {"macs", macs},
+                  {"dram_read_bytes", read},
+                  {"dram_write_bytes", write},
+                  {"dram_bytes_per_s", time_s > 0 ? (read + write) / time_s : 0.0},
+                  {"ring_link_bytes", ring},
+                  {"pcie_bytes", pcie_bytes},
+                  {"compute_utilisation", compute / n},
+                  {"vector_utilisation", vector / n},
+                  {"roofline_fraction", time_s > 0 ? bound_s / time_s : 0.0},
+                  {"achieved_flops_per_s", time_s > 0 ? flops / time_s : 0.0},
+                  {"cpu_fallbacks", fallback_total}};
+  json energy = nullptr;
+  const json resolved = config::to_json(loaded.chip);
+  if (resolved.contains("energy") && resolved["energy"].is_object()) {
+    const json& e = resolved["energy"];
+    double mac_j = 0;
+    for (const auto& r : records) {
+      const json kernel_macs = r.value("macs", json::object());
+      for (auto it = kernel_macs.begin(); it != kernel_macs.end(); ++it) {
+        mac_j += it.value().get<double>() * e["pj_per_mac"].value(it.key(), 0.0) * 1e-12;
+      }
+    }
+    const json& b = e["pj_per_byte"];
+    const double dram_j = (read + write) * b.value("dram", 0.0) * 1e-12;
+    const double ring_j = ring * b.value("ring", 0.0) * 1e-12;
+    const double sp_j = sp_bytes * b.value("scratchpad", 0.0) * 1e-12;
+    const double pcie_j = pcie_bytes * b.value("pcie", 0.0) * 1e-12;
+    const double static_j = e.value("static_watts", 0.0) * time_s;
+    const double total = mac_j + dram_j + ring_j + sp_j + pcie_j + static_j;
+    energy = {{"mac_j", mac_j}, {"dram_j", dram_j}, {"ring_j", ring_j}, {"scratchpad_j", sp_j},
+              {"pcie_j", pcie_j}, {"static_j", static_j}, {"total_j", total},
+              {"average_watts", time_s > 0 ? total / time_s : 0.0}};
+    metrics["energy_j"] = total;
+  }
+  json per_core = json::array();
+  for (const auto& c : cores) {
+    per_core.push_back({{"core", c.value("core", 0)},
+                        {"compute_utilisation", num(c, "compute_utilisation")},
+                        {"vector_utilisation", num(c, "vector_utilisation")}});
+  }
+  return {{"tool", "spyre-sim"},
+          {"version", SPYRE_VERSION},
+          {"schema_version", kRunSchemaVersion},
+          {"workload", workload},
+          {"config",
+           {{"name", loaded.chip.name},
+            {"source", loaded.source},
+            {"overrides", loaded.overrides},
+            {"hash", loaded.hash},
+            {"resolved", resolved}}},
+          {"peak_flops_per_s_fp16", d.peak_ops_per_s(config::MacType::fp16)},
+          {"dram_deliverable_bytes_per_s", dram_bw},
+          {"metrics", metrics},
+          {"kernels", kernels},
+          {"cores", per_core},
+          {"cpu_fallbacks", fallbacks},
+          {"energy", energy}};
+}
+
+std::string report_text(const json& r) {
+  const json& m = r["metrics"];
+  std::string s = fmt::format("spyre-sim {} — workload {} on '{}' (config {})\n", r.value("version", "?"),
+                              r.value("workload", "?"), r["config"].value("name", "?"), r["config"].value("hash", "?"));
+  s += fmt::format("modelled time        {:.3f} us = {} cycles\n", m.value("time_us", 0.0), m.value("cycles", 0));
+  s += fmt::format("work                 {:.4g} MACs, {:.2f} TFLOP/s achieved, {:.1f}% of roofline\n",
+                   m.value("macs", 0.0), m.value("achieved_flops_per_s", 0.0) * 1e-12,
+                   m.value("roofline_fraction", 0.0) * 100);
+  s += fmt::format("DRAM                 {:.2f} MB read, {:.2f} MB written, {:.1f} GB/s achieved\n",
+                   m.value("dram_read_bytes", 0.0) * 1e-6, m.value("dram_write_bytes", 0.0) * 1e-6,
+                   m.value("dram_bytes_per_s", 0.0) * 1e-9);
+  s += fmt::format("ring                 {:.2f} MB over links; PCIe {:.2f} MB\n", m.value("ring_link_bytes", 0.0) * 1e-6,
+                   m.value("pcie_bytes", 0.0) * 1e-6);
+  s += fmt::format("cores                compute {:.1f}% busy, vector {:.1f}% busy (mean over cores)\n",
+                   m.value("compute_utilisation", 0.0) * 100, m.value("vector_utilisation", 0.0) * 100);
+  s += fmt::format("CPU fallbacks        {}", m.value("cpu_fallbacks", 0));
+  const json& fallbacks = r["cpu_fallbacks"];
+  for (auto it = fallbacks.begin(); it != fallbacks.end(); ++it) s += fmt::format(" {}x{}", it.key(), it.value().get<int>());
+  s += "\n";
+  if (r.contains("energy") && r["energy"].is_object()) {
+    const json& e = r["energy"];
+    s += fmt::format("energy               {:.3f} mJ ({:.1f} W average): MACs {:.3f}, DRAM {:.3f}, ring {:.3f}, "
+                     "scratchpad {:.3f}, static {:.3f} mJ (config energy section: ASSUMPTION values)\n",
+                     e.value("total_j", 0.0) * 1e3, e.value("average_watts", 0.0), e.value("mac_j", 0.0) * 1e3,
+                     e.value("dram_j", 0.0) * 1e3, e.value("ring_j", 0.0) * 1e3, e.value("scratchpad_j", 0.0) * 1e3,
+                     e.value("static_j", 0.0) * 1e3);
+  }
+  s += fmt::format("{:<22} {:>10} {:>10} {:>9} {:>9} {:>8} {:>9}\n", "kernel", "time us", "cycles", "GFLOP",
+                   "DRAM MB", "FLOP/B", "roofline");
+  for (const auto& k : r["kernels"]) {
+    s += fmt::format("{:<22} {:>10.3f} {:>10} {:>9.3f} {:>9.3f} {:>8.1f} {:>8.1f}%\n", k.value("name", "?"),
+                     k.value("time_ps", 0.0) * 1e-6, k.value("cycles", 0), k.value("flops", 0.0) * 1e-9,
+                     (k.value("dram_read_bytes", 0.0) + k.value("dram_write_bytes", 0.0)) * 1e-6,
+                     k.value("intensity_flop_per_byte", 0.0), k.value("roofline_fraction", 0.0) * 100);
+  }
+  return s;
+}
+
+GoldenCheck check_golden(const json& golden, const json& now, double tolerance, bool all_metrics) {
+  GoldenCheck c;
+  const json gm = golden.value("metrics", json::object()), nm = now.value("metrics", json::object());
+  std::vector<std::string> keys;
+  if (all_metrics) {
+    for (auto it = gm.begin(); it != gm.end(); ++it) keys.push_back(it.key());
+    for (auto it = nm.begin(); it != nm.end(); ++it) {
+      if (!gm.contains(it.key())) keys.push_back(it.key());
+    }
+  } else {
+    for (const char* k : kGuardedMetrics) keys.emplace_back(k);
+  }
+  c.text = fmt::format("{:<24} {:>16} {:>16} {:>10}  (tolerance {:.2f}%)\n", "metric", "expected", "now", "change",
+                       tolerance * 100);
+  for (const auto& k : keys) {
+    const bool in_g = gm.contains(k) && gm[k].is_number(), in_n = nm.contains(k) && nm[k].is_number();
+    if (!in_g || !in_n) {
+      c.text += fmt::format("{:<24} {:>16} {:>16} {:>10}  MISSING\n", k, in_g ? gm[k].dump() : "-",
+                            in_n ? nm[k].dump() : "-", "");
+      c.passed = false;
+      continue;
+    }
+    const double g = gm[k].get<double>(), v = nm[k].get<double>();
+    const double change = g == 0 ? (v == 0 ? 0 : 1) : (v - g) / std::fabs(g);
+    const bool ok = std::fabs(change) <= tolerance + 1e-12;
+    c.passed = c.passed && ok;
+    c.text += fmt::format("{:<24} {:>16.6g} {:>16.6g} {:>+9.2f}%  {}\n", k, g, v, change * 100, ok ? "ok" : "DRIFT");
+  }
+  c.text += c.passed ? "result: within tolerance\n" : "result: REGRESSION (beyond tolerance)\n";
+  return c;
+}
+
+}  // namespace spyre::tools

@@ -1,0 +1,264 @@
+// spyre-sim run: a named workload on the simulated device through the real stack
+// (PyTorch backend, driver, firmware, SystemC model), reported from the device's own
+// statistics; plus the golden check (--expect-json) and spyre-sim diff.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_softmax.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/randn.h>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "aten/cpu_fallback.h"
+#include "config/config_loader.h"
+#include "spyre/spyre_drv.h"
+#include "spyre_sim/commands.h"
+#include "spyre_sim/report.h"
+
+namespace spyre::tools {
+namespace {
+
+using nlohmann::json;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+c10::ScalarType dtype_of(const std::string& s) {
+  if (s == "fp16" || s == "float16" || s == "half") return c10::kHalf;
+  if (s == "bf16" || s == "bfloat16") return c10::kBFloat16;
+  if (s == "fp32" || s == "float32" || s == "float") return c10::kFloat;
+  throw UsageError("unknown dtype '" + s + "' (expected fp16, bf16 or fp32)");
+}
+
+// "gemm:4096,4096,4096,fp16" -> {"gemm", {"4096", "4096", "4096", "fp16"}}
+std::pair<std::string, std::vector<std::string>> parse_workload(const std::string& w) {
+  const auto colon = w.find(':');
+  std::pair<std::string, std::vector<std::string>> r{w.substr(0, colon), {}};
+  if (colon == std::string::npos) return r;
+  std::stringstream ss(w.substr(colon + 1));
+  for (std::string item; std::getline(ss, item, ',');) r.second.push_back(item);
+  return r;
+}
+
+std::int64_t integer(const std::string& s, const std::string& what) {
+  try {
+    std::size_t used = 0;
+    const long long v = std::stoll(s, &used);
+    if (used == s.size() && v > 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("{}: expected a positive integer, found '{}'", what, s));
+}
+
+// A workload: set-up (inputs on the device, kernels compiled by a first run) and the
+// measured run, both enqueue work on the current stream.
+struct Workload {
+  std::function<void()> run;
+  double flops = 0;  // useful floating-point operations of one run (for the roofline)
+};
+
+const char* kWorkloadHelp =
+    "gemm:M,N,K[,dtype] | add:N[,dtype] | softmax:ROWS,COLS[,dtype] | mlp[:BATCH,IN,HIDDEN,OUT[,dtype]] "
+    "(dtype fp16 by default)";
+
+Workload make_workload(const std::string& spec) {
+  const auto [name, a] = parse_workload(spec);
+  const c10::Device device(c10::DeviceType::PrivateUse1, 0);
+  const auto opts = [&](std::size_t dtype_at) {
+    return at::TensorOptions().device(device).dtype(a.size() > dtype_at ? dtype_of(a[dtype_at]) : c10::kHalf);
+  };
+  const auto need = [&](std::size_t lo, std::size_t hi) {
+    if (a.size() < lo || a.size() > hi) {
+      throw UsageError(fmt::format("workload '{}' takes {} to {} parameters, got {} (workloads: {})", name, lo, hi,
+                                   a.size(), kWorkloadHelp));
+    }
+  };
+  if (name == "gemm") {
+    need(3, 4);
+    const auto m = integer(a[0], "gemm M"), n = integer(a[1], "gemm N"), k = integer(a[2], "gemm K");
+    const at::Tensor x = at::randn({m, k}).to(opts(3)), y = at::randn({k, n}).to(opts(3));
+    return {[x, y] { at::mm(x, y); }, 2.0 * double(m) * double(n) * double(k)};
+  }
+  if (name == "add") {
+    need(1, 2);
+    const auto n = integer(a[0], "add N");
+    const at::Tensor x = at::randn({n}).to(opts(1)), y = at::randn({n}).to(opts(1));
+    return {[x, y] { at::add(x, y); }, double(n)};
+  }
+  if (name == "softmax") {
+    need(2, 3);
+    const auto r = integer(a[0], "softmax ROWS"), c = integer(a[1], "softmax COLS");
+    const at::Tensor x = at::randn({r, c}).to(opts(2));
+    return {[x] { at::_softmax(x, 1, false); }, 5.0 * double(r) * double(c)};
+  }
+  if (name == "mlp") {
+    need(0, 5);
+    const std::int64_t batch = a.size() > 0 ? integer(a[0], "mlp BATCH") : 512;
+    const std::int64_t in = a.size() > 1 ? integer(a[1], "mlp IN") : 4096;
+    const std::int64_t hidden = a.size() > 2 ? integer(a[2], "mlp HIDDEN") : 11008;
+    const std::int64_t out = a.size() > 3 ? integer(a[3], "mlp OUT") : 4096;
+    const auto o = opts(4);
+    const at::Tensor x = at::randn({batch, in}).to(o);
+    const at::Tensor w1 = at::mul(at::randn({hidden, in}), 0.02).to(o), b1 = at::randn({hidden}).to(o);
+    const at::Tensor w2 = at::mul(at::randn({out, hidden}), 0.02).to(o), b2 = at::randn({out}).to(o);
+    return {[=] { at::linear(at::gelu(at::linear(x, w1, b1), "tanh"), w2, b2); },
+            2.0 * double(batch) * double(in * hidden + hidden * out)};
+  }
+  throw UsageError(fmt::format("unknown workload '{}' (workloads: {})", name, kWorkloadHelp));
+}
+
+spyre_device_t device_handle() {
+  spyre_device_t d = nullptr;
+  if (spyreDeviceGet(0, &d) != SPYRE_SUCCESS) throw std::runtime_error(spyreGetLastErrorMessage());
+  return d;
+}
+
+json device_report() {
+  size_t bytes = 0;
+  spyreDeviceGetReport(device_handle(), nullptr, &bytes);
+  std::string text(bytes, '\0');
+  if (spyreDeviceGetReport(device_handle(), text.data(), &bytes) != SPYRE_SUCCESS) {
+    throw std::runtime_error(spyreGetLastErrorMessage());
+  }
+  text.resize(bytes > 0 ? bytes - 1 : 0);
+  return json::parse(text);
+}
+
+struct RunOptions {
+  ConfigOptions config;
+  std::string workload;
+  std::string trace;
+  bool json_out = false;
+  std::string expect;
+  std::string tolerance = "2%";
+  bool update_golden = false;
+};
+
+double parse_tolerance(const std::string& t) {
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(t, &used);
+    if (used == t.size()) return v;
+    if (used + 1 == t.size() && t.back() == '%') return v / 100;
+  } catch (const std::exception&) {
+  }
+  throw UsageError("--tolerance: expected a fraction (0.02) or a percentage (2%), found '" + t + "'");
+}
+
+int run(const RunOptions& o) {
+  // Validate the config here (a clear usage error), then hand it to the driver.
+  const config::LoadedConfig loaded = config::load_config(o.config.config_path, o.config.overrides);
+  std::string joined;
+  for (const auto& s : o.config.overrides) joined += (joined.empty() ? "" : ";") + s;
+  setenv("SPYRE_SIM_CONFIG", o.config.config_path.c_str(), 1);
+  setenv("SPYRE_SIM_SET", joined.c_str(), 1);
+  setenv("SPYRE_SIM_DEVICES", "1", 1);
+
+  Workload w = make_workload(o.workload);  // uploads inputs
+  w.run();                                 // compiles and loads every kernel once
+  spyreDeviceSynchronize(device_handle());
+  spyreDeviceResetStats(device_handle());
+  backend::reset_fallback_counts();
+  if (!o.trace.empty()) spyreTraceStart(device_handle());
+  w.run();
+  const spyre_result_t sync = spyreDeviceSynchronize(device_handle());
+  if (!o.trace.empty()) spyreTraceStop(device_handle(), o.trace.c_str());
+  if (sync != SPYRE_SUCCESS) {
+    std::fprintf(stderr, "spyre-sim: device fault: %s\n", spyreGetLastErrorMessage());
+    return kExitDeviceFault;
+  }
+  const json result = make_report(o.workload, w.flops, loaded, device_report(), backend::fallback_counts());
+  if (o.json_out) {
+    fmt::print("{}\n", result.dump(2));
+  } else {
+    fmt::print("{}", report_text(result));
+    if (!o.trace.empty()) fmt::print("trace: {} (Perfetto / chrome://tracing)\n", o.trace);
+  }
+  if (o.update_golden) {
+    if (o.expect.empty()) throw UsageError("--update-golden needs --expect-json FILE");
+    std::ofstream(o.expect) << result.dump(2) << "\n";
+    std::fprintf(stderr, "spyre-sim: wrote golden %s\n", o.expect.c_str());
+    return kExitSuccess;
+  }
+  if (!o.expect.empty()) {
+    std::ifstream in(o.expect);
+    if (!in) throw UsageError("--expect-json: cannot read " + o.expect);
+    const json golden = json::parse(in, nullptr, false);
+    if (golden.is_discarded()) throw UsageError("--expect-json: " + o.expect + " is not JSON");
+    const GoldenCheck check = check_golden(golden, result, parse_tolerance(o.tolerance));
+    std::fprintf(stderr, "%s", check.text.c_str());
+    return check.passed ? kExitSuccess : kExitRegression;
+  }
+  return kExitSuccess;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("cannot read " + path);
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded()) throw UsageError(path + " is not JSON");
+  return j;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "run a workload on the simulated device and report");
+  add_config_options(*cmd, o->config);
+  cmd->add_option("--workload", o->workload, kWorkloadHelp)->required();
+  cmd->add_option("--trace", o->trace, "write a Perfetto/Chrome JSON trace of the measured run");
+  cmd->add_flag("--json", o->json_out, "print the report as JSON (schema_version 1)");
+  cmd->add_option("--expect-json", o->expect, "golden report: exit 1 when cycles or traffic drift beyond --tolerance");
+  cmd->add_option("--tolerance", o->tolerance, "allowed relative drift (default 2%)");
+  cmd->add_flag("--update-golden", o->update_golden, "write this run's report to the --expect-json file");
+  cmd->callback([o, &exit_code] {
+    try {
+      exit_code = run(*o);
+    } catch (const config::ConfigError& e) {
+      std::fprintf(stderr, "spyre-sim: config error: %s\n", e.what());
+      exit_code = kExitUsage;
+    } catch (const UsageError& e) {
+      std::fprintf(stderr, "spyre-sim: %s\n", e.what());
+      exit_code = kExitUsage;
+    } catch (const c10::Error& e) {
+      std::fprintf(stderr, "spyre-sim: %s\n", e.what_without_backtrace());
+      const bool fault = std::string(e.what_without_backtrace()).find("fault") != std::string::npos;
+      exit_code = fault ? kExitDeviceFault : kExitUsage;
+    }
+  });
+}
+
+void add_diff_command(CLI::App& app, int& exit_code) {
+  auto files = std::make_shared<std::vector<std::string>>();
+  auto tolerance = std::make_shared<std::string>("0");
+  CLI::App* cmd = app.add_subcommand("diff", "compare two spyre-sim run --json results metric by metric");
+  cmd->add_option("files", *files, "A.json B.json")->required()->expected(2);
+  cmd->add_option("--tolerance", *tolerance, "exit 1 when a cycle or traffic metric differs by more (default 0)");
+  cmd->callback([files, tolerance, &exit_code] {
+    try {
+      const json a = read_json((*files)[0]), b = read_json((*files)[1]);
+      const GoldenCheck d = check_golden(a, b, parse_tolerance(*tolerance), /*all_metrics=*/true);
+      fmt::print("{}", d.text);
+      exit_code = d.passed ? kExitSuccess : kExitRegression;
+    } catch (const UsageError& e) {
+      std::fprintf(stderr, "spyre-sim: %s\n", e.what());
+      exit_code = kExitUsage;
+    }
+  });
+}
+
+}  // namespace spyre::tools
