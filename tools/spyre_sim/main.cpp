@@ -26,8 +26,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = kExitSuccess;
   add_info_command(app, exit_code);
+#ifdef SPYRE_WITH_BACKEND
   add_run_command(app, exit_code);
   add_diff_command(app, exit_code);
+#endif
   add_sweep_commands(app, exit_code);
   try {
     app.parse(argc, argv);

@@ -88,7 +88,8 @@ void write_csv(const fs::path& dir) {
     json j = json::parse(in, nullptr, false);
     if (j.is_discarded() || !j.contains("point")) continue;
     sweep = j["sweep"];
-    points[j["point"].get<std::size_t>()] = std::move(j);
+    const auto index = j["point"].get<std::size_t>();
+    points.emplace(index, std::move(j));
   }
   std::ofstream out(dir / "sweep.csv");
   std::vector<std::string> keys;
@@ -147,7 +148,7 @@ int sweep(const SweepOptions& o) {
   fs::create_directories(dir);
   json sweep_desc = {{"workload", o.workload}, {"points", total}, {"grid", json::array()},
                      {"config", o.config}, {"set", o.sets}};
-  for (const auto& a : grid) sweep_desc["grid"].push_back({a.key, a.values});
+  for (const auto& a : grid) sweep_desc["grid"].push_back(json::array({a.key, a.values}));
 
   std::vector<std::size_t> todo;
   std::size_t skipped = 0;

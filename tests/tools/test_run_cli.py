@@ -1,0 +1,146 @@
+"""spyre-sim run / diff / sweep / sweep-merge and tools/plot: reports, the golden guard,
+sweeps with a failing point, shards, plots, and what-if studies that must make
+physical sense on the default chip."""
+
+import csv
+import json
+import pathlib
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CI = str(REPO / "configs" / "spyre-ci.yaml")
+
+
+def spyre_sim(*args, timeout=600):
+    return subprocess.run(["spyre-sim", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def report(*args):
+    r = spyre_sim("run", "--json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_run_reports_time_traffic_kernels_and_energy(tmp_path):
+    trace = tmp_path / "trace.json"
+    r = spyre_sim("run", "--workload", "mlp:64,256,512,256", "--config", CI, "--trace", str(trace))
+    assert r.returncode == 0, r.stderr
+    for line in ("modelled time", "DRAM", "cores", "CPU fallbacks        0", "energy", "aten::addmm", "aten::gelu"):
+        assert line in r.stdout
+    events = json.loads(trace.read_text())  # Perfetto / Chrome JSON
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    assert any(e.get("name", "").startswith("matmul") for e in events)
+
+    j = report("--workload", "gemm:256,512,128,fp16", "--config", CI)
+    assert j["schema_version"] == 1 and j["tool"] == "spyre-sim" and j["version"]
+    assert j["config"]["hash"] and j["config"]["resolved"]["cores"]["count"] == 4
+    m = j["metrics"]
+    assert m["macs"] == 256 * 512 * 128                       # exactly the product's MACs
+    assert m["dram_read_bytes"] >= (256 * 128 + 128 * 512) * 2  # at least A and B once
+    assert m["dram_write_bytes"] == 256 * 512 * 2               # C once
+    assert m["cycles"] == round(m["time_us"] * 1e-6 * 1.5e9)    # the CI chip's 1.5 GHz
+    assert m["cpu_fallbacks"] == 0
+    assert [k["name"] for k in j["kernels"]] == ["aten::mm"]
+    assert 0 < m["roofline_fraction"] <= 1
+    assert j["energy"]["total_j"] > 0
+
+
+def test_same_run_gives_the_same_cycles():
+    a = report("--workload", "softmax:64,1000", "--config", CI)
+    b = report("--workload", "softmax:64,1000", "--config", CI)
+    assert a["metrics"] == b["metrics"]
+
+
+def test_golden_guard_passes_within_and_fails_beyond_tolerance(tmp_path):
+    golden = tmp_path / "golden.json"
+    base = ["run", "--workload", "add:1000000", "--config", CI, "--expect-json", str(golden)]
+    assert spyre_sim(*base, "--update-golden").returncode == 0
+    same = spyre_sim(*base, "--tolerance", "2%")
+    assert same.returncode == 0, same.stderr
+    assert "within tolerance" in same.stderr
+    # Half the DRAM bandwidth: the add takes about twice the cycles.
+    slower = spyre_sim(*base, "--tolerance", "2%", "--set", "memory.peak_gbps=102.4")
+    assert slower.returncode == 1
+    assert "cycles" in slower.stderr and "DRIFT" in slower.stderr and "REGRESSION" in slower.stderr
+    # A change that moves nothing the guard watches passes.
+    other = spyre_sim(*base, "--set", "energy.static_watts=30")
+    assert other.returncode == 0, other.stderr
+
+
+def test_diff_compares_metric_by_metric(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(report("--workload", "add:100000", "--config", CI)))
+    b.write_text(json.dumps(report("--workload", "add:100000", "--config", CI, "--set", "cores.count=2")))
+    same = spyre_sim("diff", str(a), str(a))
+    assert same.returncode == 0 and "time_us" in same.stdout
+    d = spyre_sim("diff", str(a), str(b), "--tolerance", "1%")
+    assert d.returncode == 1 and "DRIFT" in d.stdout
+
+
+def test_bad_input_is_a_usage_error():
+    r = spyre_sim("run", "--workload", "conv:3")
+    assert r.returncode == 2 and "unknown workload 'conv'" in r.stderr and "gemm:M,N,K" in r.stderr
+    r = spyre_sim("run", "--workload", "gemm:4,x,4")
+    assert r.returncode == 2 and "gemm N: expected a positive integer, found 'x'" in r.stderr
+    r = spyre_sim("run", "--workload", "add:10", "--set", "cores.count=-1")
+    assert r.returncode == 2 and "cores.count" in r.stderr
+    r = spyre_sim("run", "--workload", "gemm:64,64,64", "--set", "cores.scratchpad.usable_bytes=256B")
+    assert r.returncode == 2 and "needs 896 bytes of scratchpad, the device has 256" in r.stderr
+
+
+GRID = ["--grid", "cores.count=2,4", "--grid", "cores.scratchpad.usable_bytes=1638KiB,64KiB,256B"]
+
+
+def sweep(out, *extra):
+    return spyre_sim("sweep", "--workload", "gemm:128,256,128", "--config", CI, *GRID, "--jobs", "2",
+                     "--out", str(out), *extra)
+
+
+def test_sweep_records_every_point_and_shards_merge_to_the_same_csv(tmp_path):
+    full = sweep(tmp_path / "full")
+    assert full.returncode == 1  # one grid column cannot compile: recorded, not fatal
+    assert "ETA" in full.stderr
+    points = sorted((tmp_path / "full").glob("p*.json"))
+    assert len(points) == 6
+    rows = list(csv.DictReader(open(tmp_path / "full" / "sweep.csv")))
+    assert len(rows) == 6
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert [r["cores.scratchpad.usable_bytes"] for r in failed] == ["256B", "256B"]
+    assert all("needs 896 bytes of scratchpad" in r["error"] for r in failed)
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert all(float(r["cycles"]) > 0 for r in ok)
+
+    again = sweep(tmp_path / "full")  # resumable: nothing left to run
+    assert "0 to run, 6 already" in again.stderr
+
+    for i in (1, 2):
+        sweep(tmp_path / f"s{i}", "--shard", f"{i}/2")
+    m = spyre_sim("sweep-merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "merged"))
+    assert m.returncode == 0, m.stderr
+    assert (tmp_path / "merged" / "sweep.csv").read_text() == (tmp_path / "full" / "sweep.csv").read_text()
+
+    for args in (["sweep", str(tmp_path / "full"), "--x", "cores.count", "--y", "time_us",
+                  "--series", "cores.scratchpad.usable_bytes", "--out", str(tmp_path / "curve")],
+                 ["roofline", str(tmp_path / "full"), "--out", str(tmp_path / "roof")]):
+        p = subprocess.run([str(REPO / "tools" / "plot"), *args], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+    for stem in ("curve", "roof"):
+        assert (tmp_path / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (tmp_path / f"{stem}.svg").exists()
+
+
+def time_us(workload, config):
+    return report("--workload", workload, "--config", str(REPO / "configs" / config))["metrics"]["time_us"]
+
+
+def test_what_ifs_make_physical_sense_on_the_default_chip():
+    gemm, add = "gemm:4096,4096,4096,fp16", "add:67108864,fp16"
+    base_gemm, base_add = time_us(gemm, "spyre.yaml"), time_us(add, "spyre.yaml")
+    # Twice the DRAM bandwidth: the add is DRAM-bound, the big GEMM compute-bound.
+    assert 1.6 <= base_add / time_us(add, "whatif-2x-dram.yaml") <= 2.0 + 1e-6
+    assert base_gemm / time_us(gemm, "whatif-2x-dram.yaml") < 1.25
+    # Half the cores: the GEMM loses compute, the add keeps its DRAM bandwidth.
+    assert 1.4 <= time_us(gemm, "whatif-half-cores.yaml") / base_gemm <= 2.0
+    assert time_us(add, "whatif-half-cores.yaml") / base_add < 1.2
