@@ -96,7 +96,7 @@ void gemms(bool quick) {
   fmt::print("fp16 GEMM on {} ({} cores, peak {:.2f} TFLOPS, DRAM {:.1f} GB/s deliverable of {:.1f})\n",
              p.config_name, p.cores, peak_flops * 1e-12, dram * 1e-9, p.dram_peak_bytes_per_s * 1e-9);
   fmt::print("{:>16} {:>10} {:>8} {:>6} {:>11} {:>11} {:>7} {:>9} {:>10}\n", "m x n x k", "time us", "TFLOPS",
-             "%peak", "DRAM MB", "compulsory", "ratio", "bound %", "grid");
+             "%peak", "DRAM MB", "compulsory", "ratio", "bound %", "grid r");
   std::vector<std::array<std::int64_t, 3>> shapes = {{512, 512, 512},    {1024, 1024, 1024}, {2048, 2048, 2048},
                                                      {4096, 4096, 4096}, {1, 4096, 4096}};
   if (quick) shapes = {{256, 256, 256}, {1, 512, 512}};
@@ -116,9 +116,10 @@ void gemms(bool quick) {
         {.m = static_cast<std::uint64_t>(m), .n = static_cast<std::uint64_t>(n), .k = static_cast<std::uint64_t>(k),
          .dtype = spyre::isa::DType::fp16},
         spyre::backend::target(0));
-    fmt::print("{:>16} {:>10.1f} {:>8.2f} {:>6.1f} {:>11.1f} {:>11.1f} {:>7.2f} {:>9.1f} {:>4}x{}x{}\n",
+    fmt::print("{:>16} {:>10.1f} {:>8.2f} {:>6.1f} {:>11.1f} {:>11.1f} {:>7.2f} {:>9.1f} {:>4}x{}x{} {}\n",
                fmt::format("{}x{}x{}", m, n, k), t * 1e6, flops / t * 1e-12, flops / t / peak_flops * 100,
-               bytes * 1e-6, compulsory * 1e-6, bytes / compulsory, bound, plan.grid_rows, plan.grid_cols, plan.groups);
+               bytes * 1e-6, compulsory * 1e-6, bytes / compulsory, bound, plan.grid_rows, plan.grid_cols, plan.groups,
+               plan.rows_per_core);
   }
 }
 

@@ -8,9 +8,12 @@
 // row reads the row's A panel from DRAM and it travels core to core along the row
 // over the ring (ring_recv with forwarding); the first core of each grid column does
 // the same with the B panel down the column. DRAM traffic per super-block is then
-// (Gr*tm + Gc*tn) * K instead of Gr*Gc*(tm + tn) * K. The grid, the tile size and
-// the number of groups come from a cost model (compute time of the waves of
-// super-blocks against the DRAM time of their bytes) over the device's figures.
+// (Gr*tm + Gc*tn) * K instead of Gr*Gc*(tm + tn) * K. A core may also compute two
+// tiles stacked along M (accumulators side by side, converted in place), using each
+// B panel twice: the super-block doubles along M for the same scratchpad. The grid,
+// the tile size, the tiles per core and the number of groups come from a cost model
+// (compute time of the waves of super-blocks against the DRAM time of their bytes)
+// over the device's figures.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +36,7 @@ struct MatmulShape {
 // How compile_matmul laid the work out (for tests, dumps and the benchmark).
 struct MatmulPlan {
   std::uint64_t tm = 0, tn = 0, tk = 0;      // tile
+  std::uint32_t rows_per_core = 1;           // tiles stacked along M on one core, sharing its B panel
   std::uint32_t grid_rows = 1, grid_cols = 1;  // cores per group: Gr x Gc
   std::uint32_t groups = 1;
   std::uint64_t super_blocks = 0;

@@ -3,6 +3,8 @@
 
 #include "compiler/elementwise.h"
 #include "compiler/matmul.h"
+#include "compiler/pointwise.h"
+#include "compiler/reduce.h"
 #include "spyre/isa/program.h"
 
 using namespace spyre;
@@ -59,4 +61,59 @@ TEST_CASE("given a matmul, tiles fit the scratchpad and too small a scratchpad i
   CHECK_THROWS_WITH(compiler::compile_matmul(shape, tiny, "aten::mm"),
                     ContainsSubstring("aten::mm 300x513x17: the smallest tiling needs 896 bytes of scratchpad, the "
                                       "device has 256"));
+}
+
+TEST_CASE("given a row-broadcast operand, only its row is loaded and the vector op broadcasts it") {
+  const compiler::Target target{.cores = 1, .scratchpad_bytes = 1 << 20, .stick_bytes = 128};
+  // [3 x 100] + [100]: shape {100, 3}, b's stride along dim 1 is 0.
+  compiler::PointwiseKernel k;
+  k.shape = {100, 3};
+  k.inputs = {{isa::DType::fp32, {1, 100}}, {isa::DType::fp32, {1, 0}}};
+  k.output = {isa::DType::fp32, {1, 100}};
+  k.steps = {compiler::Step::binary(isa::BinaryOp::add, isa::DType::fp32, compiler::Value::input(0),
+                                    compiler::Value::input(1))};
+  const isa::Program p(compiler::compile_pointwise(k, target, "aten::add"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1 << 20, .num_streams = 1}));
+  const auto b_load = std::get<isa::DmaLoad>(*p.decode_at(0, 1).inst);
+  CHECK(b_load.arg == 1);
+  CHECK(b_load.shape == std::array<std::uint32_t, 3>{100, 1, 1});  // one row, not 3
+  bool broadcast = false;
+  for (std::uint32_t pc = 0; pc < p.stream_length(0); ++pc) {
+    const isa::Decoded d = p.decode_at(0, pc);
+    if (const auto* v = std::get_if<isa::VBinary>(&*d.inst)) {
+      broadcast = v->bcast == isa::Broadcast::row && v->rows == 3 && v->cols == 100;
+    }
+  }
+  CHECK(broadcast);
+}
+
+TEST_CASE("given a 2048-cubed fp16 GEMM on the default chip, panels are shared so DRAM reads A and B once") {
+  // 32 cores, 1638 KiB usable scratchpad, 1536 fp16 MAC/ns per core, 149.5 GB/s.
+  const compiler::Target target{.cores = 32, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9};
+  const compiler::MatmulShape shape{.m = 2048, .n = 2048, .k = 2048, .dtype = isa::DType::fp16};
+  const compiler::MatmulPlan plan = compiler::plan_matmul(shape, target);
+  // 256x256 tiles, two per core stacked along M: a 4x8 grid covers 2048x2048 at once,
+  // so A and B are each read once: 2 x 2048 x 2048 x 2 bytes.
+  CHECK(plan.tm == 256);
+  CHECK(plan.rows_per_core == 2);
+  CHECK(plan.grid_rows * plan.grid_cols == 32);
+  CHECK(plan.super_blocks == 1);
+  CHECK(plan.dram_read_bytes == 2ull * 2048 * 2048 * 2);
+  const isa::Program p(compiler::compile_matmul(shape, target, "aten::mm"));
+  CHECK(p.num_streams() == 32);
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 32}));
+  std::uint32_t receives = 0;
+  for (std::uint32_t pc = 0; pc < p.stream_length(31); ++pc) {
+    receives += std::holds_alternative<isa::RingRecv>(*p.decode_at(31, pc).inst) ? 1 : 0;
+  }
+  CHECK(receives > 0);  // the last core of the grid gets its panels over the ring
+}
+
+TEST_CASE("given a reduction or a softmax row too big for the scratchpad, compilation names the bytes") {
+  const compiler::Target tiny{.cores = 1, .scratchpad_bytes = 256, .stick_bytes = 128};
+  CHECK_THROWS_WITH(compiler::compile_softmax({.rows = 2, .cols = 1000, .row_stride = 1000}, tiny, "aten::_softmax"),
+                    ContainsSubstring("aten::_softmax: a row of 1000 fp32 values needs"));
+  CHECK_THROWS_WITH(compiler::compile_reduce({.outer = 1, .reduced = 10}, tiny, "aten::sum"),
+                    ContainsSubstring("the device has 256"));
 }
