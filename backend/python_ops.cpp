@@ -9,6 +9,7 @@
 #include "aten/kernel_cache.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/launch.h"
+#include "report/run_report.h"
 #include "runtime/driver.h"
 #include "runtime/streams.h"
 
@@ -91,6 +92,21 @@ TORCH_LIBRARY(spyre, m) {
     return to_dict({{"hits", s.hits}, {"misses", s.misses}});
   });
   m.def("reset_kernel_cache_stats() -> ()", [] { reset_kernel_cache_stats(); });
+  // What spyre_sim.run uses: clear the device's statistics and launch records, trace
+  // a span of work, and build the run report (the same JSON as spyre-sim run --json).
+  m.def("reset_device_stats(int device) -> ()", [](std::int64_t d) {
+    SPYRE_CHECK(spyreDeviceSynchronize(driver_device(resolve(d))));
+    SPYRE_CHECK(spyreDeviceResetStats(driver_device(resolve(d))));
+  });
+  m.def("trace_start(int device) -> ()", [](std::int64_t d) { SPYRE_CHECK(spyreTraceStart(driver_device(resolve(d)))); });
+  m.def("trace_stop(int device, str path) -> ()", [](std::int64_t d, std::string path) {
+    SPYRE_CHECK(spyreTraceStop(driver_device(resolve(d)), path.c_str()));
+  });
+  m.def("run_report(int device, str workload, float flops) -> str", [](std::int64_t d, std::string workload, double flops) {
+    return report::make_report(workload, flops, nlohmann::json::parse(device_report(d)), fallback_counts()).dump();
+  });
+  m.def("run_report_text(str report) -> str",
+        [](std::string r) { return report::report_text(nlohmann::json::parse(r)); });
 }
 
 }  // namespace spyre::backend

@@ -919,7 +919,12 @@ spyre_result_t spyreDeviceGetReport(spyre_device_t device, char* json, size_t* b
       // Over the span of the recorded work, so the report does not change between the
       // two calls of the size-query pattern unless work completes in between.
       auto report = d->chip->report(d->chip->active_span());
-      report["config"] = {{"name", d->config.chip.name}, {"hash", d->config.hash}, {"source", d->config.source}};
+      report["config"] = {{"name", d->config.chip.name},
+                          {"hash", d->config.hash},
+                          {"source", d->config.source},
+                          {"overrides", d->config.overrides},
+                          {"resolved", spyre::config::to_json(d->config.chip)}};
+      report["derived"] = spyre::config::to_json(d->chip->figures());
       text = report.dump();
     });
     const std::size_t needed = text.size() + 1;

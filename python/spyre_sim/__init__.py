@@ -13,7 +13,7 @@ import pathlib
 # torch is imported inside the functions: `import torch` itself may import this
 # package (through the entry point) while torch is still initialising.
 
-__all__ = ["library_path"]
+__all__ = ["library_path", "run", "report_text"]
 
 
 def library_path() -> pathlib.Path:
@@ -50,5 +50,9 @@ def _autoload() -> None:
     """The ``torch.backends`` entry point: called by ``import torch``."""
     _load()
 
+from .profile import report_text, run  # noqa: E402  (after the library is loaded)
+
 
 _load()
+
+from .profile import report_text, run  # noqa: E402  (after the library is loaded)

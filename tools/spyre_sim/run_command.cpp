@@ -25,12 +25,16 @@
 #include "config/config_loader.h"
 #include "spyre/spyre_drv.h"
 #include "spyre_sim/commands.h"
-#include "spyre_sim/report.h"
+#include "report/run_report.h"
 
 namespace spyre::tools {
 namespace {
 
 using nlohmann::json;
+using report::check_golden;
+using report::GoldenCheck;
+using report::make_report;
+using report::report_text;
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -180,7 +184,7 @@ int run(const RunOptions& o) {
     std::fprintf(stderr, "spyre-sim: device fault: %s\n", spyreGetLastErrorMessage());
     return kExitDeviceFault;
   }
-  const json result = make_report(o.workload, w.flops, loaded, device_report(), backend::fallback_counts());
+  const json result = make_report(o.workload, w.flops, device_report(), backend::fallback_counts());
   if (o.json_out) {
     fmt::print("{}\n", result.dump(2));
   } else {

@@ -1,13 +1,12 @@
-#include "spyre_sim/report.h"
+#include "report/run_report.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "config/derived_figures.h"
 
-namespace spyre::tools {
+namespace spyre::report {
 
 using nlohmann::json;
 
@@ -21,27 +20,28 @@ double total_macs(const json& macs) {
   return t;
 }
 
-// The dtype that did most of a kernel's MACs (its peak is the roofline's roof).
-config::MacType main_dtype(const json& macs) {
-  config::MacType best = config::MacType::fp16;
+// The peak FLOP/s of the dtype that did most of a kernel's MACs (its roofline's roof).
+double peak_for(const json& macs, const json& derived) {
+  std::string best = "fp16";
   double most = 0;
-  for (const auto t : config::kMacTypes) {
-    const std::string name(config::to_string(t));
-    if (macs.contains(name) && macs[name].get<double>() > most) {
-      most = macs[name].get<double>();
-      best = t;
+  for (auto it = macs.begin(); it != macs.end(); ++it) {
+    if (it.value().get<double>() > most) {
+      most = it.value().get<double>();
+      best = it.key();
     }
   }
-  return best;
+  const json ops = derived.value("peak_ops_per_s", json::object());
+  return ops.value(best, ops.value("fp16", 1.0));
 }
 
 }  // namespace
 
-json make_report(const std::string& workload, double flops, const config::LoadedConfig& loaded, const json& device,
+json make_report(const std::string& workload, double flops, const json& device,
                  const std::map<std::string, std::int64_t>& fallbacks) {
-  const config::DerivedFigures d = config::derive(loaded.chip);
-  const double clock_hz = loaded.chip.clock_ghz * 1e9;
-  const double dram_bw = d.dram_deliverable_bytes_per_s;
+  const json config = device.value("config", json::object());
+  const json derived = device.value("derived", json::object());
+  const double clock_hz = num(derived, "clock_hz");
+  const double dram_bw = std::max(1.0, num(derived, "dram_deliverable_bytes_per_s"));
   json kernels = json::array();
   double first = 0, last = 0, read = 0, write = 0, ring = 0, macs = 0, bound_s = 0;
   bool any = false;
@@ -54,7 +54,7 @@ json make_report(const std::string& workload, double flops, const config::Loaded
     const double t = (end - start) * 1e-12;
     const double k_macs = total_macs(r.value("macs", json::object()));
     const double bytes = num(r, "dram_read_bytes") + num(r, "dram_write_bytes");
-    const double peak = d.peak_ops_per_s(main_dtype(r.value("macs", json::object())));
+    const double peak = peak_for(r.value("macs", json::object()), derived);
     // Roofline: the least time the kernel's operations and DRAM bytes allow.
     const double bound = std::max(2 * k_macs / peak, bytes / dram_bw);
     bound_s += bound;
@@ -102,10 +102,10 @@ json make_report(const std::string& workload, double flops, const config::Loaded
                   {"compute_utilisation", compute / n},
                   {"vector_utilisation", vector / n},
                   {"roofline_fraction", time_s > 0 ? bound_s / time_s : 0.0},
-                  {"achieved_flops_per_s", time_s > 0 ? flops / time_s : 0.0},
+                  {"achieved_flops_per_s", time_s > 0 ? (flops > 0 ? flops : 2 * macs) / time_s : 0.0},
                   {"cpu_fallbacks", fallback_total}};
   json energy = nullptr;
-  const json resolved = config::to_json(loaded.chip);
+  const json resolved = config.value("resolved", json::object());
   if (resolved.contains("energy") && resolved["energy"].is_object()) {
     const json& e = resolved["energy"];
     double mac_j = 0;
@@ -137,13 +137,8 @@ json make_report(const std::string& workload, double flops, const config::Loaded
           {"version", SPYRE_VERSION},
           {"schema_version", kRunSchemaVersion},
           {"workload", workload},
-          {"config",
-           {{"name", loaded.chip.name},
-            {"source", loaded.source},
-            {"overrides", loaded.overrides},
-            {"hash", loaded.hash},
-            {"resolved", resolved}}},
-          {"peak_flops_per_s_fp16", d.peak_ops_per_s(config::MacType::fp16)},
+          {"config", config},
+          {"peak_flops_per_s_fp16", derived.value("peak_ops_per_s", json::object()).value("fp16", 0.0)},
           {"dram_deliverable_bytes_per_s", dram_bw},
           {"metrics", metrics},
           {"kernels", kernels},
@@ -222,4 +217,4 @@ GoldenCheck check_golden(const json& golden, const json& now, double tolerance, 
   return c;
 }
 
-}  // namespace spyre::tools
+}  // namespace spyre::report

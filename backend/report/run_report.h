@@ -1,6 +1,6 @@
 // The report of one spyre-sim run (JSON, schema_version 1) built from the device's own
-// statistics, its text form, and the golden comparison. No torch here: reports are
-// data, testable on their own.
+// statistics, its text form, and the golden comparison. No torch and no simulator
+// here: reports are data, testable on their own.
 #pragma once
 
 #include <cstdint>
@@ -9,16 +9,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/config_loader.h"
 
-namespace spyre::tools {
+namespace spyre::report {
 
 inline constexpr int kRunSchemaVersion = 1;
 
 // `device` is spyreDeviceGetReport's JSON for the measured run (stats reset before
-// it); `flops` the workload's useful floating-point operations.
-nlohmann::json make_report(const std::string& workload, double flops, const config::LoadedConfig& config,
-                           const nlohmann::json& device, const std::map<std::string, std::int64_t>& fallbacks);
+// it; it carries the resolved config and the derived figures); `flops` the
+// workload's useful floating-point operations (0: unknown). A pure JSON transform:
+// the CLI and the Python API (spyre_sim.run) build the same report with it.
+nlohmann::json make_report(const std::string& workload, double flops, const nlohmann::json& device,
+                           const std::map<std::string, std::int64_t>& fallbacks);
 
 std::string report_text(const nlohmann::json& report);
 
@@ -36,4 +37,4 @@ struct GoldenCheck {
 GoldenCheck check_golden(const nlohmann::json& golden, const nlohmann::json& now, double tolerance,
                          bool all_metrics = false);
 
-}  // namespace spyre::tools
+}  // namespace spyre::report
