@@ -144,3 +144,21 @@ def test_what_ifs_make_physical_sense_on_the_default_chip():
     # Half the cores: the GEMM loses compute, the add keeps its DRAM bandwidth.
     assert 1.4 <= time_us(gemm, "whatif-half-cores.yaml") / base_gemm <= 2.0
     assert time_us(add, "whatif-half-cores.yaml") / base_add < 1.2
+
+
+def test_run_a_torchscript_model(tmp_path):
+    import torch  # the environment has PyTorch (only this test needs it here)
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 16))
+    path = tmp_path / "model.pt"
+    torch.jit.save(torch.jit.script(model), str(path))
+    j = report("--model", str(path), "--input", "8,64", "--config", CI)
+    assert j["workload"] == f"model:{path}"
+    assert j["metrics"]["macs"] == 8 * 64 * 96 + 8 * 96 * 16
+    assert j["metrics"]["cpu_fallbacks"] == 0
+    half = report("--model", str(path), "--input", "8,64:fp16", "--config", CI)
+    assert half["metrics"]["macs"] == j["metrics"]["macs"]
+    r = spyre_sim("run", "--model", str(tmp_path / "missing.pt"), "--input", "8,64")
+    assert r.returncode == 2 and "not a TorchScript file" in r.stderr
+    r = spyre_sim("run", "--model", str(path))
+    assert r.returncode == 2 and "--model needs at least one --input" in r.stderr

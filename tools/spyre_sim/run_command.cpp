@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@
 #include <ATen/ops/mm.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/randn.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/serialization/import.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -141,8 +144,38 @@ json device_report() {
   return json::parse(text);
 }
 
+// A TorchScript model with random inputs of the given shapes: "64,512" (fp32, as
+// models are usually saved) or "64,512:fp16" (the model is converted to the first
+// input's dtype).
+Workload make_model_workload(const std::string& path, const std::vector<std::string>& shapes) {
+  if (shapes.empty()) throw UsageError("--model needs at least one --input SHAPE[:dtype], e.g. --input 64,512");
+  const c10::Device device(c10::DeviceType::PrivateUse1, 0);
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(path, device);  // parameters created on the device
+  } catch (const c10::Error& e) {
+    throw UsageError("--model " + path + ": not a TorchScript file (" + e.what_without_backtrace() + ")");
+  }
+  std::vector<c10::IValue> inputs;
+  std::optional<c10::ScalarType> dtype;
+  for (const auto& spec : shapes) {
+    const auto colon = spec.find(':');
+    const c10::ScalarType t = colon == std::string::npos ? c10::kFloat : dtype_of(spec.substr(colon + 1));
+    std::vector<std::int64_t> sizes;
+    std::stringstream ss(spec.substr(0, colon));
+    for (std::string d; std::getline(ss, d, ',');) sizes.push_back(integer(d, "--input " + spec));
+    inputs.emplace_back(at::randn(sizes).to(at::TensorOptions().device(device).dtype(t)));
+    if (!dtype) dtype = t;
+  }
+  if (*dtype != c10::kFloat) module.to(*dtype);
+  module.eval();
+  return {[module, inputs]() mutable { module.forward(inputs); }, 0.0};
+}
+
 struct RunOptions {
   ConfigOptions config;
+  std::string model;
+  std::vector<std::string> inputs;
   std::string workload;
   std::string trace;
   bool json_out = false;
@@ -171,7 +204,8 @@ int run(const RunOptions& o) {
   setenv("SPYRE_SIM_SET", joined.c_str(), 1);
   setenv("SPYRE_SIM_DEVICES", "1", 1);
 
-  Workload w = make_workload(o.workload);  // uploads inputs
+  if (o.workload.empty() == o.model.empty()) throw UsageError("give either --workload or --model (one of them)");
+  Workload w = o.model.empty() ? make_workload(o.workload) : make_model_workload(o.model, o.inputs);  // uploads inputs
   w.run();                                 // compiles and loads every kernel once
   spyreDeviceSynchronize(device_handle());
   spyreDeviceResetStats(device_handle());
@@ -184,7 +218,8 @@ int run(const RunOptions& o) {
     std::fprintf(stderr, "spyre-sim: device fault: %s\n", spyreGetLastErrorMessage());
     return kExitDeviceFault;
   }
-  const json result = make_report(o.workload, w.flops, device_report(), backend::fallback_counts());
+  const json result =
+      make_report(o.model.empty() ? o.workload : "model:" + o.model, w.flops, device_report(), backend::fallback_counts());
   if (o.json_out) {
     fmt::print("{}\n", result.dump(2));
   } else {
@@ -223,7 +258,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "run a workload on the simulated device and report");
   add_config_options(*cmd, o->config);
-  cmd->add_option("--workload", o->workload, kWorkloadHelp)->required();
+  cmd->add_option("--workload", o->workload, kWorkloadHelp);
+  cmd->add_option("--model", o->model, "a TorchScript file (torch.jit.save) to run instead of a named workload");
+  cmd->add_option("--input", o->inputs, "the model's inputs: SHAPE[:dtype], e.g. 64,512 (random normal; repeatable)");
   cmd->add_option("--trace", o->trace, "write a Perfetto/Chrome JSON trace of the measured run");
   cmd->add_flag("--json", o->json_out, "print the report as JSON (schema_version 1)");
   cmd->add_option("--expect-json", o->expect, "golden report: exit 1 when cycles or traffic drift beyond --tolerance");
