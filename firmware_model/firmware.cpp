@@ -253,7 +253,7 @@ void Firmware::execute_launch(Queue& queue, Launch& l, std::optional<FaultRecord
   bool done = false;
   sc_core::sc_event finished;
   sim::LaunchRecord record;
-  chip_.launch({.program = l.program, .args = std::move(l.args), .cores = cores, .name = l.name, .id = id},
+  chip_.launch({.program = l.program, .args = std::move(l.args), .cores = cores, .name = l.name, .id = id, .flow = l.flow},
                [&](const sim::LaunchRecord& r) {
                  record = r;
                  done = true;

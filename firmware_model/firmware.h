@@ -65,6 +65,7 @@ struct Launch {
   std::vector<bool> core_mask;  // empty: any core
   std::string name;
   std::uint64_t queue_tag = 0;  // reported in launch records
+  std::uint64_t flow = 0;       // trace link to the host call (sim::LaunchRequest::flow)
 };
 
 struct EventRecord {

@@ -2,6 +2,7 @@
 // Every entry point is wrapped by `guarded`, so no exception crosses the ABI and every
 // failure leaves a one-line message for spyreGetLastErrorMessage.
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -839,7 +840,19 @@ spyre_result_t spyreLaunch(spyre_queue_t queue, const spyre_launch_desc_t* desc)
     l.core_mask = std::move(mask);
     l.name = desc->name != nullptr && *desc->name != '\0' ? desc->name : p->name;
     l.queue_tag = reinterpret_cast<std::uintptr_t>(queue);
-    submit(rt, q, std::move(l));
+    // The host call on the trace's host track (at the virtual host time it ends), with
+    // an arrow to the kernel it launched.
+    static std::atomic<std::uint64_t> flows{0};
+    l.flow = ++flows;
+    rt.post(q->device, [fw = q->device->firmware.get(), chip = q->device->chip.get(), queue = q->queue,
+                        overhead = q->device->call_overhead, name = l.name, flow = l.flow,
+                        b = firmware::CommandBody(std::move(l))]() mutable {
+      if (chip->tracing()) {  // (never touches the SystemC clock otherwise: functional devices)
+        const spyre::sim::Picoseconds now = spyre::sim::Simulation::now();
+        chip->trace_host_call(name, now > overhead ? now - overhead : 0, now, flow);
+      }
+      fw->submit(queue, std::move(b));
+    });
     return SPYRE_SUCCESS;
   });
 }

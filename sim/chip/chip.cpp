@@ -598,6 +598,11 @@ void Chip::Impl::finish_stream(const std::shared_ptr<LaunchState>& launch) {
   }
   LaunchRecord& r = launch->record;
   r.end = now_ps();
+  if (TraceRecorder* t = trace()) {
+    const int kernels = t->track("kernels");
+    t->complete(kernels, r.name, r.start, r.end, r.fault ? "faulted" : "");
+    if (r.flow != 0) t->flow_end(kernels, r.start, r.flow);
+  }
   chip.record_launch(r);
   launches.remove(launch);
   if (launch->done) launch->done(r);
@@ -651,6 +656,7 @@ void Chip::launch(LaunchRequest request, LaunchCallback done) {
   launch->record.name = request.name.empty() ? request.program->name() : request.name;
   launch->record.cores.assign(request.cores.begin(), request.cores.begin() + streams);
   launch->record.start = now_ps();
+  launch->record.flow = request.flow;
   launch->limits = limits(static_cast<std::uint32_t>(request.cores.size()));
   launch->remaining = streams;
   launch->pcs.assign(streams, 0);
@@ -875,6 +881,13 @@ std::string Chip::report_text(Picoseconds elapsed_ps) const {
   out += fmt::format("  cores: compute arrays busy {:.1f}%, vector units busy {:.1f}% (mean over {} cores)\n",
                      100 * compute / core_time, 100 * vector / core_time, core_stats_.size());
   return out;
+}
+
+void Chip::trace_host_call(const std::string& name, Picoseconds start, Picoseconds end, std::uint64_t flow) {
+  if (!trace_) return;
+  const int host = trace_->track("host");
+  trace_->complete(host, name, start, end);
+  if (flow != 0) trace_->flow_start(host, start, flow);
 }
 
 void Chip::start_trace() { trace_ = std::make_unique<TraceRecorder>(device_); }

@@ -53,6 +53,7 @@ struct LaunchRecord {
   std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0;  // charged (whole sticks)
   std::uint64_t ring_bytes = 0;
   std::optional<Fault> fault;
+  std::uint64_t flow = 0;  // links the host call that launched it in traces (0: none)
 };
 
 struct LaunchRequest {
@@ -61,6 +62,7 @@ struct LaunchRequest {
   std::vector<std::uint32_t> cores;    // stream i runs on cores[i]
   std::string name;                    // for records, traces and faults; default: the program's
   std::uint64_t id = 0;
+  std::uint64_t flow = 0;              // trace link to the host call (trace_host_call)
 };
 
 using LaunchCallback = std::function<void(const LaunchRecord&)>;
@@ -155,6 +157,10 @@ class Chip {
   // Writes the trace collected since start_trace() and stops tracing.
   void stop_trace(const std::string& path);
   bool tracing() const { return trace_ != nullptr; }
+  // A host-side call on the trace's "host" track (the aten op that launched a
+  // kernel), with an arrow to the kernel's slice on the "kernels" track when `flow`
+  // matches a later launch's LaunchRequest::flow. No-op unless tracing.
+  void trace_host_call(const std::string& name, Picoseconds start, Picoseconds end, std::uint64_t flow);
 
   struct Impl;
 

@@ -23,6 +23,14 @@ void TraceRecorder::counter(const std::string& name, timing::Picoseconds at, dou
   counters_.push_back({name, at, value});
 }
 
+void TraceRecorder::flow_start(int track, timing::Picoseconds at, std::uint64_t id) {
+  flows_.push_back({track, at, id, true});
+}
+
+void TraceRecorder::flow_end(int track, timing::Picoseconds at, std::uint64_t id) {
+  flows_.push_back({track, at, id, false});
+}
+
 void TraceRecorder::dram_bytes(timing::Picoseconds start, timing::Picoseconds end, std::uint64_t bytes) {
   if (end > start) dram_.push_back({start, end, bytes});
 }
@@ -40,6 +48,12 @@ void TraceRecorder::write(const std::string& path) const {
   for (const Event& e : events_) {
     json ev = {{"ph", "X"}, {"name", e.name}, {"pid", pid}, {"tid", e.track}, {"ts", us(e.start)}, {"dur", us(e.end - e.start)}};
     if (!e.detail.empty()) ev["args"] = {{"detail", e.detail}};
+    events.push_back(std::move(ev));
+  }
+  for (const Flow& f : flows_) {
+    json ev = {{"ph", f.start ? "s" : "f"}, {"name", "launch"}, {"cat", "launch"}, {"id", f.id},
+               {"pid", pid}, {"tid", f.track}, {"ts", us(f.at)}};
+    if (!f.start) ev["bp"] = "e";  // binds to the slice enclosing the end point
     events.push_back(std::move(ev));
   }
   for (const Counter& c : counters_) {

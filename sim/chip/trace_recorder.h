@@ -21,6 +21,10 @@ class TraceRecorder {
   void complete(int track, std::string name, timing::Picoseconds start, timing::Picoseconds end,
                 std::string detail = {});
   void counter(const std::string& name, timing::Picoseconds at, double value);
+  // An arrow from a point of one track to the slice enclosing a point of another (a
+  // host call to the kernel it launched): the two ends share `id`.
+  void flow_start(int track, timing::Picoseconds at, std::uint64_t id);
+  void flow_end(int track, timing::Picoseconds at, std::uint64_t id);
   // A DRAM transfer, binned into a bandwidth counter when written.
   void dram_bytes(timing::Picoseconds start, timing::Picoseconds end, std::uint64_t bytes);
 
@@ -38,6 +42,12 @@ class TraceRecorder {
     timing::Picoseconds at;
     double value;
   };
+  struct Flow {
+    int track;
+    timing::Picoseconds at;
+    std::uint64_t id;
+    bool start;
+  };
   struct Transfer {
     timing::Picoseconds start, end;
     std::uint64_t bytes;
@@ -47,6 +57,7 @@ class TraceRecorder {
   std::vector<std::string> track_names_;
   std::vector<Event> events_;
   std::vector<Counter> counters_;
+  std::vector<Flow> flows_;
   std::vector<Transfer> dram_;
 };
 

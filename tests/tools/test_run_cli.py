@@ -32,6 +32,18 @@ def test_run_reports_time_traffic_kernels_and_energy(tmp_path):
     events = json.loads(trace.read_text())  # Perfetto / Chrome JSON
     events = events["traceEvents"] if isinstance(events, dict) else events
     assert any(e.get("name", "").startswith("matmul") for e in events)
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    on = lambda track: [e for e in events if e.get("ph") == "X" and tracks.get(e["tid"]) == track]  # noqa: E731
+    host, kernels = on("host"), on("kernels")
+    # The host track has the aten ops in order; each is linked to the kernel it launched.
+    assert [e["name"] for e in host] == ["aten::addmm", "aten::add_", "aten::gelu", "aten::addmm", "aten::add_"]
+    assert [e["name"] for e in kernels] == [e["name"] for e in host]
+    starts = {e["id"]: e for e in events if e.get("ph") == "s"}
+    ends = {e["id"]: e for e in events if e.get("ph") == "f"}
+    assert len(starts) == len(host) and starts.keys() == ends.keys()
+    for i, e in ends.items():
+        assert tracks[starts[i]["tid"]] == "host" and tracks[e["tid"]] == "kernels"
+        assert e["ts"] >= starts[i]["ts"]  # a kernel starts after the call that launched it
 
     j = report("--workload", "gemm:256,512,128,fp16", "--config", CI)
     assert j["schema_version"] == 1 and j["tool"] == "spyre-sim" and j["version"]
