@@ -9,6 +9,7 @@
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
+#include "aten/out.h"
 #include "compiler/matmul.h"
 #include "runtime/launch.h"
 
@@ -26,12 +27,6 @@ Layout layout_of(const at::Tensor& t) {
   return Layout::other;
 }
 
-at::Tensor deliver(const at::Tensor& result, const at::Tensor& out) {
-  if (!out.defined()) return result;
-  at::native::resize_output(out, result.sizes());
-  out.copy_(result);
-  return out;
-}
 
 // a @ b for [m, k] @ [k, n] or batched [B, m, k] @ [B, k, n], on the device when it
 // can (else on the CPU, counted), as a new contiguous tensor.

@@ -10,6 +10,7 @@
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
+#include "aten/out.h"
 #include "compiler/pointwise.h"
 #include "compiler/reduce.h"
 #include "runtime/launch.h"
@@ -42,13 +43,6 @@ Run coalesce(const at::Tensor& t, std::int64_t first, std::int64_t last) {
   return Run{size, any ? stride : 1, true};
 }
 
-// Writes `result` into `out` (resizing it), or returns result when there is no out.
-at::Tensor deliver(const at::Tensor& result, at::Tensor out) {
-  if (!out.defined()) return result;
-  at::native::resize_output(out, result.sizes());
-  out.copy_(result);
-  return out;
-}
 
 at::Tensor reduce(const char* name, isa::ReduceOp op, bool mean, at::Tensor out, const at::Tensor& self,
                   at::OptionalIntArrayRef dims, bool keepdim, std::optional<c10::ScalarType> dtype) {

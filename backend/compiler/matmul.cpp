@@ -6,6 +6,7 @@
 #include <string>
 #include <stdexcept>
 
+#include "compiler/dma.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::compiler {
@@ -13,18 +14,12 @@ namespace {
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
 
+// A 2-D DMA: `rows` rows of `cols` elements, rows `row_stride` elements apart.
 template <class T>
 T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t element_offset, std::uint32_t sp,
       std::uint32_t cols, std::uint32_t rows, std::int64_t row_stride) {
-  T d;
-  d.token = token;
-  d.dtype = dtype;
-  d.arg = arg;
-  d.offset = element_offset * isa::dtype_size(dtype);
-  d.sp_addr = sp;
-  d.shape = {cols, rows, 1};
-  d.mem_stride = {1, row_stride, 0};
-  return d;
+  return make_dma<T>(token, dtype, arg, element_offset * isa::dtype_size(dtype), sp, {cols, rows, 1},
+                     {1, row_stride, 0});
 }
 
 // Scratchpad bytes: A and B panels double-buffered, rt accumulators in fp32, and (one

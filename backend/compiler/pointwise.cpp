@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "compiler/dma.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::compiler {
@@ -381,19 +382,6 @@ Extent box(const std::vector<std::uint64_t>& d, std::uint64_t t) {
   return e;
 }
 
-template <class T>
-T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t offset, std::uint32_t sp,
-      std::array<std::uint32_t, 3> shape, std::array<std::int64_t, 3> stride) {
-  T d;
-  d.token = token;
-  d.dtype = dtype;
-  d.arg = arg;
-  d.offset = offset;
-  d.sp_addr = sp;
-  d.shape = shape;
-  d.mem_stride = stride;
-  return d;
-}
 
 }  // namespace
 
@@ -523,7 +511,7 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
         case Form::col: box_shape = {e1, e2, 1}, box_stride = {s[1], s[2], 0}; break;
         case Form::scalar: break;
       }
-      code.push_back(dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), kernel.inputs[i].dtype,
+      code.push_back(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), kernel.inputs[i].dtype,
                                        static_cast<std::uint16_t>(i), offset(s, u.origin, kernel.inputs[i].dtype),
                                        walker.input_addr(i, slot), box_shape, box_stride));
     }
@@ -553,7 +541,7 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
       walker.emit(slot, cur.e, code);
       const auto e0 = static_cast<std::uint32_t>(cur.e.e0), e1 = static_cast<std::uint32_t>(cur.e.e1),
                  e2 = static_cast<std::uint32_t>(cur.e.e2);
-      code.push_back(dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), kernel.output.dtype, out_arg,
+      code.push_back(make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), kernel.output.dtype, out_arg,
                                         offset(out_strides, cur.origin, kernel.output.dtype), walker.output_addr(slot),
                                         {e0, e1, e2}, {out_strides[0], out_strides[1], out_strides[2]}));
     }

@@ -5,24 +5,12 @@
 #include <stdexcept>
 
 #include "compiler/pointwise.h"
+#include "compiler/dma.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::compiler {
 namespace {
 
-template <class T>
-T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t offset, std::uint32_t sp,
-      std::array<std::uint32_t, 3> shape, std::array<std::int64_t, 3> stride) {
-  T d;
-  d.token = token;
-  d.dtype = dtype;
-  d.arg = arg;
-  d.offset = offset;
-  d.sp_addr = sp;
-  d.shape = shape;
-  d.mem_stride = stride;
-  return d;
-}
 
 std::uint32_t align(std::uint64_t bytes) { return static_cast<std::uint32_t>((bytes + 63) / 64 * 64); }
 
@@ -101,9 +89,9 @@ std::vector<std::uint8_t> compile_reduce(const ReduceShape& s, const Target& tar
           static_cast<std::uint64_t>(static_cast<std::int64_t>(a0) * s.outer_stride +
                                      static_cast<std::int64_t>(r0) * s.reduced_stride - low) * in_size;
       const auto a = static_cast<std::uint32_t>(alen), r = static_cast<std::uint32_t>(rlen);
-      b.add(core, rows_mode ? dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), s.in, 0, offset, sp_in[slot], {r, a, 1},
+      b.add(core, rows_mode ? make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), s.in, 0, offset, sp_in[slot], {r, a, 1},
                                                 {s.reduced_stride, s.outer_stride, 0})
-                            : dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), s.in, 0, offset, sp_in[slot], {a, r, 1},
+                            : make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), s.in, 0, offset, sp_in[slot], {a, r, 1},
                                                 {s.outer_stride, s.reduced_stride, 0}));
     };
     std::uint64_t stores = 0;
@@ -134,7 +122,7 @@ std::vector<std::uint8_t> compile_reduce(const ReduceShape& s, const Target& tar
       } else {
         b.add(core, isa::VConvert{.from = acc_t, .to = s.out, .src = sp_acc, .dst = sp_out[oslot], .count = a});
       }
-      b.add(core, dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + oslot), s.out, 1, a0 * out_size, sp_out[oslot],
+      b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + oslot), s.out, 1, a0 * out_size, sp_out[oslot],
                                      {a, 1, 1}, {1, 0, 0}));
       ++stores;
     }
@@ -188,7 +176,7 @@ std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& s, const Target& t
       return static_cast<std::uint64_t>(static_cast<std::int64_t>(u * ac) * s.row_stride) * size;
     };
     const auto load = [&](std::uint64_t u, std::uint32_t slot) {
-      b.add(core, dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), s.in, 0, offset(u, in_size), sp_in[slot],
+      b.add(core, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), s.in, 0, offset(u, in_size), sp_in[slot],
                                     {cols, rows_of(u), 1}, {1, s.row_stride, 0}));
     };
     load(first, 0);
@@ -223,7 +211,7 @@ std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& s, const Target& t
       if (!direct) {
         b.add(core, isa::VConvert{.from = f32, .to = s.out, .src = result, .dst = sp_out[slot], .count = count});
       }
-      b.add(core, dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), s.out, 1, offset(u, out_size), sp_out[slot],
+      b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), s.out, 1, offset(u, out_size), sp_out[slot],
                                      {cols, rows, 1}, {1, s.row_stride, 0}));
     }
     b.add(core, isa::Wait{.token_mask = 0xf});
