@@ -1,6 +1,7 @@
 // Subcommands of the spyre-sim tool and its documented exit codes.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ enum ExitCode : int {
   kExitUsage = 2,         // bad command line or bad config
   kExitDeviceFault = 3,   // the simulated device reported a fault
   kExitInternal = 4,      // a bug in spyre-sim
+};
+
+// A bad command line or input: printed as one line, exit code kExitUsage.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // Options shared by every subcommand that builds a chip.

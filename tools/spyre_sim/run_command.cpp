@@ -39,10 +39,6 @@ using report::GoldenCheck;
 using report::make_report;
 using report::report_text;
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 c10::ScalarType dtype_of(const std::string& s) {
   if (s == "fp16" || s == "float16" || s == "half") return c10::kHalf;
   if (s == "bf16" || s == "bfloat16") return c10::kBFloat16;

@@ -31,10 +31,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 struct Axis {
   std::string key;  // "config" selects the --config file; anything else is a --set key
   std::vector<std::string> values;
