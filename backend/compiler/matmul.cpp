@@ -36,6 +36,12 @@ constexpr std::uint32_t kParts = 2;
 // slot s, the store of C.
 constexpr std::uint8_t kDmaA = 0, kDmaB = 4, kRingA = 8, kRingB = 10, kStore = 12;  // store of C[r]: 12 + r
 constexpr std::uint16_t kAllTokens = 0x3fff;
+// Row pieces of a core's last matmul (see compile_matmul).
+constexpr std::uint32_t kTailPieces = 4;
+// Two tiles per core run one K step apart from this many K steps on: the extra load
+// of the first B panel costs 1 / steps of the B traffic (1024^3, 2 steps: 55.9 us
+// against 53.7 us in lockstep; 2048^3, 4 steps: 282.0 against 297.6).
+constexpr std::uint64_t kRotateSteps = 4;
 std::uint8_t dma_token(std::uint8_t base, std::uint32_t slot, std::uint32_t part) {
   return static_cast<std::uint8_t>(base + slot * kParts + part);
 }
@@ -80,8 +86,10 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
           // ceil(tk / 8) cycles of streaming makes short K chunks slower.
           const double stream = static_cast<double>(ceil_div(tk, 8));
           const double compute = static_cast<double>(waves * rt * tm * tn * s.k) * (stream + 14) / stream;
-          const std::uint64_t read = sb * (std::min<std::uint64_t>(gr * rt * tm, s.m) +
-                                           std::min<std::uint64_t>(gc * tn, s.n)) * s.k * size;
+          // Two tiles a K step apart load each block's first B panel twice.
+          const std::uint64_t b_extra = rt == 2 && ceil_div(s.k, tk) >= kRotateSteps ? tk : 0;
+          const std::uint64_t read = sb * (std::min<std::uint64_t>(gr * rt * tm, s.m) * s.k +
+                                           std::min<std::uint64_t>(gc * tn, s.n) * (s.k + b_extra)) * size;
           const std::uint64_t bytes = read + s.batch * s.m * s.n * size;
           double time = compute;
           if (target.core_macs_per_s > 0 && target.dram_bytes_per_s > 0) {
@@ -234,84 +242,124 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
         }
       }
     };
-    // The A panels in the order they are used: (block, step, row); slots alternate.
+    // The order of a block's matmuls: phases, each one K step's B panel and the tiles
+    // that use it. Two tiles: the second runs one K step behind the first ((0: 0),
+    // (1: 0 1), ..., (0: 1)), so its first A panel comes from other DRAM channels than
+    // the first tile's. (A row-major A with a row pitch that is a multiple of the
+    // channel interleave round keeps a K step's columns of every row on the same few
+    // channels; in lockstep, both tiles' first panels queued on those channels, and the
+    // last grid row started its first matmul 48 us after the first, 2048^3.) The first
+    // B panel is then loaded twice.
+    struct Phase {
+      std::size_t tile;
+      std::uint64_t step;
+      std::uint32_t rs[2];
+      std::uint32_t count;
+    };
+    std::vector<Phase> phases;
+    for (std::size_t ti = 0; ti < tiles.size(); ++ti) {
+      if (tiles[ti].rows == 2 && steps >= kRotateSteps) {
+        phases.push_back({ti, 0, {0, 0}, 1});
+        for (std::uint64_t st = 1; st < steps; ++st) phases.push_back({ti, st, {0, 1}, 2});
+        phases.push_back({ti, 0, {1, 0}, 1});
+      } else {
+        for (std::uint64_t st = 0; st < steps; ++st) phases.push_back({ti, st, {0, 1}, tiles[ti].rows});
+      }
+    }
+    // The A panels in the order they are used; slots alternate.
     struct Use {
       std::size_t tile;
       std::uint64_t step;
       std::uint32_t r;
+      bool first, last;  // the tile's first / last K step
     };
-    const auto next_a = [&](Use u) -> std::optional<Use> {
-      if (u.r + 1 < tiles[u.tile].rows) return Use{u.tile, u.step, u.r + 1};
-      if (u.step + 1 < steps) return Use{u.tile, u.step + 1, 0};
-      if (u.tile + 1 < tiles.size()) return Use{u.tile + 1, 0, 0};
-      return std::nullopt;
+    std::vector<Use> a_seq;
+    for (std::size_t pi = 0; pi < phases.size(); ++pi) {
+      const Phase& ph = phases[pi];
+      for (std::uint32_t x = 0; x < ph.count; ++x) {
+        const std::uint32_t r = ph.rs[x];
+        const auto same = [&](const Phase& o) {
+          return o.tile == ph.tile && std::find(o.rs, o.rs + o.count, r) != o.rs + o.count;
+        };
+        const bool first = std::none_of(phases.begin(), phases.begin() + static_cast<std::ptrdiff_t>(pi), same);
+        const bool last = std::none_of(phases.begin() + static_cast<std::ptrdiff_t>(pi) + 1, phases.end(), same);
+        a_seq.push_back({ph.tile, ph.step, r, first, last});
+      }
+    }
+    const auto load_a = [&](std::size_t u, std::uint32_t slot) {
+      if (u >= a_seq.size()) return;
+      const Use& x = a_seq[u];
+      if (tiles[x.tile].a_loader) load(a_panel(tiles[x.tile], x.step, x.r), kDmaA, kRingA, 0, sp_a[slot], slot);
     };
-    const auto load_a = [&](Use u, std::uint32_t slot) {
-      if (tiles[u.tile].a_loader) load(a_panel(tiles[u.tile], u.step, u.r), kDmaA, kRingA, 0, sp_a[slot], slot);
+    const auto load_b = [&](std::size_t pi, std::uint32_t slot) {
+      if (pi >= phases.size()) return;
+      const Tile& t = tiles[phases[pi].tile];
+      if (t.b_loader) load(b_panel(t, phases[pi].step), kDmaB, kRingB, 1, sp_b[slot], slot);
     };
-    const auto load_b = [&](std::size_t ti, std::uint64_t step, std::uint32_t slot) {
-      if (tiles[ti].b_loader) load(b_panel(tiles[ti], step), kDmaB, kRingB, 1, sp_b[slot], slot);
-    };
-    std::uint64_t a_uses = 0, b_uses = 0;
     bool store_pending = false;
     std::optional<isa::DmaStore> deferred_store;
     // Prologue: the first B panel and the first A panel, and (both A slots being free)
     // the second A panel too, so the second matmul does not wait for a load issued
     // only when the first starts.
-    std::optional<Use> preloaded;
-    if (!tiles.empty()) {
-      load_b(0, 0, 0);
-      load_a(Use{0, 0, 0}, 0);
-      preloaded = next_a(Use{0, 0, 0});
-      if (preloaded) load_a(*preloaded, 1);
-    }
-    for (std::size_t ti = 0; ti < tiles.size(); ++ti) {
-      const Tile& t = tiles[ti];
-      for (std::uint64_t step = 0; step < steps; ++step) {
-        const auto bslot = static_cast<std::uint32_t>(b_uses++ % 2);
-        const std::uint32_t k = chunks[step].second;
-        // B: a loader's own panel first, then the next step's B load, then a receiver's.
-        if (t.b_loader) fetch(true, b_panel(t, step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
-        if (step + 1 < steps) {
-          load_b(ti, step + 1, 1 - bslot);
-        } else if (ti + 1 < tiles.size()) {
-          load_b(ti + 1, 0, 1 - bslot);
-        }
-        if (step == 0 && deferred_store) {  // the previous block's result (one tile per core)
-          b.add(stream, *deferred_store);
-          deferred_store.reset();
-        }
-        if (!t.b_loader) fetch(false, b_panel(t, step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
-        for (std::uint32_t r = 0; r < t.rows; ++r) {
-          const auto aslot = static_cast<std::uint32_t>(a_uses++ % 2);
-          const Panel ap = a_panel(t, step, r);
-          if (t.a_loader) fetch(true, ap, kDmaA, kRingA + aslot, t.a_from, t.a_to, 0, sp_a[aslot], aslot);
-          if (a_uses > 1 || !preloaded) {
-            if (const auto nxt = next_a(Use{ti, step, r})) load_a(*nxt, 1 - aslot);
-          }
-          if (!t.a_loader) fetch(false, ap, kDmaA, kRingA + aslot, t.a_from, t.a_to, 0, sp_a[aslot], aslot);
-          const std::uint32_t c = rt == 1 ? sp_c[0] : sp_c[r];
-          // In place (two tiles per core): the accumulator's last store must be done.
-          if (rt == 2 && step == 0 && ti > 0) b.add(stream, isa::Wait{.token_mask = bit(kStore + r)});
-          b.add(stream, isa::Matmul{.a = sp_a[aslot], .b = sp_b[bslot], .c = c, .m = t.m[r], .n = t.n, .k = k,
+    load_b(0, 0);
+    load_a(0, 0);
+    load_a(1, 1);
+    std::size_t a_use = 0;
+    for (std::size_t pi = 0; pi < phases.size(); ++pi) {
+      const Phase& ph = phases[pi];
+      const Tile& t = tiles[ph.tile];
+      const auto bslot = static_cast<std::uint32_t>(pi % 2);
+      const std::uint32_t k = chunks[ph.step].second;
+      const bool tile_start = pi == 0 || phases[pi - 1].tile != ph.tile;
+      // B: a loader's own panel first, then the next phase's B load, then a receiver's.
+      if (t.b_loader) fetch(true, b_panel(t, ph.step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
+      load_b(pi + 1, 1 - bslot);
+      if (tile_start && deferred_store) {  // the previous block's result (one tile per core)
+        b.add(stream, *deferred_store);
+        deferred_store.reset();
+      }
+      if (!t.b_loader) fetch(false, b_panel(t, ph.step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
+      for (std::uint32_t x = 0; x < ph.count; ++x, ++a_use) {
+        const Use& u = a_seq[a_use];
+        const std::uint32_t r = u.r;
+        const auto aslot = static_cast<std::uint32_t>(a_use % 2);
+        const Panel ap = a_panel(t, ph.step, r);
+        if (t.a_loader) fetch(true, ap, kDmaA, kRingA + aslot, t.a_from, t.a_to, 0, sp_a[aslot], aslot);
+        if (a_use > 0) load_a(a_use + 1, 1 - aslot);  // the prologue loaded the second
+        if (!t.a_loader) fetch(false, ap, kDmaA, kRingA + aslot, t.a_from, t.a_to, 0, sp_a[aslot], aslot);
+        const std::uint32_t c = rt == 1 ? sp_c[0] : sp_c[r];
+        // In place (two tiles per core): the accumulator's last store must be done.
+        if (rt == 2 && u.first && ph.tile > 0) b.add(stream, isa::Wait{.token_mask = bit(kStore + r)});
+        // The core's last matmul runs in row pieces, each converted and stored while
+        // the next computes: the tail after the last matmul is one piece's store, not
+        // the tile's (the systolic folds are the same; pieces are whole 8-row folds).
+        const std::uint32_t pieces =
+            a_use + 1 == a_seq.size() ? std::max<std::uint32_t>(1, std::min<std::uint32_t>(kTailPieces, t.m[r] / 8)) : 1;
+        const std::uint32_t piece_rows = static_cast<std::uint32_t>(ceil_div(ceil_div(t.m[r], pieces), 8) * 8);
+        for (std::uint32_t r0 = 0; r0 < t.m[r]; r0 += piece_rows) {
+          const std::uint32_t rows = std::min(piece_rows, t.m[r] - r0);
+          const std::uint32_t a_at =
+              sp_a[aslot] + static_cast<std::uint32_t>((s.a_transposed ? r0 : std::uint64_t{r0} * k) * size);
+          const std::uint32_t c_at = c + r0 * t.n * 4;
+          b.add(stream, isa::Matmul{.a = a_at, .b = sp_b[bslot], .c = c_at, .m = rows, .n = t.n, .k = k,
                                     .lda = s.a_transposed ? t.m[r] : k, .ldb = s.b_transposed ? k : t.n, .ldc = t.n,
                                     .in = s.dtype, .out = isa::DType::fp32, .trans_a = s.a_transposed,
-                                    .trans_b = s.b_transposed, .accumulate = step > 0});
-          if (step + 1 < steps) continue;
-          // The tile is complete: convert (or copy, fp32) and store.
-          const std::uint32_t out = rt == 1 ? sp_o : c;
-          if (rt == 1 && store_pending) b.add(stream, isa::Wait{.token_mask = bit(kStore)});
+                                    .trans_b = s.b_transposed, .accumulate = !u.first});
+          if (!u.last) continue;
+          // The tile's rows are complete: convert (or copy, fp32) and store.
+          const std::uint32_t out = rt == 1 ? sp_o + static_cast<std::uint32_t>(r0 * t.n * size) : c_at;
+          if (rt == 1 && store_pending && r0 == 0) b.add(stream, isa::Wait{.token_mask = bit(kStore)});
           if (s.dtype != isa::DType::fp32) {
-            b.add(stream, isa::VConvert{.from = isa::DType::fp32, .to = s.dtype, .src = c, .dst = out,
-                                        .count = t.m[r] * t.n});
-          } else if (out != c) {
-            b.add(stream, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s.dtype, .src = c, .dst = out,
-                                      .count = t.m[r] * t.n});
+            b.add(stream, isa::VConvert{.from = isa::DType::fp32, .to = s.dtype, .src = c_at, .dst = out,
+                                        .count = rows * t.n});
+          } else if (out != c_at) {
+            b.add(stream, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s.dtype, .src = c_at, .dst = out,
+                                      .count = rows * t.n});
           }
           const auto store = dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + (rt == 1 ? 0 : r)), s.dtype, 2,
-                                                t.batch * s.m * s.n + t.i0[r] * s.n + t.j0, out, t.n, t.m[r],
+                                                t.batch * s.m * s.n + (t.i0[r] + r0) * s.n + t.j0, out, t.n, rows,
                                                 static_cast<std::int64_t>(s.n));
-          if (rt == 1 && ti + 1 < tiles.size()) {
+          if (rt == 1 && ph.tile + 1 < tiles.size()) {
             // Issued after the next block's first prefetch: the stores of a whole
             // super-block at once would otherwise hold up the loads the next needs.
             deferred_store = store;

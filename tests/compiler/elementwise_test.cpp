@@ -1,6 +1,10 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "compiler/elementwise.h"
 #include "compiler/matmul.h"
 #include "compiler/pointwise.h"
@@ -94,12 +98,14 @@ TEST_CASE("given a 2048-cubed fp16 GEMM on the default chip, panels are shared s
   const compiler::MatmulShape shape{.m = 2048, .n = 2048, .k = 2048, .dtype = isa::DType::fp16};
   const compiler::MatmulPlan plan = compiler::plan_matmul(shape, target);
   // 256x256 tiles, two per core stacked along M: a 4x8 grid covers 2048x2048 at once,
-  // so A and B are each read once: 2 x 2048 x 2048 x 2 bytes.
+  // so A and B are each read once, 2 x 2048 x 2048 x 2 bytes, plus the first K step's
+  // B panels again (the second tile runs a step behind): 2048 x 512 x 2 bytes.
   CHECK(plan.tm == 256);
   CHECK(plan.rows_per_core == 2);
   CHECK(plan.grid_rows * plan.grid_cols == 32);
   CHECK(plan.super_blocks == 1);
-  CHECK(plan.dram_read_bytes == 2ull * 2048 * 2048 * 2);
+  CHECK(plan.tk == 512);
+  CHECK(plan.dram_read_bytes == 2ull * 2048 * 2048 * 2 + 2048ull * 512 * 2);
   const isa::Program p(compiler::compile_matmul(shape, target, "aten::mm"));
   CHECK(p.num_streams() == 32);
   CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 32}));
@@ -108,6 +114,39 @@ TEST_CASE("given a 2048-cubed fp16 GEMM on the default chip, panels are shared s
     receives += std::holds_alternative<isa::RingRecv>(*p.decode_at(31, pc).inst) ? 1 : 0;
   }
   CHECK(receives > 0);  // the last core of the grid gets its panels over the ring
+}
+
+TEST_CASE("given two tiles per core and at least four K steps, the second tile runs a K step behind") {
+  // The CI chip (4 cores) and the shape tests/python/test_matmul.py checks against the
+  // CPU: 2 tiles per core and K = 2200 in steps of 512 (4 full and a ragged 152).
+  // (The plan: 64x64 tiles, a 1x4 grid, 27 super-blocks.)
+  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9};
+  const compiler::MatmulShape shape{.m = 1152, .n = 700, .k = 2200, .dtype = isa::DType::fp16};
+  const compiler::MatmulPlan plan = compiler::plan_matmul(shape, target);
+  REQUIRE(plan.rows_per_core == 2);
+  REQUIRE(plan.tk == 512);
+  REQUIRE(shape.m % (2 * plan.tm) == 0);  // every block has two whole tiles
+  REQUIRE(plan.tm >= 32);                   // the last matmul splits into 4 pieces of 8-row folds
+  const isa::Program p(compiler::compile_matmul(shape, target, "aten::mm"));
+  // Stream 0's first block: tile 0 alone on K step 0, both tiles on steps 1..4, tile 1
+  // on step 0 last; each tile's first matmul starts its accumulator.
+  std::vector<std::pair<std::uint32_t, bool>> matmuls;  // (k, accumulate)
+  std::string tail;  // M for each matmul, S for each store, in order
+  for (std::uint32_t pc = 0; pc < p.stream_length(0); ++pc) {
+    const isa::Decoded d = p.decode_at(0, pc);
+    if (const auto* mm = std::get_if<isa::Matmul>(&*d.inst)) matmuls.emplace_back(mm->k, mm->accumulate);
+    if (std::holds_alternative<isa::Matmul>(*d.inst)) tail += 'M';
+    if (std::holds_alternative<isa::DmaStore>(*d.inst)) tail += 'S';
+  }
+  REQUIRE(matmuls.size() >= 10);
+  const std::vector<std::pair<std::uint32_t, bool>> first_block = {
+      {512, false}, {512, true}, {512, false}, {512, true}, {512, true},
+      {512, true},  {512, true}, {152, true},  {152, true}, {512, true}};
+  CHECK(std::vector(matmuls.begin(), matmuls.begin() + 10) == first_block);
+  // The core's last matmul runs in 4 row pieces, each stored before the next computes.
+  REQUIRE(tail.size() >= 8);
+  CHECK(tail.substr(tail.size() - 8) == "MSMSMSMS");
 }
 
 TEST_CASE("given a reduction or a softmax row too big for the scratchpad, compilation names the bytes") {

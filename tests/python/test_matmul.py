@@ -79,3 +79,15 @@ def test_a_large_gemm_matches_with_panels_shared_over_the_ring():
     # Large enough for a multi-core grid with panels forwarded core to core.
     a, b = rand((520, 1030), torch.float16, 1), rand((1030, 770), torch.float16, 2)
     run(torch.mm, a, b, k=1030)
+
+
+@pytest.mark.parametrize("b_transposed", [False, True], ids=["B", "B^T"])
+def test_two_tiles_a_k_step_apart_and_a_pieced_tail(b_transposed):
+    # On the CI chip this shape runs two tiles per core, the second a K step behind the
+    # first (tests/compiler: "the second tile runs a K step behind"), K in 4 full steps
+    # and a ragged one, and the core's last matmul in row pieces stored one by one.
+    a, b = rand((1152, 2200), torch.float16, 5), rand((2200, 700), torch.float16, 6)
+    if b_transposed:
+        run(lambda x, y: torch.nn.functional.linear(x, y), a, b.t().contiguous(), k=2200)
+    else:
+        run(torch.mm, a, b, k=2200)
