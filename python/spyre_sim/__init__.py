@@ -50,8 +50,6 @@ def _autoload() -> None:
     """The ``torch.backends`` entry point: called by ``import torch``."""
     _load()
 
-from .profile import report_text, run  # noqa: E402  (after the library is loaded)
-
 
 _load()
 

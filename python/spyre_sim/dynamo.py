@@ -1,0 +1,232 @@
+"""torch.compile(model, backend="spyre"): graphs whose elementwise chains run as one
+device kernel each.
+
+Dynamo captures the Python code, AOTAutograd turns it into aten graphs (forward, and
+backward when gradients are needed), and this pass rewrites each graph: a connected
+group of pointwise aten ops (add, mul, gelu, where, comparisons, ...) whose inner
+results nobody else reads becomes one ``torch.ops.spyre.fused_pointwise`` call, a
+single kernel that reads the group's inputs once and writes its result once. The rest
+of the graph (matmuls, reductions, views) runs the eager spyre kernels. Inner results
+stay in fp32 (no rounding to fp16/bf16 between fused ops, as PyTorch's Inductor does).
+
+The backend is registered with Dynamo through the ``torch_dynamo_backends`` entry point
+of this package, so ``backend="spyre"`` works without importing anything first.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.fx
+
+__all__ = ["backend", "fuse_pointwise", "FUSIBLE_OPS"]
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.bool: "bool",
+                torch.int32: "int32", torch.int8: "int8"}
+
+aten = torch.ops.aten
+
+
+class _Program:
+    """Steps of one fused kernel, in the text form spyre::fused_pointwise reads."""
+
+    def __init__(self) -> None:
+        self.steps: list[str] = []
+        self.inputs: list[torch.fx.Node] = []
+
+    def value(self, arg, results: dict) -> str:
+        if isinstance(arg, torch.fx.Node):
+            if arg in results:
+                return results[arg]
+            if arg not in self.inputs:
+                self.inputs.append(arg)
+            return f"i{self.inputs.index(arg)}"
+        return "c" + repr(float(arg))
+
+    def emit(self, *words: str) -> str:
+        self.steps.append(" ".join(words))
+        return f"s{len(self.steps) - 1}"
+
+
+def _unary(op: str):
+    return lambda p, v, n: p.emit("unary", op, "fp32", v(n.args[0]))
+
+
+def _binary(op: str):
+    def emit(p, v, n):
+        alpha = n.kwargs.get("alpha", 1)
+        b = v(n.args[1])
+        if alpha != 1:
+            b = p.emit("binary", "mul", "fp32", b, "c" + repr(float(alpha)))
+        return p.emit("binary", op, "fp32", v(n.args[0]), b)
+
+    return emit
+
+
+def _compare(op: str):
+    return lambda p, v, n: p.emit("compare", op, "fp32", v(n.args[0]), v(n.args[1]))
+
+
+def _rsub(p, v, n):  # other - alpha * self
+    alpha = n.kwargs.get("alpha", 1)
+    x = v(n.args[0])
+    if alpha != 1:
+        x = p.emit("binary", "mul", "fp32", x, "c" + repr(float(alpha)))
+    return p.emit("binary", "sub", "fp32", v(n.args[1]), x)
+
+
+def _clamp(p, v, n):
+    lo = n.args[1] if len(n.args) > 1 else n.kwargs.get("min")
+    hi = n.args[2] if len(n.args) > 2 else n.kwargs.get("max")
+    x = v(n.args[0])
+    if lo is not None:
+        x = p.emit("binary", "max", "fp32", x, v(lo))
+    if hi is not None:
+        x = p.emit("binary", "min", "fp32", x, v(hi))
+    return x
+
+
+def _pow(p, v, n):
+    x, e = v(n.args[0]), float(n.args[1])
+    if e == 2.0:
+        return p.emit("binary", "mul", "fp32", x, x)
+    if e == 0.5:
+        return p.emit("unary", "sqrt", "fp32", x)
+    if e == -0.5:
+        return p.emit("unary", "rsqrt", "fp32", x)
+    return p.emit("unary", "reciprocal", "fp32", x)  # e == -1 (see _fusible)
+
+
+def _gelu(p, v, n):
+    approximate = n.kwargs.get("approximate", n.args[1] if len(n.args) > 1 else "none")
+    return p.emit("unary", "gelu_tanh" if approximate == "tanh" else "gelu", "fp32", v(n.args[0]))
+
+
+def _to_copy(p, v, n):
+    return p.emit("convert", _DTYPE_NAMES[n.kwargs["dtype"]], v(n.args[0]))
+
+
+# aten op -> how it becomes steps (each emitter returns the value of its result).
+FUSIBLE_OPS: dict[object, Callable] = {
+    aten.add.Tensor: _binary("add"), aten.add.Scalar: _binary("add"),
+    aten.sub.Tensor: _binary("sub"), aten.sub.Scalar: _binary("sub"),
+    aten.mul.Tensor: _binary("mul"), aten.mul.Scalar: _binary("mul"),
+    aten.div.Tensor: _binary("div"), aten.div.Scalar: _binary("div"),
+    aten.maximum.default: _binary("max"), aten.minimum.default: _binary("min"),
+    aten.rsub.Scalar: _rsub,
+    aten.clamp.default: _clamp, aten.clamp_min.default: _clamp,
+    aten.clamp_max.default: lambda p, v, n: p.emit("binary", "min", "fp32", v(n.args[0]), v(n.args[1])),
+    aten.pow.Tensor_Scalar: _pow,
+    aten.gelu.default: _gelu,
+    aten.where.self: lambda p, v, n: p.emit("select", "fp32", v(n.args[0]), v(n.args[1]), v(n.args[2])),
+    aten._to_copy.default: _to_copy,
+    **{getattr(aten, name).default: _unary(op) for name, op in [
+        ("neg", "neg"), ("abs", "abs"), ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"), ("rsqrt", "rsqrt"),
+        ("reciprocal", "reciprocal"), ("relu", "relu"), ("sigmoid", "sigmoid"), ("tanh", "tanh"),
+        ("erf", "erf"), ("silu", "silu")]},
+    **{getattr(aten, name).Tensor: _compare(name) for name in ["eq", "ne", "lt", "le", "gt", "ge"]},
+    **{getattr(aten, name).Scalar: _compare(name) for name in ["eq", "ne", "lt", "le", "gt", "ge"]},
+}
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _fusible(node: torch.fx.Node) -> bool:
+    """A pointwise aten op on spyre tensors the fused kernel computes exactly as aten
+    does (up to the rounding of inner results)."""
+    if node.op != "call_function" or node.target not in FUSIBLE_OPS:
+        return False
+    out = _val(node)
+    if not isinstance(out, torch.Tensor) or out.device.type != "spyre" or out.dtype not in _FLOATS + (torch.bool,):
+        return False
+    if out.dtype == torch.bool and node.target in (aten.where.self, aten._to_copy.default):
+        return False
+    for arg in list(node.args) + list(node.kwargs.values()):
+        if isinstance(arg, torch.fx.Node):
+            v = _val(arg)
+            if not isinstance(v, torch.Tensor) or v.dtype not in _FLOATS + (torch.bool,):
+                return False
+            if v.device.type != "spyre" and v.dim() > 0:
+                return False
+        elif isinstance(arg, bool) or not isinstance(arg, (int, float, str, torch.dtype, type(None))):
+            return False
+        elif isinstance(arg, float) and not math.isfinite(arg) and node.target is not aten.clamp.default:
+            return False
+    if node.target is aten._to_copy.default:
+        return set(node.kwargs) <= {"dtype"} and node.kwargs.get("dtype") in _FLOATS
+    if node.target is aten.pow.Tensor_Scalar:
+        return isinstance(node.args[1], (int, float)) and float(node.args[1]) in (2.0, 0.5, -0.5, -1.0)
+    if node.target in (aten.div.Tensor, aten.div.Scalar):
+        return "rounding_mode" not in node.kwargs
+    return True
+
+
+def _has_device_kernel(op) -> bool:
+    """Whether eager aten runs `op` on the device (its own kernel or a composite one),
+    rather than through the CPU fallback."""
+    return any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+               for key in ("PrivateUse1", "CompositeExplicitAutograd", "CompositeImplicitAutograd"))
+
+
+def fuse_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Replaces every group of two or more connected fusible ops, whose results other
+    than the last are used only inside the group, with one fused kernel; and a lone
+    fusible op too when eager aten has no device kernel for it (pow, clamp_min, ...),
+    which would otherwise run on the CPU."""
+    group_of: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node in gm.graph.nodes:
+        if not _fusible(node):
+            continue
+        group = [node]
+        for arg in node.all_input_nodes:
+            # A producer joins when this node is its only user (it is then inner).
+            if arg in group_of and len(arg.users) == 1 and group_of[arg] is not group:
+                producer_group = group_of[arg]
+                group = producer_group + [n for n in group if n not in producer_group]
+        for n in group:
+            group_of[n] = group
+    done = set()
+    fused = 0
+    for node in list(gm.graph.nodes):
+        group = group_of.get(node)
+        if group is None or id(group) in done or group[-1] is not node:
+            continue
+        done.add(id(group))
+        if len(group) < 2 and _has_device_kernel(node.target):
+            continue
+        order = [n for n in gm.graph.nodes if n in set(group)]  # topological
+        program, results = _Program(), {}
+        for n in order:
+            results[n] = FUSIBLE_OPS[n.target](program, lambda a: program.value(a, results), n)
+        names = "_".join(str(n.target).split(".")[1] for n in order)
+        name = f"spyre::fused[{names}]" if len(names) <= 80 else f"spyre::fused[{len(order)} ops]"
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(
+                torch.ops.spyre.fused_pointwise.default,
+                (name, "; ".join(program.steps), list(program.inputs), _val(node).dtype))
+        call.meta["val"] = _val(node)
+        node.replace_all_uses_with(call)
+        for n in reversed(order):
+            gm.graph.erase_node(n)
+        fused += 1
+    gm.graph.lint()
+    gm.recompile()
+    gm.meta["spyre_fused_kernels"] = fused
+    return gm
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
+    return fuse_pointwise(gm)
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs):
+    """The Dynamo backend: AOTAutograd to aten graphs, then fuse_pointwise on the
+    forward and backward graphs; the result runs op by op on the device."""
+    from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
+
+    return aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph)(gm, example_inputs)

@@ -1,0 +1,142 @@
+"""torch.compile(backend="spyre"): aten graphs whose pointwise chains run as one fused
+device kernel each (python/spyre_sim/dynamo.py, backend/aten/fused_ops.cpp), checked
+against the CPU and against the same code run eagerly on the device."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import spyre_sim
+from test_pointwise import FLOATS, rand
+
+
+def tol(dtype):
+    # Fused chains keep inner results in fp32 and round once; eager rounds every op.
+    return {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3),
+            torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2)}[dtype]
+
+
+def kernels(fn, *args):
+    """Names of the kernels one call launches, and the DRAM bytes they move."""
+    report = spyre_sim.run(fn, *args)
+    return [k["name"] for k in report["kernels"]], report["metrics"]["dram_read_bytes"] + \
+        report["metrics"]["dram_write_bytes"]
+
+
+def chain(x, y):
+    return torch.sigmoid(F.gelu(x * 2 + 1) * y) - 0.5
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_a_pointwise_chain_is_one_kernel(dtype):
+    torch._dynamo.reset()
+    x, y = rand((33, 1000), dtype, 1), rand((1000,), dtype, 2)  # y broadcast along rows
+    compiled = torch.compile(chain, backend="spyre")
+    torch.spyre.reset_fallback_counts()
+    got = compiled(x.to("spyre"), y.to("spyre"))
+    assert torch.spyre.fallback_counts() == {}
+    want = chain(x.float(), y.float()).to(dtype)  # fp32 inside, one rounding
+    assert got.dtype == dtype and got.shape == want.shape
+    assert_close(got.cpu(), want, **tol(dtype))
+
+    fused, fused_bytes = kernels(compiled, x.to("spyre"), y.to("spyre"))
+    eager, eager_bytes = kernels(chain, x.to("spyre"), y.to("spyre"))
+    assert fused == ["spyre::fused[mul_add_gelu_mul_sigmoid_sub]"]
+    assert eager == ["aten::mul", "aten::add", "aten::gelu", "aten::mul", "aten::sigmoid", "aten::sub"]
+    # One pass: x read once and the result written once, the broadcast row y once per
+    # tile a core loads (a few); eager makes 6 passes.
+    x_bytes = x.numel() * x.element_size()
+    assert 2 * x_bytes <= fused_bytes <= 2 * x_bytes + 8 * 4096
+    assert eager_bytes > 5 * fused_bytes
+
+
+def test_a_value_used_twice_is_stored_and_a_lone_op_without_a_kernel_is_fused():
+    torch._dynamo.reset()
+
+    def f(x):
+        a = x * 3                                 # two users: the result of its own kernel
+        return a.exp() + a, torch.pow(x, 2)       # pow alone: no eager device kernel
+
+    x = rand((7, 129), torch.float32, 3)
+    compiled = torch.compile(f, backend="spyre")
+    torch.spyre.reset_fallback_counts()
+    got = compiled(x.to("spyre"))
+    assert torch.spyre.fallback_counts() == {}
+    for g, w in zip(got, f(x)):
+        assert_close(g.cpu(), w, **tol(torch.float32))
+    names, _ = kernels(compiled, x.to("spyre"))
+    assert sorted(names) == ["aten::mul", "spyre::fused[exp_add]", "spyre::fused[pow]"]
+
+
+class SwiGLUBlock(torch.nn.Module):
+    """RMSNorm then a gated MLP, as in Llama."""
+
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.norm = torch.nn.Parameter(torch.rand(d) + 0.5)
+        self.w1 = torch.nn.Linear(d, hidden, bias=False)
+        self.w3 = torch.nn.Linear(d, hidden, bias=False)
+        self.w2 = torch.nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_an_rmsnorm_swiglu_block_matches_eager_with_fewer_kernels(dtype):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = SwiGLUBlock(64, 160).to(dtype)
+    x = rand((2, 9, 64), dtype, 4)
+    want = model.float()(x.float()).to(dtype)
+    model = model.to(dtype).to("spyre")
+    compiled = torch.compile(model, backend="spyre")
+    torch.spyre.reset_fallback_counts()
+    with torch.no_grad():
+        got = compiled(x.to("spyre"))
+        assert torch.spyre.fallback_counts() == {}
+        assert_close(got.cpu(), want, atol=5e-3 if dtype == torch.float16 else 1e-4, rtol=5e-3)
+        fused, _ = kernels(compiled, x.to("spyre"))
+        eager, _ = kernels(model, x.to("spyre"))
+    assert any(n.startswith("spyre::fused[") and "rsqrt" in n for n in fused)
+    assert "spyre::fused[silu_mul]" in fused
+    assert len(fused) < len(eager)
+
+
+def test_training_through_the_compiled_graphs_gives_eager_gradients():
+    torch._dynamo.reset()
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.GELU(), torch.nn.Linear(48, 8))
+    x, target = rand((16, 32), torch.float32, 5), rand((16, 8), torch.float32, 6)
+    reference = [p.detach().clone() for p in model.parameters()]
+
+    def loss_of(m, inputs, t):
+        return ((torch.tanh(m(inputs)) - t) ** 2 * 0.5).sum()
+
+    loss_of(model, x, target).backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    model = model.to("spyre")
+    compiled = torch.compile(lambda i, t: loss_of(model, i, t), backend="spyre")
+    loss = compiled(x.to("spyre"), target.to("spyre"))
+    loss.backward()
+    for p, r, w in zip(model.parameters(), reference, want):
+        assert_close(p.detach().cpu(), r)
+        assert_close(p.grad.cpu(), w, atol=1e-4, rtol=1e-4)
+
+
+def test_a_malformed_program_is_a_clear_error_and_the_device_keeps_working():
+    t = torch.ones(4, device="spyre")
+    op = torch.ops.spyre.fused_pointwise
+    with pytest.raises(RuntimeError, match=r"step 1 \('binary foo fp32 s0 i0'\): unknown binary op 'foo'"):
+        op("bad", "unary exp fp32 i0; binary foo fp32 s0 i0", [t], torch.float32)
+    with pytest.raises(RuntimeError, match=r"input 2 does not exist: 1 tensor input"):
+        op("bad", "unary exp fp32 i2", [t], torch.float32)
+    with pytest.raises(RuntimeError, match=r"expected a dtype .* found 'f32'"):
+        op("bad", "unary exp f32 i0", [t], torch.float32)
+    with pytest.raises(RuntimeError, match=r"step 0 is not an earlier step"):
+        op("bad", "unary exp fp32 s0", [t], torch.float32)
+    got = op("ok", "binary add fp32 i0 c2.5; unary neg fp32 s0", [t], torch.float16)
+    assert got.dtype == torch.float16 and got.cpu().tolist() == [-3.5] * 4
