@@ -346,6 +346,53 @@ at::Tensor& gelu_out(const at::Tensor& self, c10::string_view approximate, at::T
   return out;
 }
 
+// ---- pow with a scalar exponent ---------------------------------------------------
+
+// x ** e for the exponents models use (squares in norms, square roots, reciprocals),
+// as steps of exact device operations; other exponents (and integer bases with
+// negative ones, which PyTorch refuses) run on the CPU, counted.
+std::optional<Steps> pow_steps(double e, isa::DType c) {
+  const Value x = Value::input(0);
+  if (e == 1) return Steps{Step::unary(UnaryOp::copy, c, x)};
+  if (e == 2) return Steps{Step::binary(BinaryOp::mul, c, x, x)};
+  if (e == 3) return Steps{Step::binary(BinaryOp::mul, c, x, x), Step::binary(BinaryOp::mul, c, Value::step(0), x)};
+  if (!isa::is_float(c)) return std::nullopt;
+  if (e == 0.5) return Steps{Step::unary(UnaryOp::sqrt, c, x)};
+  if (e == -0.5) return Steps{Step::unary(UnaryOp::rsqrt, c, x)};
+  if (e == -1) return Steps{Step::unary(UnaryOp::reciprocal, c, x)};
+  if (e == -2) return Steps{Step::binary(BinaryOp::mul, c, x, x), Step::unary(UnaryOp::reciprocal, c, Value::step(0))};
+  return std::nullopt;
+}
+
+at::Tensor pow_scalar(const char* name, at::TensorBase out, const at::Tensor& self, const c10::Scalar& exponent) {
+  // PyTorch's promotion for pow(Tensor, Scalar): the result type of the two.
+  auto iter = at::TensorIterator::binary_op(out, self, at::native::wrapped_scalar_tensor(exponent));
+  const bool real = exponent.isFloatingPoint() || exponent.isIntegral(false);  // not bool, not complex
+  const auto steps = real && device_dtype(iter.common_dtype())
+                         ? pow_steps(exponent.toDouble(), compute_dtype(iter.common_dtype(), 2))
+                         : std::nullopt;
+  at::Tensor result(iter.output());
+  if (iter.numel() == 0) return result;
+  if (steps && device_can_run(iter)) {
+    run_pointwise(name, iter, *steps);
+  } else {
+    count_fallback(name);
+    result.copy_(at::pow(cpu(self), exponent));
+  }
+  return result;
+}
+at::Tensor pow_ts(const at::Tensor& self, const c10::Scalar& exponent) {
+  return pow_scalar("aten::pow", at::TensorBase(), self, exponent);
+}
+at::Tensor& pow_ts_(at::Tensor& self, const c10::Scalar& exponent) {
+  pow_scalar("aten::pow_", self, self, exponent);
+  return self;
+}
+at::Tensor& pow_ts_out(const at::Tensor& self, const c10::Scalar& exponent, at::Tensor& out) {
+  pow_scalar("aten::pow.Tensor_Scalar_out", out, self, exponent);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -406,6 +453,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 #undef SPYRE_REGISTER_UNARY
   m.impl("relu", relu);
   m.impl("relu_", relu_);
+  m.impl("pow.Tensor_Scalar", pow_ts);
+  m.impl("pow_.Scalar", pow_ts_);
+  m.impl("pow.Tensor_Scalar_out", pow_ts_out);
 }
 
 }  // namespace spyre::backend

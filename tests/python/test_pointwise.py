@@ -201,3 +201,52 @@ def test_int_unary_ops_and_float_promotion():
     check(torch.abs, i)
     check(torch.relu, i)
     check(torch.exp, i.float().clamp(-5, 5).int())  # int -> float result
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int32], ids=str)
+@pytest.mark.parametrize("e", [1, 2, 3, 0.5, -0.5, -1.0, -2.0])
+def test_pow_with_the_exponents_models_use(dtype, e):
+    # Squares (RMSNorm), cubes (tanh-GELU), square roots and reciprocals; an integer
+    # base with a float exponent promotes to float, as on the CPU.
+    x = rand((3, 1000), dtype, 21, positive=True)
+    tol = None if dtype == torch.int32 or e in (1, 2, 0.5, -0.5, -1.0) else 1e-6
+    check(lambda t: torch.pow(t, e), x, atol=tol)
+    check(lambda t: t.t() ** e, x, atol=tol)  # a transposed view
+    if dtype != torch.int32 or isinstance(e, int):
+        y = x.to("spyre")
+        y.pow_(e)
+        assert_close(y.cpu(), x ** e, rtol=1e-3 if dtype == torch.float16 else 1.6e-2 if dtype == torch.bfloat16 else 1.3e-6,
+                     atol=1e-6)
+
+
+def test_pow_with_other_exponents_runs_on_the_cpu_and_is_counted():
+    x = rand((5, 7), torch.float32, 22, positive=True)
+    torch.spyre.reset_fallback_counts()
+    got = torch.pow(x.to("spyre"), 1.5)
+    assert got.device.type == "spyre"
+    assert_close(got.cpu(), x ** 1.5)
+    assert torch.spyre.fallback_counts() == {"aten::pow": 1}
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+        torch.pow(rand((3,), torch.int32, 23).to("spyre"), -1)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cat_and_stack_copy_each_input_into_its_slice(dim):
+    a, b = rand((3, 7), torch.float32, 31), rand((3, 7), torch.float16, 32)
+    c = rand((7, 3), torch.float32, 33).t()  # non-contiguous
+    empty = torch.empty(0)                   # 1-D empty inputs are skipped (legacy rule)
+    check(lambda x, y, z, e: torch.cat([x, y, z, e], dim), a, b, c, empty)  # promotes to fp32
+    check(lambda x, y: torch.stack([x, y], dim), a, b)
+    check(lambda x: torch.cat([x.narrow(dim, 0, 0), x], dim), a)  # a zero-size slice along dim
+    out = torch.empty(0, device="spyre", dtype=torch.float32)
+    torch.cat([a.to("spyre"), c.to("spyre")], dim, out=out)
+    assert_close(out.cpu(), torch.cat([a, c], dim))
+
+
+def test_cat_reports_mismatched_inputs_like_pytorch():
+    a, b = torch.zeros(2, 3, device="spyre"), torch.zeros(2, 4, device="spyre")
+    with pytest.raises(RuntimeError, match="Sizes of tensors must match except in dimension 0"):
+        torch.cat([a, b], 0)
+    with pytest.raises(RuntimeError, match="Tensors must have same number of dimensions"):
+        torch.cat([a, torch.zeros(3, device="spyre")], 0)
+    assert torch.cat([a, b], 1).shape == (2, 7)
