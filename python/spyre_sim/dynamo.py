@@ -176,7 +176,7 @@ def _has_device_kernel(op) -> bool:
 def fuse_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Replaces every group of two or more connected fusible ops, whose results other
     than the last are used only inside the group, with one fused kernel; and a lone
-    fusible op too when eager aten has no device kernel for it (pow, clamp_min, ...),
+    fusible op too when eager aten has no device kernel for it (clamp_min, clamp_max),
     which would otherwise run on the CPU."""
     group_of: dict[torch.fx.Node, list[torch.fx.Node]] = {}
     for node in gm.graph.nodes:
