@@ -219,4 +219,145 @@ std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& s, const Target& t
   return b.build();
 }
 
+std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& s, const Target& target, const std::string& name) {
+  if (!isa::is_float(s.in) || !isa::is_float(s.stats) || (s.weight && !isa::is_float(*s.weight)) ||
+      (s.bias && !isa::is_float(*s.bias))) {
+    throw std::invalid_argument(name + ": layer norm takes floating-point tensors");
+  }
+  if (s.rows == 0 || s.cols == 0) throw std::invalid_argument(name + ": nothing to compute (zero elements)");
+  const isa::DType f32 = isa::DType::fp32;
+  const std::uint64_t in_size = isa::dtype_size(s.in), stat_size = isa::dtype_size(s.stats);
+  const bool convert_in = s.in != f32, convert_stats = s.stats != f32;
+  const std::uint64_t params = (s.weight ? 1 : 0) + (s.bias ? 1 : 0);
+  const auto bytes = [&](std::uint64_t rows) {
+    const std::uint64_t n = rows * s.cols;
+    return 2ull * align(n * in_size) + (convert_in ? align(n * 4) : 0) + 2ull * align(n * 4) +
+           4ull * align(rows * 4) + (convert_stats ? 4ull * align(rows * stat_size) : 0) +
+           2ull * align(n * in_size) + params * 2 * align(s.cols * 4);
+  };
+  if (bytes(1) > target.scratchpad_bytes) {
+    throw std::invalid_argument(name + ": a row of " + std::to_string(s.cols) + " " +
+                                std::string(isa::to_string(s.in)) + " values needs " + std::to_string(bytes(1)) +
+                                " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
+  }
+  std::uint64_t ac = std::min<std::uint64_t>((s.rows + target.cores - 1) / target.cores,
+                                             std::max<std::uint64_t>(1, 64 * 1024 / s.cols));
+  while (ac > 1 && bytes(ac) > target.scratchpad_bytes) ac /= 2;
+  const std::uint64_t n = ac * s.cols;
+  std::uint32_t next = 0;
+  const auto alloc = [&](std::uint64_t b) {
+    const std::uint32_t at = next;
+    next += align(b);
+    return at;
+  };
+  const std::uint32_t sp_in[2] = {alloc(n * in_size), alloc(n * in_size)};
+  const std::uint32_t sp_x = convert_in ? alloc(n * 4) : 0;
+  const std::uint32_t sp_y = alloc(n * 4), sp_e = alloc(n * 4);
+  const std::uint32_t sp_m[2] = {alloc(ac * 4), alloc(ac * 4)}, sp_r[2] = {alloc(ac * 4), alloc(ac * 4)};
+  const std::uint32_t sp_mo[2] = {convert_stats ? alloc(ac * stat_size) : sp_m[0], convert_stats ? alloc(ac * stat_size) : sp_m[1]};
+  const std::uint32_t sp_ro[2] = {convert_stats ? alloc(ac * stat_size) : sp_r[0], convert_stats ? alloc(ac * stat_size) : sp_r[1]};
+  const std::uint32_t sp_out[2] = {alloc(n * in_size), alloc(n * in_size)};
+  // A parameter: its raw values, then fp32 (the raw buffer is the fp32 one for fp32).
+  const auto param = [&](const std::optional<isa::DType>& t) -> std::pair<std::uint32_t, std::uint32_t> {
+    if (!t) return {0, 0};
+    const std::uint32_t f = alloc(s.cols * 4);
+    return {*t == f32 ? f : alloc(s.cols * isa::dtype_size(*t)), f};
+  };
+  const auto [sp_w_raw, sp_w] = param(s.weight);
+  const auto [sp_b_raw, sp_b] = param(s.bias);
+  const std::uint16_t arg_w = 1, arg_b = s.weight ? 2 : 1;
+  const auto arg_out = static_cast<std::uint16_t>(1 + params);
+  const auto arg_mean = static_cast<std::uint16_t>(arg_out + 1), arg_rstd = static_cast<std::uint16_t>(arg_out + 2);
+
+  const std::uint64_t chunks = (s.rows + ac - 1) / ac;
+  const std::uint32_t cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(target.cores, chunks));
+  const auto cols = static_cast<std::uint32_t>(s.cols);
+  const double inv_n = 1.0 / static_cast<double>(s.cols);
+  isa::ProgramBuilder b(name, cores);
+  for (std::uint32_t core = 0; core < cores; ++core) {
+    const auto [first, last] = share(chunks, cores, core);
+    const auto rows_of = [&](std::uint64_t u) { return static_cast<std::uint32_t>(std::min(ac, s.rows - u * ac)); };
+    const auto load = [&](std::uint64_t u, std::uint32_t slot) {
+      b.add(core, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), s.in, 0, u * n * in_size, sp_in[slot],
+                                         {cols, rows_of(u), 1}, {1, static_cast<std::int64_t>(s.cols), 0}));
+    };
+    // Tokens: 0/1 input slots, 2/3 output, 4/5 mean, 6/7 rstd, 8 parameters.
+    if (s.weight) {
+      b.add(core, make_dma<isa::DmaLoad>(8, *s.weight, arg_w, 0, sp_w_raw, {cols, 1, 1}, {1, 0, 0}));
+    }
+    if (s.bias) {
+      b.add(core, make_dma<isa::DmaLoad>(8, *s.bias, arg_b, 0, sp_b_raw, {cols, 1, 1}, {1, 0, 0}));
+    }
+    load(first, 0);
+    if (params > 0) {
+      b.add(core, isa::Wait{.token_mask = 1u << 8});
+      if (s.weight && *s.weight != f32) {
+        b.add(core, isa::VConvert{.from = *s.weight, .to = f32, .src = sp_w_raw, .dst = sp_w, .count = cols});
+      }
+      if (s.bias && *s.bias != f32) {
+        b.add(core, isa::VConvert{.from = *s.bias, .to = f32, .src = sp_b_raw, .dst = sp_b, .count = cols});
+      }
+    }
+    for (std::uint64_t u = first; u < last; ++u) {
+      const auto slot = static_cast<std::uint32_t>((u - first) % 2);
+      const auto bit = [&](std::uint32_t t) { return static_cast<std::uint16_t>(1u << t); };
+      if (u + 1 < last) load(u + 1, 1 - slot);
+      b.add(core, isa::Wait{.token_mask = bit(slot)});
+      // The slot's buffers are free once the stores of two tiles ago are done.
+      if (u >= first + 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(2 + slot) | bit(4 + slot) | bit(6 + slot))});
+      const std::uint32_t rows = rows_of(u), count = rows * cols;
+      std::uint32_t x = sp_in[slot];
+      if (convert_in) {
+        b.add(core, isa::VConvert{.from = s.in, .to = f32, .src = x, .dst = sp_x, .count = count});
+        x = sp_x;
+      }
+      const std::uint32_t m = sp_m[slot], r = sp_r[slot];
+      const auto scale = [&](std::uint32_t v, isa::BinaryOp op, double imm) {
+        b.add(core, isa::VBinary{.op = op, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = v, .dst = v,
+                                 .rows = 1, .cols = rows, .imm = imm});
+      };
+      b.add(core, isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = x, .dst = m,
+                               .rows = rows, .cols = cols});
+      scale(m, isa::BinaryOp::mul, inv_n);
+      b.add(core, isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = x, .b = m,
+                               .dst = sp_y, .rows = rows, .cols = cols});
+      b.add(core, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .a = sp_y, .b = sp_y, .dst = sp_e,
+                               .rows = rows, .cols = cols});
+      b.add(core, isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = sp_e, .dst = r,
+                               .rows = rows, .cols = cols});
+      scale(r, isa::BinaryOp::mul, inv_n);
+      scale(r, isa::BinaryOp::add, s.eps);
+      b.add(core, isa::VUnary{.op = isa::UnaryOp::rsqrt, .dtype = f32, .src = r, .dst = r, .count = rows});
+      const bool direct = s.in == f32;
+      b.add(core, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::col, .a = sp_y, .b = r,
+                               .dst = sp_e, .rows = rows, .cols = cols});
+      if (s.weight) {
+        b.add(core, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::row, .a = sp_e,
+                                 .b = sp_w, .dst = sp_e, .rows = rows, .cols = cols});
+      }
+      if (s.bias) {
+        b.add(core, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = sp_e,
+                                 .b = sp_b, .dst = sp_e, .rows = rows, .cols = cols});
+      }
+      if (direct) {
+        b.add(core, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = sp_e, .dst = sp_out[slot], .count = count});
+      } else {
+        b.add(core, isa::VConvert{.from = f32, .to = s.in, .src = sp_e, .dst = sp_out[slot], .count = count});
+      }
+      if (convert_stats) {
+        b.add(core, isa::VConvert{.from = f32, .to = s.stats, .src = m, .dst = sp_mo[slot], .count = rows});
+        b.add(core, isa::VConvert{.from = f32, .to = s.stats, .src = r, .dst = sp_ro[slot], .count = rows});
+      }
+      b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), s.in, arg_out, u * n * in_size,
+                                          sp_out[slot], {cols, rows, 1}, {1, static_cast<std::int64_t>(s.cols), 0}));
+      b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(4 + slot), s.stats, arg_mean, u * ac * stat_size,
+                                          sp_mo[slot], {rows, 1, 1}, {1, 0, 0}));
+      b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(6 + slot), s.stats, arg_rstd, u * ac * stat_size,
+                                          sp_ro[slot], {rows, 1, 1}, {1, 0, 0}));
+    }
+    b.add(core, isa::Wait{.token_mask = 0x1ff});
+  }
+  return b.build();
+}
+
 }  // namespace spyre::compiler

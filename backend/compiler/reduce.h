@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,5 +42,21 @@ struct SoftmaxShape {
 // Arguments: 0 = in, 1 = out (same layout). Throws std::invalid_argument naming the
 // bytes a row needs when one does not fit the scratchpad.
 std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& shape, const Target& target, const std::string& name);
+
+struct LayerNormShape {
+  std::uint64_t rows = 1, cols = 1;  // normalise each row of cols contiguous values
+  isa::DType in = isa::DType::fp32;  // the input and the output
+  std::optional<isa::DType> weight = std::nullopt, bias = std::nullopt;  // the affine parameters' dtype, when given (cols values each)
+  isa::DType stats = isa::DType::fp32;     // mean and 1/std (rows values each)
+  double eps = 1e-5;
+};
+
+// Each tile holds whole rows in fp32: mean, x - mean, the biased variance by a second
+// pass over the centred values, rstd = 1/sqrt(var + eps), (x - mean) * rstd, then
+// * weight + bias (loaded once per core). One read of the input, one write of the
+// output, mean and rstd. Arguments: 0 = in, then weight and bias when given, then
+// out, mean, rstd. Throws std::invalid_argument naming the bytes a row needs when
+// one does not fit the scratchpad.
+std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& shape, const Target& target, const std::string& name);
 
 }  // namespace spyre::compiler

@@ -149,10 +149,12 @@ TEST_CASE("given two tiles per core and at least four K steps, the second tile r
   CHECK(tail.substr(tail.size() - 8) == "MSMSMSMS");
 }
 
-TEST_CASE("given a reduction or a softmax row too big for the scratchpad, compilation names the bytes") {
+TEST_CASE("given a reduction, softmax or layer-norm row too big for the scratchpad, compilation names the bytes") {
   const compiler::Target tiny{.cores = 1, .scratchpad_bytes = 256, .stick_bytes = 128};
   CHECK_THROWS_WITH(compiler::compile_softmax({.rows = 2, .cols = 1000, .row_stride = 1000}, tiny, "aten::_softmax"),
                     ContainsSubstring("aten::_softmax: a row of 1000 fp32 values needs"));
   CHECK_THROWS_WITH(compiler::compile_reduce({.outer = 1, .reduced = 10}, tiny, "aten::sum"),
                     ContainsSubstring("the device has 256"));
+  CHECK_THROWS_WITH(compiler::compile_layer_norm({.rows = 2, .cols = 1000}, tiny, "aten::native_layer_norm"),
+                    ContainsSubstring("aten::native_layer_norm: a row of 1000 fp32 values needs"));
 }

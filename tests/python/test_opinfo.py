@@ -23,11 +23,11 @@ NAMES = {
     "add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "where",
     "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "nn.functional.relu", "nn.functional.gelu",
     "nn.functional.silu", "sigmoid", "tanh", "clamp", "sum", "mean", "amax", "amin", "softmax", "log_softmax",
-    "contiguous", "to",
+    "contiguous", "to", "nn.functional.layer_norm",
 }
 OPS = [op for op in op_db if op.name in NAMES]
 ACCUMULATING = {"mm", "bmm", "addmm", "matmul", "nn.functional.linear", "baddbmm", "addmv", "mv", "sum", "mean",
-                "softmax", "log_softmax"}
+                "softmax", "log_softmax", "nn.functional.layer_norm"}
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # op name (with variant) -> [samples run, samples skipped]

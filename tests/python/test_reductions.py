@@ -112,3 +112,42 @@ def test_dtype_conversion_and_contiguous_on_the_device(src, dst, n):
     check(lambda t: t[0, 0].to(dst), x)   # 0-d
     check(lambda t: t[:, :0].to(dst), x)  # zero-size
     assert torch.spyre.fallback_counts() == {}
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("shape,normalized", [((7,), 1), ((3, 1000), 1), ((4097, 3), 1), ((2, 5, 33), 2),
+                                              ((1, 1), 1), ((0, 4), 1)], ids=str)
+@pytest.mark.parametrize("affine", ["weight+bias", "weight", "none"])
+def test_layer_norm(dtype, shape, normalized, affine):
+    x = rand(shape, dtype, 7) * 3 + 1
+    norm = shape[len(shape) - normalized:]
+    w = rand(norm, dtype, 8) if affine != "none" else None
+    b = rand(norm, dtype, 9) if affine == "weight+bias" else None
+    dev = lambda t: t.to("spyre") if t is not None else None  # noqa: E731
+    torch.spyre.reset_fallback_counts()
+    out, mean, rstd = torch.native_layer_norm(dev(x), norm, dev(w), dev(b), 1e-5)
+    assert torch.spyre.fallback_counts() == {}
+    # The reference in fp32, rounded once (the device's fp32 math); PyTorch's own dtypes
+    # and statistics shapes.
+    up = lambda t: t.float() if t is not None else None  # noqa: E731
+    want = [t.to(dtype) for t in torch.native_layer_norm(up(x), norm, up(w), up(b), 1e-5)]
+    shapes = [t.shape for t in torch.native_layer_norm(x, norm, w, b, 1e-5)]
+    for got, ref, shape_ in zip((out, mean, rstd), want, shapes):
+        assert got.device.type == "spyre" and got.dtype == dtype and got.shape == shape_
+        assert_close(got.cpu(), ref, equal_nan=True, **({} if dtype == torch.float32 else dict(atol=2e-3, rtol=8e-3)))
+
+
+def test_layer_norm_module_views_and_mixed_parameters():
+    ln = torch.nn.LayerNorm(50)
+    x = rand((64, 50), torch.float32, 10)
+    torch.spyre.reset_fallback_counts()
+    got = ln.to("spyre")(x.to("spyre").t().contiguous().t())  # a column-major input
+    assert torch.spyre.fallback_counts() == {}
+    assert_close(got.cpu(), ln.cpu()(x), atol=1e-5, rtol=1e-5)
+    # fp16 input with fp32 parameters: fp16 output, fp32 statistics (as on the CPU).
+    h = x.half().to("spyre")
+    out, mean, rstd = torch.native_layer_norm(h, [50], ln.weight.to("spyre"), ln.bias.to("spyre"), 1e-5)
+    assert out.dtype == torch.float16 and mean.dtype == torch.float32 and rstd.dtype == torch.float32
+    assert_close(out.cpu(), ln.cpu()(x.half().float()).half(), atol=2e-3, rtol=2e-3)
+    with pytest.raises(RuntimeError, match=r"expected input with shape \[\*, 40\]"):
+        torch.nn.functional.layer_norm(h, [40])

@@ -1,0 +1,99 @@
+// native_layer_norm on the device (nn.LayerNorm and F.layer_norm call it): the input
+// viewed as rows of the normalised size, compiler/reduce.h compile_layer_norm per
+// launch; mean and rstd come back in PyTorch's dtype and shape, so autograd's
+// backward (which runs on the CPU, counted) gets what it expects. Inputs the device
+// cannot compute (float64, ...) run on the CPU, counted.
+#include <cstdio>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/native_layer_norm.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "aten/cpu_fallback.h"
+#include "aten/kernel_cache.h"
+#include "compiler/reduce.h"
+#include "runtime/launch.h"
+
+namespace spyre::backend {
+namespace {
+
+using Result = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+Result native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                         const std::optional<at::Tensor>& weight_opt, const std::optional<at::Tensor>& bias_opt,
+                         double eps) {
+  static constexpr const char* kName = "aten::native_layer_norm";
+  const at::Tensor weight = weight_opt.value_or(at::Tensor()), bias = bias_opt.value_or(at::Tensor());
+  const auto n_dims = static_cast<std::int64_t>(normalized_shape.size());
+  TORCH_CHECK(n_dims >= 1, "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one ",
+              "element, but got normalized_shape = ", normalized_shape);
+  TORCH_CHECK(!weight.defined() || weight.sizes().equals(normalized_shape), "Expected weight to be of same shape as ",
+              "normalized_shape, but got weight of shape ", weight.sizes(), " and normalized_shape = ", normalized_shape);
+  TORCH_CHECK(!bias.defined() || bias.sizes().equals(normalized_shape), "Expected bias to be of same shape as ",
+              "normalized_shape, but got bias of shape ", bias.sizes(), " and normalized_shape = ", normalized_shape);
+  const std::int64_t axis = input.dim() - n_dims;
+  TORCH_CHECK(axis >= 0 && input.sizes().slice(static_cast<std::size_t>(axis)).equals(normalized_shape),
+              "Given normalized_shape=", normalized_shape, ", expected input with shape [*, ",
+              c10::Join(", ", normalized_shape), "], but got input of size", input.sizes());
+
+  // PyTorch's dtypes: the output in the input's; mean and rstd in the parameters' when
+  // a reduced-precision input has fp32 parameters, else in the input's.
+  const at::Tensor& param = weight.defined() ? weight : bias;
+  const bool mixed = param.defined() && param.scalar_type() != input.scalar_type();
+  const c10::ScalarType stat_type = mixed ? param.scalar_type() : input.scalar_type();
+  std::vector<std::int64_t> stat_shape(input.sizes().begin(), input.sizes().begin() + axis);
+  stat_shape.insert(stat_shape.end(), static_cast<std::size_t>(n_dims), 1);
+
+  const auto in_t = device_float_dtype(input.scalar_type());
+  const auto stat_t = device_float_dtype(stat_type);
+  const bool params_ok = (!weight.defined() || device_float_dtype(weight.scalar_type())) &&
+                         (!bias.defined() || device_float_dtype(bias.scalar_type()));
+  const bool same_device = (!weight.defined() || weight.device() == input.device()) &&
+                           (!bias.defined() || bias.device() == input.device());
+  if (input.numel() == 0 || !in_t || !stat_t || !params_ok || !same_device) {
+    // Zero elements need no device work (PyTorch's results, e.g. NaN statistics for
+    // empty rows, come from its own kernel); other dtypes fall back, counted.
+    if (input.numel() != 0) count_fallback(kName);
+    const auto cpu = [](const at::Tensor& t) { return t.defined() ? t.cpu() : t; };
+    auto [o, m, r] = at::native_layer_norm(input.cpu(), normalized_shape, cpu(weight), cpu(bias), eps);
+    return {o.to(input.device()), m.to(input.device()), r.to(input.device())};
+  }
+
+  compiler::LayerNormShape s;
+  s.cols = static_cast<std::uint64_t>(c10::multiply_integers(normalized_shape));
+  s.rows = static_cast<std::uint64_t>(input.numel()) / s.cols;
+  s.in = *in_t;
+  s.stats = *stat_t;
+  if (weight.defined()) s.weight = *device_float_dtype(weight.scalar_type());
+  if (bias.defined()) s.bias = *device_float_dtype(bias.scalar_type());
+  s.eps = eps;
+  const at::Tensor x = input.contiguous();
+  at::Tensor out = at::empty(input.sizes(), input.options().memory_format(c10::MemoryFormat::Contiguous));
+  at::Tensor mean = at::empty(stat_shape, input.options().dtype(stat_type));
+  at::Tensor rstd = at::empty(stat_shape, input.options().dtype(stat_type));
+
+  const c10::DeviceGuard guard(input.device());
+  const c10::DeviceIndex device = input.device().index();
+  char eps_text[32];
+  std::snprintf(eps_text, sizeof eps_text, "%a", eps);  // exact
+  const auto opt = [](const std::optional<isa::DType>& t) { return t ? std::string(isa::to_string(*t)) : "-"; };
+  const std::string key = std::string(kName) + "|" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "|" +
+                          std::string(isa::to_string(s.in)) + "," + opt(s.weight) + "," + opt(s.bias) + ">" +
+                          std::string(isa::to_string(s.stats)) + "|" + eps_text;
+  const spyre_program_t program =
+      cached_program(device, key, [&] { return compiler::compile_layer_norm(s, target(device), kName); }, kName);
+  const auto address = [](const at::Tensor& t) { return reinterpret_cast<std::uint64_t>(t.data_ptr()); };
+  std::vector<std::uint64_t> args{address(x)};
+  at::Tensor w, b;  // kept alive until the launch is queued
+  if (weight.defined()) args.push_back(address(w = weight.contiguous()));
+  if (bias.defined()) args.push_back(address(b = bias.contiguous()));
+  args.insert(args.end(), {address(out), address(mean), address(rstd)});
+  launch(device, program, args, kName);
+  return {out, mean, rstd};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("native_layer_norm", native_layer_norm); }
+
+}  // namespace spyre::backend
