@@ -91,12 +91,13 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     synchronize_queue(queue_of(stream), "stream synchronize");
   }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    // Report a fault of any of the device's streams with its record.
-    for (c10::StreamId id = 0; id < 1 + 2 * kStreamsPerPool; ++id) {
-      const c10::Stream s(c10::Stream::UNSAFE, c10::Device(kType, device_index), id);
-      synchronize_queue(queue_of(s), "device synchronize");
+    // One wait for the whole device (each driver wait is a round trip to the simulation
+    // thread); on a fault, the faulted stream's queue reports it with its record.
+    const spyre_result_t rc = spyreDeviceSynchronize(driver_device(device_index));
+    if (rc == SPYRE_ERROR_DEVICE_FAULT) {
+      for (const spyre_queue_t q : created_queues(device_index)) synchronize_queue(q, "device synchronize");
     }
-    SPYRE_CHECK(spyreDeviceSynchronize(driver_device(device_index)));
+    if (rc != SPYRE_SUCCESS) driver_failure(rc, "device synchronize");
   }
   void recordDataPtrOnStream(const c10::DataPtr& data, const c10::Stream& stream) const override {
     record_stream(data, stream);

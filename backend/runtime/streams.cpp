@@ -13,6 +13,7 @@ constexpr int kStreamCount = 1 + 2 * kStreamsPerPool;  // default, normal pool, 
 struct DeviceStreams {
   std::once_flag once[kStreamCount];
   std::array<spyre_queue_t, kStreamCount> queues{};
+  std::array<std::atomic<bool>, kStreamCount> created{};
   std::atomic<unsigned> next_normal{0}, next_high{0};
 };
 
@@ -65,8 +66,18 @@ spyre_queue_t queue_of(c10::Stream stream) {
                           : id <= kStreamsPerPool ? SPYRE_QUEUE_PRIORITY_NORMAL
                                                   : SPYRE_QUEUE_PRIORITY_HIGH;
     SPYRE_CHECK(spyreQueueCreate(driver_device(stream.device_index()), priority, &s.queues[id]));
+    s.created[id] = true;
   });
   return s.queues[id];
+}
+
+std::vector<spyre_queue_t> created_queues(c10::DeviceIndex device) {
+  auto& s = streams_of(device);
+  std::vector<spyre_queue_t> out;
+  for (int id = 0; id < kStreamCount; ++id) {
+    if (s.created[static_cast<std::size_t>(id)]) out.push_back(s.queues[static_cast<std::size_t>(id)]);
+  }
+  return out;
 }
 
 void synchronize_queue(spyre_queue_t queue, const char* what) {

@@ -3,6 +3,8 @@
 // round robin (like CUDA's). The current stream is per thread and per device.
 #pragma once
 
+#include <vector>
+
 #include <c10/core/Stream.h>
 
 #include "runtime/driver.h"
@@ -19,6 +21,8 @@ c10::Stream exchange_stream(c10::Stream stream);
 
 // The driver queue behind a stream (created on first use).
 spyre_queue_t queue_of(c10::Stream stream);
+// The driver queues of the device's streams that have been used so far.
+std::vector<spyre_queue_t> created_queues(c10::DeviceIndex device);
 
 // Synchronizes a queue; a device fault becomes a c10::Error naming `what` and the
 // fault record, after which the queue is usable again.
