@@ -319,6 +319,11 @@ class StreamRunner {
   bool operator()(const isa::Nop&) { return true; }
   bool operator()(const isa::DmaLoad& d) { return dma(d, true); }
   bool operator()(const isa::DmaStore& d) { return dma(d, false); }
+  bool operator()(const isa::DmaGather& g) {
+    return move(g.arg, g.offset, true, g.token, [&](std::uint64_t base, functional::DmaResult& moved, const auto& on_run) {
+      return functional::gather(g, base, chip_.memory(), sp_, moved, on_run);
+    });
+  }
 
   bool operator()(const isa::Wait& w) {
     Picoseconds until = 0;
@@ -488,19 +493,28 @@ class StreamRunner {
   }
 
   bool dma(const isa::Dma& d, bool load) {
+    return move(d.arg, d.offset, load, d.token, [&](std::uint64_t base, functional::DmaResult& moved, const auto& on_run) {
+      return functional::transfer(d, load, base, chip_.memory(), sp_, moved, on_run);
+    });
+  }
+
+  // A DMA-engine transfer: `bytes(base, moved, on_run)` moves the data (DmaLoad,
+  // DmaStore, DmaGather) and reports the device runs it touched; they are charged
+  // to the channels, and the engine, links and port are reserved here.
+  template <class Mover>
+  bool move(std::uint16_t arg, std::uint64_t offset, bool load, std::uint8_t token, Mover&& bytes) {
     const auto& args = launch_.request.args;
-    if (d.arg >= args.size()) {
-      return fault(fmt::format("argument {} is used but the launch passed {} argument(s)", d.arg, args.size()));
+    if (arg >= args.size()) {
+      return fault(fmt::format("argument {} is used but the launch passed {} argument(s)", arg, args.size()));
     }
-    const std::uint64_t base = args[d.arg] + d.offset;
+    const std::uint64_t base = args[arg] + offset;
     std::vector<std::uint64_t> shares(chip_.config().memory.channels, 0);
     std::uint64_t charged = 0;
     functional::DmaResult moved;
-    if (auto f = functional::transfer(d, load, base, chip_.memory(), sp_, moved, [&](std::uint64_t a, std::uint64_t n) {
-          impl_.charge(a, n, shares, charged);
-        })) {
-      return fault(f->reason, f->address);
-    }
+    const std::function<void(std::uint64_t, std::uint64_t)> on_run = [&](std::uint64_t a, std::uint64_t n) {
+      impl_.charge(a, n, shares, charged);
+    };
+    if (auto f = bytes(base, moved, on_run)) return fault(f->reason, f->address);
     const std::uint64_t useful = moved.useful_bytes;
     if (load) touch(moved.sp_end);
 
@@ -530,7 +544,7 @@ class StreamRunner {
                                  [](const Server& a, const Server& b) { return a.free_at() < b.free_at(); });
     end = std::max(end, port->reserve_bytes(ready, useful).end);
     end += impl_.dram_latency_ps + hops * impl_.hop_ps + impl_.sp_latency_ps;
-    tokens_[d.token] = std::max(tokens_[d.token], end);
+    tokens_[token] = std::max(tokens_[token], end);
 
     (load ? stats_.dma_load_bytes : stats_.dma_store_bytes) += useful;
     (load ? launch_.record.dram_read_bytes : launch_.record.dram_write_bytes) += charged;

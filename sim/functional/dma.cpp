@@ -58,4 +58,37 @@ std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t bas
   return std::nullopt;
 }
 
+std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t base, DeviceMemory& memory, std::uint8_t* sp,
+                               DmaResult& result, const std::function<void(std::uint64_t, std::uint64_t)>& on_run) {
+  const auto index = [&](std::uint32_t i) -> std::int64_t {
+    if (g.wide_index) {
+      std::int64_t v;
+      std::memcpy(&v, sp + g.index_sp + std::uint64_t{i} * 8, 8);
+      return v;
+    }
+    std::int32_t v;
+    std::memcpy(&v, sp + g.index_sp + std::uint64_t{i} * 4, 4);
+    return v;
+  };
+  for (std::uint32_t i = 0; i < g.count; ++i) {
+    const std::int64_t v = index(i);
+    if (v < 0 || static_cast<std::uint64_t>(v) >= g.rows) {
+      return DmaFault{"DMA gather index " + std::to_string(v) + " (entry " + std::to_string(i) +
+                          ") is outside the table's rows [0, " + std::to_string(g.rows) + ")",
+                      std::nullopt};
+    }
+    if (auto err = memory.check(base + static_cast<std::uint64_t>(v) * g.row_stride, g.row_bytes)) {
+      return DmaFault{"DMA gather from " + err->description, err->address};
+    }
+  }
+  for (std::uint32_t i = 0; i < g.count; ++i) {
+    const std::uint64_t row = base + static_cast<std::uint64_t>(index(i)) * g.row_stride;
+    std::memcpy(sp + g.sp_addr + std::uint64_t{i} * g.row_bytes, memory.host(row), g.row_bytes);
+    on_run(row, g.row_bytes);
+  }
+  result.useful_bytes = std::uint64_t{g.count} * g.row_bytes;
+  result.sp_end = g.sp_addr + result.useful_bytes;
+  return std::nullopt;
+}
+
 }  // namespace spyre::sim::functional

@@ -33,4 +33,10 @@ std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t bas
                                  std::uint8_t* sp, DmaResult& result,
                                  const std::function<void(std::uint64_t, std::uint64_t)>& on_run);
 
+// The rows of a DmaGather (base = argument + offset): checks every index against
+// [0, rows) and every row against the live allocations before moving anything, then
+// copies the rows into the scratchpad; `on_run` gets each row's device run.
+std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t base, DeviceMemory& memory, std::uint8_t* sp,
+                               DmaResult& result, const std::function<void(std::uint64_t, std::uint64_t)>& on_run);
+
 }  // namespace spyre::sim::functional

@@ -106,6 +106,20 @@ class Interpreter {
       dma(*d, true, sp, error, address);
     } else if (const auto* d2 = std::get_if<isa::DmaStore>(&inst)) {
       dma(*d2, false, sp, error, address);
+    } else if (const auto* g = std::get_if<isa::DmaGather>(&inst)) {
+      if (g->arg >= request_.args.size()) {
+        error = fmt::format("argument {} is used but the launch passed {} argument(s)", g->arg, request_.args.size());
+      } else {
+        DmaResult moved;
+        std::uint64_t touched = 0;
+        if (auto f = gather(*g, request_.args[g->arg] + g->offset, chip_.memory(), sp, moved,
+                            [&](std::uint64_t, std::uint64_t n) { touched += n; })) {
+          error = f->reason;
+          address = f->address;
+        } else {
+          record_.dram_read_bytes += touched;
+        }
+      }
     } else if (const auto* mm = std::get_if<isa::Matmul>(&inst)) {
       const auto type = mm->in == isa::DType::fp32   ? config::MacType::fp32
                         : mm->in == isa::DType::fp16 ? config::MacType::fp16

@@ -125,6 +125,22 @@ struct Checker {
   Reason operator()(const Nop&) const { return std::nullopt; }
   Reason operator()(const DmaLoad& d) const { return check_dma(d, l, true); }
   Reason operator()(const DmaStore& d) const { return check_dma(d, l, false); }
+  Reason operator()(const DmaGather& g) const {
+    if (auto r = check_token(g.token)) return r;
+    if (g.arg >= l.max_args) return "argument index " + str(g.arg) + " is not below " + str(l.max_args);
+    if (g.count == 0 || g.row_bytes == 0) return std::string("count and row_bytes must be positive");
+    if (g.rows == 0) return std::string("the table has no rows (rows is 0)");
+    const std::uint64_t index_size = g.wide_index ? 8 : 4;
+    if (g.index_sp % index_size != 0) {
+      return "index address " + str(g.index_sp) + " is not aligned to its " + str(index_size) + "-byte indices";
+    }
+    const std::uint64_t index_end = g.index_sp + g.count * index_size;
+    if (index_end > l.scratchpad_bytes) {
+      return "index [" + str(g.index_sp) + ", " + str(index_end) + ") overflows the " + str(l.scratchpad_bytes) +
+             "-byte scratchpad";
+    }
+    return sp_range("destination", g.sp_addr, std::uint64_t{g.count} * g.row_bytes, DType::int8, l);
+  }
   Reason operator()(const Wait& w) const {
     if (w.token_mask == 0) return std::string("waits for no token (empty mask)");
     return std::nullopt;

@@ -34,6 +34,12 @@ struct Printer {
   std::string operator()(const Nop&) const { return "nop"; }
   std::string operator()(const DmaLoad& d) const { return dma("dma_load", d); }
   std::string operator()(const DmaStore& d) const { return dma("dma_store", d); }
+  std::string operator()(const DmaGather& g) const {
+    return fmt("dma_gather t%u arg%u+%llu rows=%llu row_stride=%llu <- %s index sp:%u x%u -> sp:%u row_bytes=%u", g.token,
+               g.arg, static_cast<unsigned long long>(g.offset), static_cast<unsigned long long>(g.rows),
+               static_cast<unsigned long long>(g.row_stride), g.wide_index ? "int64" : "int32", g.index_sp, g.count,
+               g.sp_addr, g.row_bytes);
+  }
   std::string operator()(const Wait& w) const { return fmt("wait mask=0x%04x", w.token_mask); }
   std::string operator()(const Matmul& m) const {
     return fmt("matmul %s->%s sp:%u%s x sp:%u%s %s sp:%u  m=%u n=%u k=%u ld=%u,%u,%u", n(to_string(m.in)).c_str(),

@@ -184,6 +184,19 @@ void fields(F& f, D& d) requires std::is_same_v<std::remove_const_t<D>, RingRecv
   f(12, d.bytes);
 }
 template <class F, class D>
+void fields(F& f, D& d) requires std::is_same_v<std::remove_const_t<D>, DmaGather> {
+  f(1, d.token);
+  f.flag(2, 0, d.wide_index);
+  f(4, d.arg);
+  f(8, d.index_sp);
+  f(12, d.count);
+  f(16, d.sp_addr);
+  f(20, d.row_bytes);
+  f(24, d.offset);
+  f(32, d.rows);
+  f(40, d.row_stride);
+}
+template <class F, class D>
 void fields(F& f, D& d) requires std::is_same_v<std::remove_const_t<D>, Barrier> {
   f(2, d.id);
   f(4, d.count);

@@ -46,7 +46,9 @@ std::vector<Instruction> one_of_each() {
           VFill{.dtype = DType::int32, .dst = 8, .count = 5, .value = -7},
           RingSend{.token = 2, .dst_core = 3, .tag = 99, .sp_addr = 10, .bytes = 20},
           RingRecv{.token = 4, .src_core = 1, .tag = 99, .forward_to = 2, .sp_addr = 30, .bytes = 20},
-          Barrier{.id = 5, .count = 4}};
+          Barrier{.id = 5, .count = 4},
+          DmaGather{.token = 9, .wide_index = true, .arg = 2, .index_sp = 8, .count = 3, .sp_addr = 64,
+                    .row_bytes = 256, .offset = 0x1000, .rows = 32000, .row_stride = 8192}};
 }
 
 bool same(const Instruction& a, const Instruction& b) { return encode(a) == encode(b); }
@@ -137,6 +139,17 @@ TEST_CASE("given bad operand combinations, check explains them") {
   CHECK_THAT(check(Barrier{.id = 0, .count = 5}, kLimits).value_or(""), ContainsSubstring("not in 1..4"));
   CHECK_THAT(check(VFill{.dtype = DType::int8, .dst = 0, .count = 1, .value = 300}, kLimits).value_or(""),
              ContainsSubstring("not an int8"));
+  const DmaGather g{.token = 0, .wide_index = true, .arg = 0, .index_sp = 4, .count = 2, .sp_addr = 0,
+                    .row_bytes = 64, .offset = 0, .rows = 10, .row_stride = 64};
+  CHECK_THAT(check(g, kLimits).value_or(""), ContainsSubstring("index address 4 is not aligned to its 8-byte indices"));
+  DmaGather big = g;
+  big.index_sp = 0;
+  big.row_bytes = 1 << 20;
+  CHECK_THAT(check(big, kLimits).value_or(""), ContainsSubstring("destination [0, 2097152) overflows"));
+  DmaGather empty = g;
+  empty.index_sp = 0;
+  empty.rows = 0;
+  CHECK_THAT(check(empty, kLimits).value_or(""), ContainsSubstring("the table has no rows"));
 }
 
 TEST_CASE("given a built program, it parses back with its name and streams") {
@@ -207,6 +220,9 @@ TEST_CASE("given a corrupted blob, parsing or validation rejects it") {
 
 TEST_CASE("given instructions, the disassembly reads as assembly") {
   CHECK(disassemble(Wait{.token_mask = 0x3}) == "wait mask=0x0003");
+  CHECK(disassemble(DmaGather{.token = 1, .wide_index = false, .arg = 0, .index_sp = 0, .count = 4, .sp_addr = 64,
+                              .row_bytes = 256, .offset = 0, .rows = 100, .row_stride = 512}) ==
+        "dma_gather t1 arg0+0 rows=100 row_stride=512 <- int32 index sp:0 x4 -> sp:64 row_bytes=256");
   CHECK(disassemble(Matmul{.a = 0, .b = 64, .c = 128, .m = 8, .n = 8, .k = 8, .lda = 8, .ldb = 8, .ldc = 8,
                            .in = DType::fp16, .out = DType::fp32, .trans_b = true, .accumulate = true}) ==
         "matmul fp16->fp32 sp:0 x sp:64^T += sp:128  m=8 n=8 k=8 ld=8,8,8");

@@ -325,6 +325,54 @@ TEST_CASE("given a strided 3-D DMA with negative and zero strides, bytes move li
   CHECK(got == expect);
 }
 
+TEST_CASE("given a DMA gather, the indexed rows move and only their sticks are charged") {
+  // A 1000 x 64-int32 table; rows 7, 999, 7 and 0 (int64 indices), 128 bytes of each
+  // (columns 32..63, the row's second stick) gathered, then stored contiguously.
+  sim::Simulation simulation;
+  auto& chip = simulation.add_chip(ci_chip());
+  const auto table = *chip.memory().allocate(1000 * 256);
+  const auto index = *chip.memory().allocate(4 * 8);
+  const auto out = *chip.memory().allocate(4 * 128);
+  std::vector<std::int32_t> data(1000 * 64);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::int32_t>(i * 2654435761u);
+  std::memcpy(chip.memory().host(table), data.data(), data.size() * 4);
+  const std::int64_t rows[4] = {7, 999, 7, 0};
+  std::memcpy(chip.memory().host(index), rows, sizeof rows);
+  const auto gather_program = [&](std::int64_t bad_index) {
+    std::memcpy(chip.memory().host(index) + 8, &bad_index, 8);
+    isa::DmaLoad idx;
+    idx.dtype = DType::int32;
+    idx.arg = 1;
+    idx.shape = {8, 1, 1};  // 4 int64 = 8 int32
+    isa::DmaStore st;
+    st.dtype = DType::int32;
+    st.arg = 2;
+    st.sp_addr = 64;
+    st.shape = {128, 1, 1};
+    isa::ProgramBuilder b("aten::index_select", 1);
+    b.add(0, idx).add(0, wait_for(0));
+    b.add(0, isa::DmaGather{.token = 1, .wide_index = true, .arg = 0, .index_sp = 0, .count = 4, .sp_addr = 64,
+                            .row_bytes = 128, .offset = 32 * 4, .rows = 1000, .row_stride = 256});
+    b.add(0, wait_for(1)).add(0, st).add(0, wait_for(0));
+    return run(simulation, chip, b, {table, index, out});
+  };
+  const auto r = gather_program(999);
+  REQUIRE_FALSE(r.fault);
+  std::vector<std::int32_t> got(128), expect;
+  std::memcpy(got.data(), chip.memory().host(out), 4 * 128);
+  for (const std::int64_t row : rows) {
+    for (int c = 32; c < 64; ++c) expect.push_back(data[static_cast<std::size_t>(row * 64 + c)]);
+  }
+  CHECK(got == expect);
+  // Charged: the 32-byte index load plus four 128-byte rows, each one stick.
+  CHECK(r.dram_read_bytes == 128 + 4 * 128);
+  const auto bad = gather_program(1000);
+  REQUIRE(bad.fault);
+  CHECK_THAT(bad.fault->reason, ContainsSubstring("DMA gather index 1000 (entry 1) is outside the table's rows [0, 1000)"));
+  CHECK_THAT(bad.fault->instruction, ContainsSubstring("dma_gather"));
+  CHECK_FALSE(gather_program(999).fault);  // the chip runs on
+}
+
 TEST_CASE("given a host transfer, PCIe and the DRAM channels set its time") {
   sim::Simulation simulation;
   auto& chip = simulation.add_chip(ci_chip(round_numbers()));

@@ -57,8 +57,9 @@ enum class Opcode : std::uint8_t {
   ring_send = 13,
   ring_recv = 14,
   barrier = 15,
+  dma_gather = 16,  // rows of a device-memory table, picked by indices in the scratchpad
 };
-inline constexpr std::uint8_t kNumOpcodes = 16;
+inline constexpr std::uint8_t kNumOpcodes = 17;
 std::string_view to_string(Opcode op);
 
 enum class UnaryOp : std::uint8_t {
@@ -110,6 +111,21 @@ struct Dma {
 };
 struct DmaLoad : Dma {};
 struct DmaStore : Dma {};
+
+// Gathers `count` rows into the scratchpad (packed, row_bytes apart from sp_addr): row
+// i is the row_bytes at argument + offset + index[i] * row_stride, where index[i] is
+// read from the scratchpad at index_sp (int32, or int64 when wide_index). An index
+// outside [0, rows) faults, naming it. (Embedding lookups: the table stays in device
+// memory; only the rows asked for move.)
+struct DmaGather {
+  std::uint8_t token = 0;
+  bool wide_index = false;
+  std::uint16_t arg = 0;
+  std::uint32_t index_sp = 0, count = 0, sp_addr = 0, row_bytes = 0;
+  std::uint64_t offset = 0;      // bytes from the argument to row 0's first byte moved
+  std::uint64_t rows = 0;        // the table's rows (the valid index range)
+  std::uint64_t row_stride = 0;  // bytes between table rows
+};
 
 struct Wait {
   std::uint16_t token_mask = 0;  // bit t: wait for token t
@@ -207,7 +223,7 @@ struct End {};
 struct Nop {};
 
 using Instruction = std::variant<End, Nop, DmaLoad, DmaStore, Wait, Matmul, VUnary, VBinary, VCompare,
-                                 VSelect, VReduce, VConvert, VFill, RingSend, RingRecv, Barrier>;
+                                 VSelect, VReduce, VConvert, VFill, RingSend, RingRecv, Barrier, DmaGather>;
 
 Opcode opcode_of(const Instruction& inst);
 
