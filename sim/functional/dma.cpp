@@ -73,8 +73,8 @@ std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t base, Devi
   for (std::uint32_t i = 0; i < g.count; ++i) {
     const std::int64_t v = index(i);
     if (v < 0 || static_cast<std::uint64_t>(v) >= g.rows) {
-      return DmaFault{"DMA gather index " + std::to_string(v) + " (entry " + std::to_string(i) +
-                          ") is outside the table's rows [0, " + std::to_string(g.rows) + ")",
+      return DmaFault{"DMA gather index " + std::to_string(v) + " (entry " + std::to_string(i) + " of " +
+                          std::to_string(g.count) + ") is outside the table's rows [0, " + std::to_string(g.rows) + ")",
                       std::nullopt};
     }
     if (auto err = memory.check(base + static_cast<std::uint64_t>(v) * g.row_stride, g.row_bytes)) {

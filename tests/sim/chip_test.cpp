@@ -368,7 +368,7 @@ TEST_CASE("given a DMA gather, the indexed rows move and only their sticks are c
   CHECK(r.dram_read_bytes == 128 + 4 * 128);
   const auto bad = gather_program(1000);
   REQUIRE(bad.fault);
-  CHECK_THAT(bad.fault->reason, ContainsSubstring("DMA gather index 1000 (entry 1) is outside the table's rows [0, 1000)"));
+  CHECK_THAT(bad.fault->reason, ContainsSubstring("DMA gather index 1000 (entry 1 of 4) is outside the table's rows [0, 1000)"));
   CHECK_THAT(bad.fault->instruction, ContainsSubstring("dma_gather"));
   CHECK_FALSE(gather_program(999).fault);  // the chip runs on
 }

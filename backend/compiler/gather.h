@@ -1,0 +1,29 @@
+// The kernel compiler's row gather: out[i] = table[index[i]] for whole rows of a
+// contiguous table (index_select along dim 0, embedding lookups). The table stays in
+// device memory; each core takes a contiguous run of the indices, loads them into its
+// scratchpad and issues dma_gather for them, a row piece at a time when rows are
+// larger than half the scratchpad, storing each gathered block while the next one
+// loads. Indices outside [0, rows) fault on the device, naming the index.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/elementwise.h"
+
+namespace spyre::compiler {
+
+struct GatherShape {
+  std::uint64_t count = 0;      // indices (rows of the output)
+  std::uint64_t rows = 0;       // rows of the table
+  std::uint64_t row_bytes = 0;  // bytes per row, table and output alike (contiguous rows)
+  bool wide_index = true;       // int64 indices, else int32
+};
+
+// Arguments: 0 = table, 1 = indices (contiguous), 2 = out (contiguous). Throws
+// std::invalid_argument for an empty gather or a scratchpad too small for one index
+// and one stick.
+std::vector<std::uint8_t> compile_gather(const GatherShape& shape, const Target& target, const std::string& name);
+
+}  // namespace spyre::compiler
