@@ -1,3 +1,6 @@
+// Ops that move whole values without arithmetic: tril/triu (compiler/triangle.h; the
+// causal masks of attention) and cat.
+//
 // cat on the device (stack and friends decompose into it): the result is allocated
 // once and each input is copied into its slice by the device copy kernel
 // (aten/pointwise.h device_copy through copy_), converting dtypes where the inputs
@@ -10,8 +13,58 @@
 
 #include <vector>
 
+#include <c10/core/DeviceGuard.h>
+
+#include "aten/kernel_cache.h"
+#include "aten/out.h"
+#include "compiler/triangle.h"
+#include "runtime/launch.h"
+
 namespace spyre::backend {
 namespace {
+
+at::Tensor triangle(const char* name, bool lower, const at::Tensor& self, std::int64_t diagonal, const at::Tensor& out) {
+  TORCH_CHECK(self.dim() >= 2, name, ": input tensor must have at least 2 dimensions");
+  const at::Tensor x = self.contiguous();
+  at::Tensor result = at::empty(self.sizes(), self.options().memory_format(c10::MemoryFormat::Contiguous));
+  if (result.numel() == 0) return deliver(result, out);
+  compiler::TriangleShape s;
+  s.rows = static_cast<std::uint64_t>(self.size(-2));
+  s.cols = static_cast<std::uint64_t>(self.size(-1));
+  s.matrices = static_cast<std::uint64_t>(self.numel()) / (s.rows * s.cols);
+  s.element_bytes = static_cast<std::uint64_t>(self.element_size());
+  s.lower = lower;
+  s.diagonal = diagonal;
+  const c10::DeviceGuard guard(self.device());
+  const c10::DeviceIndex device = self.device().index();
+  const std::string key = std::string(name) + "|" + std::to_string(s.matrices) + "x" + std::to_string(s.rows) + "x" +
+                          std::to_string(s.cols) + "x" + std::to_string(s.element_bytes) + "B|" +
+                          std::to_string(diagonal);
+  const spyre_program_t program =
+      cached_program(device, key, [&] { return compiler::compile_triangle(s, target(device), name); }, name);
+  launch(device, program,
+         {reinterpret_cast<std::uint64_t>(x.data_ptr()), reinterpret_cast<std::uint64_t>(result.data_ptr())}, name);
+  return deliver(result, out);
+}
+
+at::Tensor tril(const at::Tensor& self, std::int64_t diagonal) { return triangle("aten::tril", true, self, diagonal, {}); }
+at::Tensor triu(const at::Tensor& self, std::int64_t diagonal) { return triangle("aten::triu", false, self, diagonal, {}); }
+at::Tensor& tril_out(const at::Tensor& self, std::int64_t diagonal, at::Tensor& out) {
+  triangle("aten::tril.out", true, self, diagonal, out);
+  return out;
+}
+at::Tensor& triu_out(const at::Tensor& self, std::int64_t diagonal, at::Tensor& out) {
+  triangle("aten::triu.out", false, self, diagonal, out);
+  return out;
+}
+at::Tensor& tril_(at::Tensor& self, std::int64_t diagonal) {
+  triangle("aten::tril_", true, self, diagonal, self);
+  return self;
+}
+at::Tensor& triu_(at::Tensor& self, std::int64_t diagonal) {
+  triangle("aten::triu_", false, self, diagonal, self);
+  return self;
+}
 
 at::Tensor& cat_into(const at::ITensorListRef& list, std::int64_t dim, at::Tensor* out_or_null, at::Tensor& result) {
   const std::vector<at::Tensor> tensors(list.begin(), list.end());
@@ -80,6 +133,12 @@ at::Tensor& cat_out(const at::ITensorListRef& tensors, std::int64_t dim, at::Ten
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("tril", tril);
+  m.impl("tril.out", tril_out);
+  m.impl("tril_", tril_);
+  m.impl("triu", triu);
+  m.impl("triu.out", triu_out);
+  m.impl("triu_", triu_);
   m.impl("cat", cat);
   m.impl("cat.out", cat_out);
 }

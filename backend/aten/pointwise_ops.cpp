@@ -4,6 +4,9 @@
 // the kernel (compiler/pointwise.h) reads every operand through its own strides and
 // converts dtypes on the device. Operands in dtypes the device does not compute
 // (int64, float64, ...) run the op on CPU copies, counted as fallbacks.
+#include <cmath>
+#include <limits>
+
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
@@ -346,6 +349,51 @@ at::Tensor& gelu_out(const at::Tensor& self, c10::string_view approximate, at::T
   return out;
 }
 
+// ---- isneginf, isposinf, logical_not ------------------------------------------------
+
+// A bool (or out=-typed) result of one comparison of self with a constant: x == -inf,
+// x == +inf, x == 0. Integer and bool inputs are never infinite or NaN.
+// (isnan: `constant` NaN stands for self itself, x != x.)
+at::Tensor compare_constant(const char* name, CompareOp op, double constant, at::Tensor out, const at::Tensor& self,
+                            at::Tensor (*cpu_op)(const at::Tensor&)) {
+  const bool infinite = std::isinf(constant) || std::isnan(constant);
+  if (!out.defined()) out = at::empty({0}, self.options().dtype(at::kBool));
+  at::TensorBase base = out;
+  auto iter = at::TensorIteratorConfig()
+                  .check_all_same_dtype(false)
+                  .add_output(base)
+                  .add_const_input(self)
+                  .build();
+  const c10::ScalarType in = self.scalar_type();
+  if (infinite && !at::isFloatingType(in)) {  // never infinite: all false
+    at::Tensor result(iter.output());
+    if (result.numel() > 0) result.fill_(false);
+    return result;
+  }
+  return finish(
+      name, iter, in, 2,
+      [&](isa::DType c) {
+        const Value b = std::isnan(constant) ? Value::input(0) : Value::constant(constant);
+        return Steps{Step::compare(op, isa::is_float(c) ? isa::DType::fp32 : c, Value::input(0), b)};
+      },
+      [&] { return cpu_op(cpu(self)); });
+}
+
+#define SPYRE_COMPARE_CONSTANT(fn, op, constant)                                                     \
+  at::Tensor cpu_##fn(const at::Tensor& t) { return at::fn(t); }                                     \
+  at::Tensor fn(const at::Tensor& self) {                                                            \
+    return compare_constant("aten::" #fn, op, constant, at::Tensor(), self, cpu_##fn);               \
+  }                                                                                                  \
+  [[maybe_unused]] at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {                   \
+    compare_constant("aten::" #fn ".out", op, constant, out, self, cpu_##fn);                        \
+    return out;                                                                                      \
+  }
+SPYRE_COMPARE_CONSTANT(isneginf, CompareOp::eq, -std::numeric_limits<double>::infinity())
+SPYRE_COMPARE_CONSTANT(isposinf, CompareOp::eq, std::numeric_limits<double>::infinity())
+SPYRE_COMPARE_CONSTANT(logical_not, CompareOp::eq, 0.0)
+SPYRE_COMPARE_CONSTANT(isnan, CompareOp::ne, std::numeric_limits<double>::quiet_NaN())
+#undef SPYRE_COMPARE_CONSTANT
+
 // ---- pow with a scalar exponent ---------------------------------------------------
 
 // x ** e for the exponents models use (squares in norms, square roots, reciprocals),
@@ -453,6 +501,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 #undef SPYRE_REGISTER_UNARY
   m.impl("relu", relu);
   m.impl("relu_", relu_);
+  m.impl("isneginf", isneginf);
+  m.impl("isneginf.out", isneginf_out);
+  m.impl("isposinf", isposinf);
+  m.impl("isposinf.out", isposinf_out);
+  m.impl("logical_not", logical_not);
+  m.impl("logical_not.out", logical_not_out);
+  m.impl("isnan", isnan);
   m.impl("pow.Tensor_Scalar", pow_ts);
   m.impl("pow_.Scalar", pow_ts_);
   m.impl("pow.Tensor_Scalar_out", pow_ts_out);

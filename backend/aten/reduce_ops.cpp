@@ -169,9 +169,15 @@ at::Tensor& amin_out(const at::Tensor& self, at::IntArrayRef dims, bool keepdim,
 
 // ---- softmax ---------------------------------------------------------------------
 
-at::Tensor softmax(const char* name, bool log, at::Tensor out, const at::Tensor& self, std::int64_t dim,
-                   bool half_to_float) {
-  const c10::ScalarType result_type = half_to_float ? at::kFloat : self.scalar_type();
+// Softmax-like ops: _softmax / _log_softmax (half_to_float) and _safe_softmax (dtype).
+struct SoftmaxKind {
+  bool log = false, safe = false, half_to_float = false;
+  std::optional<c10::ScalarType> dtype = std::nullopt;
+};
+
+at::Tensor softmax(const char* name, SoftmaxKind kind, at::Tensor out, const at::Tensor& self, std::int64_t dim) {
+  const bool half_to_float = kind.half_to_float, log = kind.log;
+  const c10::ScalarType result_type = kind.dtype ? *kind.dtype : half_to_float ? at::kFloat : self.scalar_type();
   TORCH_CHECK(!half_to_float || self.scalar_type() == at::kHalf,
               "conversion is supported for Half type only");
   const std::int64_t d = at::maybe_wrap_dim(dim, self.dim());
@@ -179,8 +185,10 @@ at::Tensor softmax(const char* name, bool log, at::Tensor out, const at::Tensor&
   if (!in_t || !out_t) {
     count_fallback(name);
     at::Tensor c = self.cpu();
-    return deliver((log ? at::_log_softmax(c, dim, half_to_float) : at::_softmax(c, dim, half_to_float)).to(self.device()),
-                   out);
+    at::Tensor r = kind.safe ? at::_safe_softmax(c, dim, kind.dtype)
+                   : log     ? at::_log_softmax(c, dim, half_to_float)
+                             : at::_softmax(c, dim, half_to_float);
+    return deliver(r.to(self.device()), out);
   }
   at::Tensor result = at::empty(self.sizes(), self.options().dtype(result_type));
   if (self.numel() == 0) return deliver(result, out);
@@ -194,6 +202,7 @@ at::Tensor softmax(const char* name, bool log, at::Tensor out, const at::Tensor&
   s.in = *in_t;
   s.out = *out_t;
   s.log = log;
+  s.safe = kind.safe;
   const c10::DeviceGuard guard(self.device());
   const c10::DeviceIndex device = self.device().index();
   const std::string key = std::string(name) + "|" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "|" +
@@ -211,18 +220,23 @@ at::Tensor softmax(const char* name, bool log, at::Tensor out, const at::Tensor&
 }
 
 at::Tensor softmax_fn(const at::Tensor& self, std::int64_t dim, bool half_to_float) {
-  return softmax("aten::_softmax", false, at::Tensor(), self, dim, half_to_float);
+  return softmax("aten::_softmax", {.half_to_float = half_to_float}, at::Tensor(), self, dim);
 }
 at::Tensor& softmax_out(const at::Tensor& self, std::int64_t dim, bool half_to_float, at::Tensor& out) {
-  softmax("aten::_softmax.out", false, out, self, dim, half_to_float);
+  softmax("aten::_softmax.out", {.half_to_float = half_to_float}, out, self, dim);
   return out;
 }
 at::Tensor log_softmax_fn(const at::Tensor& self, std::int64_t dim, bool half_to_float) {
-  return softmax("aten::_log_softmax", true, at::Tensor(), self, dim, half_to_float);
+  return softmax("aten::_log_softmax", {.log = true, .half_to_float = half_to_float}, at::Tensor(), self, dim);
 }
 at::Tensor& log_softmax_out(const at::Tensor& self, std::int64_t dim, bool half_to_float, at::Tensor& out) {
-  softmax("aten::_log_softmax.out", true, out, self, dim, half_to_float);
+  softmax("aten::_log_softmax.out", {.log = true, .half_to_float = half_to_float}, out, self, dim);
   return out;
+}
+// Attention's softmax (scaled_dot_product_attention's math path): rows that are all
+// -inf (fully masked) give zeros.
+at::Tensor safe_softmax_fn(const at::Tensor& self, std::int64_t dim, std::optional<c10::ScalarType> dtype) {
+  return softmax("aten::_safe_softmax", {.safe = true, .dtype = dtype}, at::Tensor(), self, dim);
 }
 
 }  // namespace
@@ -242,6 +256,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_softmax.out", softmax_out);
   m.impl("_log_softmax", log_softmax_fn);
   m.impl("_log_softmax.out", log_softmax_out);
+  m.impl("_safe_softmax", safe_softmax_fn);
 }
 
 }  // namespace spyre::backend

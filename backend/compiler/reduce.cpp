@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 
 #include "compiler/pointwise.h"
@@ -141,7 +142,7 @@ std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& s, const Target& t
   const auto bytes = [&](std::uint64_t rows) {
     const std::uint64_t n = rows * s.cols;
     return 2ull * align(n * in_size) + (convert_in ? align(n * 4) : 0) + 2ull * align(n * 4) + 2ull * align(rows * 4) +
-           2ull * align(n * out_size);
+           2ull * align(n * out_size) + (s.safe ? 2ull * align(rows * 4) + align(rows) : 0);
   };
   if (bytes(1) > target.scratchpad_bytes) {
     throw std::invalid_argument(name + ": a row of " + std::to_string(s.cols) + " " +
@@ -163,6 +164,9 @@ std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& s, const Target& t
   const std::uint32_t sp_y = alloc(n * 4), sp_e = alloc(n * 4);
   const std::uint32_t sp_m = alloc(ac * 4), sp_s = alloc(ac * 4);
   const std::uint32_t sp_out[2] = {alloc(n * out_size), alloc(n * out_size)};
+  // Safe softmax: per-row constants 0 and 1 and a per-row mask.
+  const std::uint32_t sp_zero = s.safe ? alloc(ac * 4) : 0, sp_one = s.safe ? alloc(ac * 4) : 0;
+  const std::uint32_t sp_mask = s.safe ? alloc(ac) : 0;
 
   const std::uint64_t chunks = (s.rows + ac - 1) / ac;
   const std::uint32_t cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(target.cores, chunks));
@@ -180,6 +184,17 @@ std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& s, const Target& t
                                     {cols, rows_of(u), 1}, {1, s.row_stride, 0}));
     };
     load(first, 0);
+    if (s.safe) {
+      const auto n_rows = static_cast<std::uint32_t>(ac);
+      b.add(core, isa::VFill{.dtype = f32, .dst = sp_zero, .count = n_rows, .value = 0});
+      b.add(core, isa::VFill{.dtype = f32, .dst = sp_one, .count = n_rows, .value = 1});
+    }
+    // A row vector v := (v <op> imm) ? c : v, for the safe softmax's two fix-ups.
+    const auto fix = [&](std::uint32_t v, double imm, std::uint32_t c, std::uint32_t rows) {
+      b.add(core, isa::VCompare{.op = isa::CompareOp::eq, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = v,
+                                .dst = sp_mask, .rows = 1, .cols = rows, .imm = imm});
+      b.add(core, isa::VSelect{.dtype = f32, .cond = sp_mask, .a = c, .b = v, .dst = v, .count = rows});
+    };
     for (std::uint64_t u = first; u < last; ++u) {
       const auto slot = static_cast<std::uint32_t>((u - first) % 2);
       if (u + 1 < last) load(u + 1, 1 - slot);
@@ -195,11 +210,13 @@ std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& s, const Target& t
       const std::uint32_t result = direct ? sp_out[slot] : sp_e;
       b.add(core, isa::VReduce{.op = isa::ReduceOp::max, .in = f32, .out = f32, .axis = 1, .src = x, .dst = sp_m,
                                .rows = rows, .cols = cols});
+      if (s.safe) fix(sp_m, -std::numeric_limits<double>::infinity(), sp_zero, rows);
       b.add(core, isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = x, .b = sp_m,
                                .dst = sp_y, .rows = rows, .cols = cols});
       b.add(core, isa::VUnary{.op = isa::UnaryOp::exp, .dtype = f32, .src = sp_y, .dst = sp_e, .count = count});
       b.add(core, isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = sp_e, .dst = sp_s,
                                .rows = rows, .cols = cols});
+      if (s.safe) fix(sp_s, 0, sp_one, rows);
       if (s.log) {
         b.add(core, isa::VUnary{.op = isa::UnaryOp::log, .dtype = f32, .src = sp_s, .dst = sp_s, .count = rows});
         b.add(core, isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = sp_y,

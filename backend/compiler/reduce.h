@@ -35,6 +35,9 @@ struct SoftmaxShape {
   isa::DType in = isa::DType::fp32;
   isa::DType out = isa::DType::fp32;
   bool log = false;  // log_softmax
+  // _safe_softmax (attention's): a row that is all -inf gives zeros, not NaN. (Its
+  // max is -inf: the row is shifted by 0 instead and divided by 1 instead of 0.)
+  bool safe = false;
 };
 
 // Each tile holds whole rows in fp32: max, exp(x - max), sum, then divide (softmax)

@@ -250,3 +250,15 @@ def test_cat_reports_mismatched_inputs_like_pytorch():
     with pytest.raises(RuntimeError, match="Tensors must have same number of dimensions"):
         torch.cat([a, torch.zeros(3, device="spyre")], 0)
     assert torch.cat([a, b], 1).shape == (2, 7)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bool, torch.int64], ids=str)
+@pytest.mark.parametrize("diagonal", [0, 1, -2, 40, -40])
+def test_tril_and_triu(dtype, diagonal):
+    x = rand((2, 3, 33, 17), torch.float32, 41).mul(10).to(dtype)
+    check(lambda t: torch.tril(t, diagonal), x)
+    check(lambda t: torch.triu(t, diagonal), x)
+    check(lambda t: torch.tril(t.transpose(-1, -2), diagonal), x)  # a non-contiguous input
+    y = x.to("spyre")
+    y.triu_(diagonal)
+    assert torch.equal(y.cpu(), torch.triu(x, diagonal))

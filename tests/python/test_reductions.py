@@ -151,3 +151,41 @@ def test_layer_norm_module_views_and_mixed_parameters():
     assert_close(out.cpu(), ln.cpu()(x.half().float()).half(), atol=2e-3, rtol=2e-3)
     with pytest.raises(RuntimeError, match=r"expected input with shape \[\*, 40\]"):
         torch.nn.functional.layer_norm(h, [40])
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_safe_softmax_gives_zeros_for_fully_masked_rows(dtype):
+    x = rand((6, 33), dtype, 11) * 4
+    x[1] = float("-inf")            # fully masked row: zeros, not NaN
+    x[3, ::2] = float("-inf")       # partly masked: an ordinary softmax of the rest
+    for out_dtype in (None, torch.float32):
+        torch.spyre.reset_fallback_counts()
+        got = torch._safe_softmax(x.to("spyre"), -1, out_dtype)
+        assert torch.spyre.fallback_counts() == {}
+        want = torch._safe_softmax(x.float(), -1).to(out_dtype or dtype)
+        assert got.dtype == want.dtype
+        assert_close(got.cpu(), want)
+        assert got.cpu()[1].eq(0).all()
+
+
+def test_attention_runs_on_the_device_with_causal_and_boolean_masks():
+    q, k, v = (rand((2, 3, 17, 16), torch.float32, s) for s in (12, 13, 14))
+    mask = torch.rand(17, 17, generator=torch.Generator().manual_seed(15)) > 0.3
+    mask[4] = False                 # a query that may attend to nothing: zeros
+    F = torch.nn.functional
+    for kwargs in (dict(attn_mask=mask), dict(is_causal=True), dict()):
+        torch.spyre.reset_fallback_counts()
+        got = F.scaled_dot_product_attention(q.to("spyre"), k.to("spyre"), v.to("spyre"),
+                                             **{n: t.to("spyre") if isinstance(t, torch.Tensor) else t
+                                                for n, t in kwargs.items()})
+        assert torch.spyre.fallback_counts() == {}
+        assert_close(got.cpu(), F.scaled_dot_product_attention(q, k, v, **kwargs), atol=1e-5, rtol=1e-5)
+
+
+def test_isneginf_isposinf_and_logical_not():
+    x = rand((5, 7), torch.float32, 16)
+    x[0, 0], x[1, 1], x[2, 2], x[3, 3] = float("-inf"), float("inf"), float("nan"), 0.0
+    for dtype in FLOATS + [torch.int32, torch.bool]:
+        t = x.nan_to_num(0.0).to(dtype) if dtype in (torch.int32, torch.bool) else x.to(dtype)
+        for fn in (torch.isneginf, torch.isposinf, torch.logical_not, torch.isinf, torch.isnan):
+            check(fn, t)
