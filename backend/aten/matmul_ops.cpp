@@ -2,7 +2,8 @@
 // fp16 and bf16; matmul and linear decompose into these. Operands are read in place
 // when each matrix is row- or column-major (transposed views included) with any batch
 // stride (0 for broadcast batches); other layouts get a device copy first. Bias terms
-// (beta * self + alpha * product) run as pointwise device kernels. Other dtypes run on
+// (beta * self + alpha * product) run as pointwise device kernels, except a row bias
+// (nn.Linear's), which the matmul kernel adds before rounding. Other dtypes run on
 // the CPU, counted.
 #include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
@@ -28,9 +29,16 @@ Layout layout_of(const at::Tensor& t) {
 }
 
 
+// An epilogue the matmul kernel applies before rounding: + bias (n values, every row),
+// then an activation.
+struct Epilogue {
+  const at::Tensor* bias = nullptr;
+  std::optional<isa::UnaryOp> activation = std::nullopt;
+};
+
 // a @ b for [m, k] @ [k, n] or batched [B, m, k] @ [B, k, n], on the device when it
 // can (else on the CPU, counted), as a new contiguous tensor.
-at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b_in) {
+at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b_in, Epilogue epilogue = {}) {
   const bool batched = a_in.dim() == 3;
   TORCH_CHECK(a_in.dim() == b_in.dim() && (a_in.dim() == 2 || batched), name, ": expected ",
               batched ? "3-D" : "2-D", " tensors, got ", a_in.dim(), "-D and ", b_in.dim(), "-D");
@@ -44,6 +52,7 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
   const std::int64_t batch = batched ? a_in.size(0) : 1;
   const auto dtype = device_float_dtype(a_in.scalar_type());
   if (!dtype || !is_spyre(a_in) || b_in.device() != a_in.device()) {
+    TORCH_INTERNAL_ASSERT(epilogue.bias == nullptr && !epilogue.activation, "spyre: an epilogue needs the device path");
     count_fallback(name);
     const c10::Device device = is_spyre(a_in) ? a_in.device() : b_in.device();
     return (batched ? at::bmm(a_in.cpu(), b_in.cpu()) : at::mm(a_in.cpu(), b_in.cpu())).to(device);
@@ -51,7 +60,12 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
   at::Tensor out = at::empty(batched ? std::vector<std::int64_t>{batch, m, n} : std::vector<std::int64_t>{m, n},
                              a_in.options());
   if (out.numel() == 0) return out;
-  if (k == 0) return out.zero_();
+  if (k == 0) {  // an empty sum: zeros, then the epilogue on them
+    out.zero_();
+    if (epilogue.bias != nullptr) out.add_(*epilogue.bias);
+    TORCH_INTERNAL_ASSERT(!epilogue.activation, "spyre: k == 0 with an activation epilogue");
+    return out;
+  }
   at::Tensor a = a_in, b = b_in;
   Layout la = layout_of(a), lb = layout_of(b);
   if (la == Layout::other) a = a.contiguous(), la = Layout::plain;
@@ -66,19 +80,40 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
   s.batch = static_cast<std::uint64_t>(batch);
   s.a_batch_stride = batched && batch > 1 ? static_cast<std::uint64_t>(a.stride(0)) : 0;
   s.b_batch_stride = batched && batch > 1 ? static_cast<std::uint64_t>(b.stride(0)) : 0;
+  at::Tensor bias;
+  if (epilogue.bias != nullptr) {
+    bias = epilogue.bias->reshape({-1}).contiguous();
+    s.bias = *device_float_dtype(bias.scalar_type());
+  }
+  s.activation = epilogue.activation;
   const c10::DeviceGuard guard(a.device());
   const c10::DeviceIndex device = a.device().index();
   const std::string key = std::string(name) + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(batch) +
                           "x" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + "|" +
                           (s.a_transposed ? "at" : "a") + (s.b_transposed ? "bt" : "b") + "|" +
-                          std::to_string(s.a_batch_stride) + "," + std::to_string(s.b_batch_stride);
+                          std::to_string(s.a_batch_stride) + "," + std::to_string(s.b_batch_stride) +
+                          (s.bias ? "|+" + std::string(isa::to_string(*s.bias)) : "") +
+                          (s.activation ? "|" + std::string(isa::to_string(*s.activation)) : "");
   const spyre_program_t program =
       cached_program(device, key, [&] { return compiler::compile_matmul(s, target(device), name); }, name);
-  launch(device, program,
-         {reinterpret_cast<std::uint64_t>(a.data_ptr()), reinterpret_cast<std::uint64_t>(b.data_ptr()),
-          reinterpret_cast<std::uint64_t>(out.data_ptr())},
-         name);
+  std::vector<std::uint64_t> args{reinterpret_cast<std::uint64_t>(a.data_ptr()),
+                                  reinterpret_cast<std::uint64_t>(b.data_ptr()),
+                                  reinterpret_cast<std::uint64_t>(out.data_ptr())};
+  if (bias.defined()) args.push_back(reinterpret_cast<std::uint64_t>(bias.data_ptr()));
+  launch(device, program, args, name);
   return out;
+}
+
+// Whether addmm's `self` can be the kernel's bias epilogue: beta and alpha 1, a row of
+// n values of the product's dtype on its device (nn.Linear's bias).
+bool fusable_bias(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                  const c10::Scalar& alpha) {
+  if (!beta.equal(1) || !alpha.equal(1) || !self.defined() || a.dim() != 2 || b.dim() != 2) return false;
+  const std::int64_t n = b.size(1);
+  const bool row = (self.dim() == 1 && self.size(0) == n) || (self.dim() == 2 && self.size(0) == 1 && self.size(1) == n);
+  return row && n > 0 && self.device() == a.device() && is_spyre(a) && b.device() == a.device() &&
+         self.scalar_type() == a.scalar_type() && a.scalar_type() == b.scalar_type() &&
+         device_float_dtype(a.scalar_type()).has_value();
 }
 
 // beta * self + alpha * product, with PyTorch's rule that beta == 0 ignores self.
@@ -99,13 +134,19 @@ at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   return out;
 }
 
+// addmm with a row bias (nn.Linear's) adds it in the kernel's epilogue: one pass.
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
                  const c10::Scalar& alpha) {
+  if (fusable_bias(self, a, b, beta, alpha)) return product("aten::addmm", a, b, {.bias = &self});
   return with_bias(product("aten::addmm", a, b), self, beta, alpha);
 }
 at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
                       const c10::Scalar& alpha, at::Tensor& out) {
-  deliver(with_bias(product("aten::addmm.out", a, b), self, beta, alpha), out);
+  if (fusable_bias(self, a, b, beta, alpha)) {
+    deliver(product("aten::addmm.out", a, b, {.bias = &self}), out);
+  } else {
+    deliver(with_bias(product("aten::addmm.out", a, b), self, beta, alpha), out);
+  }
   return out;
 }
 at::Tensor& addmm_(at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,

@@ -25,8 +25,10 @@ T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t ele
 // Scratchpad bytes: A and B panels double-buffered, rt accumulators in fp32, and (one
 // tile per core) a separate output buffer; with two tiles per core each accumulator
 // is converted in place.
-std::uint64_t footprint(std::uint64_t tm, std::uint64_t tn, std::uint64_t tk, std::uint64_t size, std::uint32_t rt = 1) {
-  return 2 * (tm * tk + tk * tn) * size + rt * tm * tn * 4 + (rt == 1 ? tm * tn * size : 0);
+std::uint64_t footprint(std::uint64_t tm, std::uint64_t tn, std::uint64_t tk, std::uint64_t size, std::uint32_t rt = 1,
+                        std::uint64_t bias_size = 0) {
+  return 2 * (tm * tk + tk * tn) * size + rt * tm * tn * 4 + (rt == 1 ? tm * tn * size : 0) +
+         (bias_size > 0 ? tn * (4 + bias_size) : 0);
 }
 
 // Panels move in kParts pieces (by rows), so a core forwards the first piece while the
@@ -35,7 +37,8 @@ constexpr std::uint32_t kParts = 2;
 // Token numbers: DMA loads of A / B pieces into slot s, ring transfers of A / B out of
 // slot s, the store of C.
 constexpr std::uint8_t kDmaA = 0, kDmaB = 4, kRingA = 8, kRingB = 10, kStore = 12;  // store of C[r]: 12 + r
-constexpr std::uint16_t kAllTokens = 0x3fff;
+constexpr std::uint8_t kBias = 14;  // the epilogue's bias row
+constexpr std::uint16_t kAllTokens = 0x7fff;
 // Row pieces of a core's last matmul (see compile_matmul).
 constexpr std::uint32_t kTailPieces = 4;
 // Two tiles per core run one K step apart from this many K steps on: the extra load
@@ -59,6 +62,7 @@ std::uint16_t bit(std::uint32_t token) { return static_cast<std::uint16_t>(1u <<
 
 MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
   const std::uint64_t size = isa::dtype_size(s.dtype);
+  const std::uint64_t bias_size = s.bias ? isa::dtype_size(*s.bias) : 0;
   MatmulPlan best;
   double best_time = -1;
   for (const std::uint32_t rt : {1u, 2u}) {
@@ -68,7 +72,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
       if (rt == 2 && tiles_m < 2) continue;
       std::uint64_t tk = 0;
       for (const std::uint64_t c : {512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
-        if (footprint(tm, tn, std::min(c, s.k), size, rt) <= target.scratchpad_bytes) {
+        if (footprint(tm, tn, std::min(c, s.k), size, rt, bias_size) <= target.scratchpad_bytes) {
           tk = std::min(c, s.k);
           break;
         }
@@ -133,6 +137,9 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   // One tile per core: the result is converted into its own buffer, so the next
   // tile's first matmul need not wait for the store. Two: in place.
   const std::uint32_t sp_o = rt == 1 ? sp_c[0] + c_bytes : 0;
+  // The epilogue's bias row: as loaded, then in fp32.
+  const std::uint32_t after = rt == 1 ? sp_o + static_cast<std::uint32_t>(p.tm * p.tn * size) : sp_c[1] + c_bytes;
+  const std::uint32_t sp_bias = after, sp_bias_raw = after + static_cast<std::uint32_t>(p.tn * 4);
 
   const std::uint64_t tiles_m = ceil_div(s.m, p.tm), tiles_n = ceil_div(s.n, p.tn);
   const std::uint64_t row_blocks = ceil_div(tiles_m, rt);
@@ -296,7 +303,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       const Tile& t = tiles[phases[pi].tile];
       if (t.b_loader) load(b_panel(t, phases[pi].step), kDmaB, kRingB, 1, sp_b[slot], slot);
     };
-    bool store_pending = false;
+    bool store_pending = false, bias_ready = false;
     std::optional<isa::DmaStore> deferred_store;
     // Prologue: the first B panel and the first A panel, and (both A slots being free)
     // the second A panel too, so the second matmul does not wait for a load issued
@@ -311,6 +318,11 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       const auto bslot = static_cast<std::uint32_t>(pi % 2);
       const std::uint32_t k = chunks[ph.step].second;
       const bool tile_start = pi == 0 || phases[pi - 1].tile != ph.tile;
+      if (s.bias && tile_start) {  // the block's bias row, needed when its first tile completes
+        b.add(stream, dma<isa::DmaLoad>(kBias, *s.bias, 3, t.j0, *s.bias == isa::DType::fp32 ? sp_bias : sp_bias_raw,
+                                        t.n, 1, static_cast<std::int64_t>(t.n)));
+        bias_ready = false;
+      }
       // B: a loader's own panel first, then the next phase's B load, then a receiver's.
       if (t.b_loader) fetch(true, b_panel(t, ph.step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
       load_b(pi + 1, 1 - bslot);
@@ -346,7 +358,23 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
                                     .in = s.dtype, .out = isa::DType::fp32, .trans_a = s.a_transposed,
                                     .trans_b = s.b_transposed, .accumulate = !u.first});
           if (!u.last) continue;
-          // The tile's rows are complete: convert (or copy, fp32) and store.
+          // The tile's rows are complete: the epilogue, then convert (or copy, fp32) and store.
+          if (s.bias) {
+            if (!bias_ready) {
+              b.add(stream, isa::Wait{.token_mask = bit(kBias)});
+              if (*s.bias != isa::DType::fp32) {
+                b.add(stream, isa::VConvert{.from = *s.bias, .to = isa::DType::fp32, .src = sp_bias_raw, .dst = sp_bias,
+                                            .count = t.n});
+              }
+              bias_ready = true;
+            }
+            b.add(stream, isa::VBinary{.op = isa::BinaryOp::add, .dtype = isa::DType::fp32, .bcast = isa::Broadcast::row,
+                                       .a = c_at, .b = sp_bias, .dst = c_at, .rows = rows, .cols = t.n});
+          }
+          if (s.activation) {
+            b.add(stream, isa::VUnary{.op = *s.activation, .dtype = isa::DType::fp32, .src = c_at, .dst = c_at,
+                                      .count = rows * t.n});
+          }
           const std::uint32_t out = rt == 1 ? sp_o + static_cast<std::uint32_t>(r0 * t.n * size) : c_at;
           if (rt == 1 && store_pending && r0 == 0) b.add(stream, isa::Wait{.token_mask = bit(kStore)});
           if (s.dtype != isa::DType::fp32) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct MatmulShape {
   bool a_transposed = false;  // A is stored as [K x M] row-major
   std::uint64_t batch = 1;
   std::uint64_t a_batch_stride = 0, b_batch_stride = 0;  // elements between batches (0: broadcast)
+  // An epilogue on each finished tile while it is still fp32, before its one rounding:
+  // + bias (argument 3: n contiguous values in their own dtype, the same for every row
+  // and batch), then an activation.
+  std::optional<isa::DType> bias = std::nullopt;
+  std::optional<isa::UnaryOp> activation = std::nullopt;
 };
 
 // How compile_matmul laid the work out (for tests, dumps and the benchmark).
@@ -45,7 +51,7 @@ struct MatmulPlan {
 
 MatmulPlan plan_matmul(const MatmulShape& shape, const Target& target);
 
-// Arguments: 0 = A, 1 = B, 2 = C. Throws std::invalid_argument naming the shapes and
+// Arguments: 0 = A, 1 = B, 2 = C (3 = the bias, when given). Throws std::invalid_argument naming the shapes and
 // the bytes needed when no tiling fits the scratchpad.
 std::vector<std::uint8_t> compile_matmul(const MatmulShape& shape, const Target& target, const std::string& name);
 

@@ -91,3 +91,19 @@ def test_two_tiles_a_k_step_apart_and_a_pieced_tail(b_transposed):
         run(lambda x, y: torch.nn.functional.linear(x, y), a, b.t().contiguous(), k=2200)
     else:
         run(torch.mm, a, b, k=2200)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_a_linear_bias_is_added_in_the_matmul_kernel(dtype):
+    # nn.Linear's bias goes into the matmul's epilogue (before rounding): one kernel and
+    # no extra pass over the output, on shapes with one and with two tiles per core, a
+    # K-step offset and a pieced tail (the 1152 x 700 x 2200 case above), and ragged.
+    import spyre_sim
+
+    for m, n, k in [(1152, 700, 2200), (33, 45, 70), (1, 4097, 7)]:
+        x, w, bias = rand((m, k), dtype, 21), rand((n, k), dtype, 22), rand((n,), dtype, 23)
+        run(lambda x_, w_, b_: torch.nn.functional.linear(x_, w_, b_), x, w, bias, k=k)
+        run(lambda b_, x_, w_: torch.addmm(b_.unsqueeze(0), x_, w_.t()), bias, x, w, k=k)  # a [1, n] bias
+        names = [kk["name"] for kk in spyre_sim.run(lambda x_, w_, b_: torch.nn.functional.linear(x_, w_, b_),
+                                                    x.to("spyre"), w.to("spyre"), bias.to("spyre"))["kernels"]]
+        assert names == ["aten::addmm"]
