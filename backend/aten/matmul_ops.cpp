@@ -6,6 +6,8 @@
 // (nn.Linear's), which the matmul kernel adds before rounding. Other dtypes run on
 // the CPU, counted.
 #include <ATen/native/Resize.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/library.h>
 #include <c10/core/DeviceGuard.h>
 
 #include "aten/cpu_fallback.h"
@@ -182,7 +184,56 @@ at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::T
   return out;
 }
 
+// spyre::matmul_epilogue(a, b, bias, activation): activation(a @ b + bias) in one
+// kernel, the epilogue applied to the fp32 tiles before their rounding. What the
+// torch.compile backend puts in place of an addmm or mm followed by an activation.
+at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                           c10::string_view activation) {
+  static const std::pair<const char*, isa::UnaryOp> kActivations[] = {
+      {"relu", isa::UnaryOp::relu}, {"gelu", isa::UnaryOp::gelu}, {"gelu_tanh", isa::UnaryOp::gelu_tanh},
+      {"silu", isa::UnaryOp::silu}, {"sigmoid", isa::UnaryOp::sigmoid}, {"tanh", isa::UnaryOp::tanh}};
+  std::optional<isa::UnaryOp> act;
+  if (!activation.empty()) {
+    for (const auto& [text, op] : kActivations) {
+      if (activation == text) act = op;
+    }
+    TORCH_CHECK(act.has_value(), "spyre::matmul_epilogue: unknown activation '", activation,
+                "' (expected relu, gelu, gelu_tanh, silu, sigmoid, tanh or none)");
+  }
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "spyre::matmul_epilogue: expected 2-D a and b, got ", a.dim(), "-D and ",
+              b.dim(), "-D");
+  TORCH_CHECK(is_spyre(a) && b.device() == a.device() && device_float_dtype(a.scalar_type()),
+              "spyre::matmul_epilogue: a and b must be float tensors on one spyre device");
+  if (bias) {
+    TORCH_CHECK(fusable_bias(*bias, a, b, 1, 1), "spyre::matmul_epilogue: the bias must be a row of ", b.size(1),
+                " values of the operands' dtype on their device, got shape ", bias->sizes(), " ", bias->scalar_type());
+  }
+  const std::string name = "spyre::matmul[" + std::string(bias ? "bias" : "") + (bias && act ? "," : "") +
+                           std::string(activation) + "]";
+  if (a.size(1) == 0 && act) {  // an empty sum: the epilogue on zeros (or the bias), by eager ops
+    at::Tensor z = at::zeros({a.size(0), b.size(1)}, a.options());
+    if (bias) z.add_(*bias);
+    switch (*act) {
+      case isa::UnaryOp::relu: return at::relu(z);
+      case isa::UnaryOp::gelu: return at::gelu(z);
+      case isa::UnaryOp::gelu_tanh: return at::gelu(z, "tanh");
+      case isa::UnaryOp::silu: return at::silu(z);
+      case isa::UnaryOp::sigmoid: return at::sigmoid(z);
+      default: return at::tanh(z);
+    }
+  }
+  return product(name.c_str(), a, b, {.bias = bias ? &*bias : nullptr, .activation = act});
+}
+
 }  // namespace
+
+TORCH_LIBRARY_FRAGMENT(spyre, m) {
+  m.def("matmul_epilogue(Tensor a, Tensor b, Tensor? bias, str activation) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) { m.impl("matmul_epilogue", matmul_epilogue); }
+TORCH_LIBRARY_IMPL(spyre, Autograd, m) {
+  m.impl("matmul_epilogue", torch::autograd::autogradNotImplementedFallback());
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("addmv", addmv_fn);

@@ -6,8 +6,10 @@ backward when gradients are needed), and this pass rewrites each graph: a connec
 group of pointwise aten ops (add, mul, gelu, where, comparisons, ...) whose inner
 results nobody else reads becomes one ``torch.ops.spyre.fused_pointwise`` call, a
 single kernel that reads the group's inputs once and writes its result once. The rest
-of the graph (matmuls, reductions, views) runs the eager spyre kernels. Inner results
-stay in fp32 (no rounding to fp16/bf16 between fused ops, as PyTorch's Inductor does).
+of the graph (matmuls, reductions, views) runs the eager spyre kernels, except that an
+activation right after a matmul (relu, gelu, silu, ... of mm or of nn.Linear's addmm)
+moves into the matmul kernel's epilogue. Inner results stay in fp32 (no rounding to
+fp16/bf16 between fused ops, as PyTorch's Inductor does).
 
 The backend is registered with Dynamo through the ``torch_dynamo_backends`` entry point
 of this package, so ``backend="spyre"`` works without importing anything first.
@@ -21,7 +23,7 @@ from typing import Callable
 import torch
 import torch.fx
 
-__all__ = ["backend", "fuse_pointwise", "FUSIBLE_OPS"]
+__all__ = ["backend", "fuse_pointwise", "fuse_matmul_epilogues", "FUSIBLE_OPS"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.bool: "bool",
@@ -220,8 +222,67 @@ def fuse_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
+# Activations a matmul kernel applies in its epilogue, by the name matmul_epilogue takes.
+_EPILOGUE_ACTIVATIONS = {aten.relu.default: "relu", aten.silu.default: "silu", aten.sigmoid.default: "sigmoid",
+                         aten.tanh.default: "tanh", aten.gelu.default: "gelu"}
+
+
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def fuse_matmul_epilogues(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Replaces an activation whose input is an mm, or an addmm with a row bias (nn.Linear),
+    read by nothing else with one ``torch.ops.spyre.matmul_epilogue`` call: the matmul
+    kernel adds the bias and applies the activation to its fp32 tiles before rounding."""
+    fused = 0
+    for node in list(gm.graph.nodes):
+        act = _EPILOGUE_ACTIVATIONS.get(node.target) if node.op == "call_function" else None
+        if act is None or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        if node.target is aten.gelu.default:
+            approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+            act = "gelu_tanh" if approximate == "tanh" else "gelu"
+        mm, view = node.args[0], None
+        if mm.op == "call_function" and mm.target in _VIEWS and len(mm.users) == 1 and isinstance(mm.args[0], torch.fx.Node):
+            # Linear on a batch of sequences: mm, then a view back to 3-D (the activation,
+            # elementwise, commutes with it).
+            mm, view = mm.args[0], mm
+        if mm.op != "call_function" or mm.target not in (aten.mm.default, aten.addmm.default) or len(mm.users) != 1:
+            continue
+        out = _val(mm)
+        if not isinstance(out, torch.Tensor) or out.device.type != "spyre" or out.dtype not in _FLOATS:
+            continue
+        if mm.target is aten.addmm.default:
+            bias, a, b = mm.args[:3]
+            bias_val = _val(bias)
+            n = out.shape[-1]
+            if (mm.kwargs.get("beta", 1) != 1 or mm.kwargs.get("alpha", 1) != 1 or len(mm.args) > 3
+                    or not isinstance(bias_val, torch.Tensor) or bias_val.dtype != out.dtype
+                    or tuple(bias_val.shape) not in ((n,), (1, n))):
+                continue
+        else:
+            bias, (a, b) = None, mm.args[:2]
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(torch.ops.spyre.matmul_epilogue.default, (a, b, bias, act))
+            call.meta["val"] = _val(mm) if view is not None else _val(node)
+            result = call
+            if view is not None:
+                result = gm.graph.call_function(view.target, (call,) + tuple(view.args[1:]), dict(view.kwargs))
+                result.meta["val"] = _val(node)
+        node.replace_all_uses_with(result)
+        gm.graph.erase_node(node)
+        if view is not None:
+            gm.graph.erase_node(view)
+        gm.graph.erase_node(mm)
+        fused += 1
+    gm.graph.lint()
+    gm.recompile()
+    gm.meta["spyre_matmul_epilogues"] = fused
+    return gm
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
-    return fuse_pointwise(gm)
+    return fuse_pointwise(fuse_matmul_epilogues(gm))
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs):

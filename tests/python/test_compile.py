@@ -101,8 +101,30 @@ def test_an_rmsnorm_swiglu_block_matches_eager_with_fewer_kernels(dtype):
         fused, _ = kernels(compiled, x.to("spyre"))
         eager, _ = kernels(model, x.to("spyre"))
     assert any(n.startswith("spyre::fused[") and "rsqrt" in n for n in fused)
-    assert "spyre::fused[silu_mul]" in fused
+    assert "spyre::matmul[silu]" in fused  # the gate's activation in its matmul's epilogue
     assert len(fused) < len(eager)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_activations_after_linear_layers_run_in_the_matmul_epilogue(dtype):
+    torch._dynamo.reset()
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 160), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(160, 64),
+                                torch.nn.SiLU(), torch.nn.Linear(64, 8, bias=False), torch.nn.ReLU())
+    x = rand((33, 64), dtype, 7)
+    want = model(x.float()).to(dtype)  # fp32 math, one rounding per layer
+    model = model.to(dtype).to("spyre")
+    compiled = torch.compile(model, backend="spyre")
+    with torch.no_grad():
+        torch.spyre.reset_fallback_counts()
+        got = compiled(x.to("spyre"))
+        assert torch.spyre.fallback_counts() == {}
+        assert_close(got.cpu(), want, **{torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=4e-3, rtol=4e-3),
+                                         torch.bfloat16: dict(atol=3e-2, rtol=3e-2)}[dtype])
+        names, _ = kernels(compiled, x.to("spyre"))
+    assert names == ["spyre::matmul[bias,gelu_tanh]", "spyre::matmul[bias,silu]", "spyre::matmul[relu]"]
+    with pytest.raises(RuntimeError, match="unknown activation 'swish'"):
+        torch.ops.spyre.matmul_epilogue(x.to("spyre"), x.to("spyre").t(), None, "swish")
 
 
 def test_training_through_the_compiled_graphs_gives_eager_gradients():
