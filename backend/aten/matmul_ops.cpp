@@ -1,7 +1,8 @@
 // Device kernels for mm, bmm, addmm, baddbmm, addmv (functional, out=, in-place) in fp32,
 // fp16 and bf16; matmul and linear decompose into these. Operands are read in place
-// when each matrix is row- or column-major (transposed views included) with any batch
-// stride (0 for broadcast batches); other layouts get a device copy first. Bias terms
+// when each matrix is row- or column-major (transposed views included) with any row
+// pitch and any batch stride (0 for broadcast batches); other layouts get a device
+// copy first. Bias terms
 // (beta * self + alpha * product) run as pointwise device kernels, except a row bias
 // (nn.Linear's), which the matmul kernel adds before rounding. Other dtypes run on
 // the CPU, counted.
@@ -21,15 +22,26 @@ namespace {
 
 bool is_spyre(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
 
-// Whether the last two dims of t are a dense matrix: row-major (plain) or column-major.
-enum class Layout { plain, transposed, other };
+// How the last two dims of t are stored: row-major (plain: element (i, j) at
+// i * ld + j) or column-major (transposed: at j * ld + i), with any row pitch ld at
+// least the row length (a slice of a wider matrix, e.g. one attention head's columns
+// of a projection); or neither (then copied first).
+struct Layout {
+  bool ok = false, transposed = false;
+  std::int64_t ld = 0;
+};
 Layout layout_of(const at::Tensor& t) {
   const std::int64_t rows = t.size(-2), cols = t.size(-1);
-  if ((t.stride(-1) == 1 || cols == 1) && (t.stride(-2) == cols || rows == 1)) return Layout::plain;
-  if ((t.stride(-2) == 1 || rows == 1) && (t.stride(-1) == rows || cols == 1)) return Layout::transposed;
-  return Layout::other;
+  if (cols == 1 || t.stride(-1) == 1) {
+    const std::int64_t ld = rows > 1 ? t.stride(-2) : cols;
+    if (ld >= cols) return {true, false, ld};
+  }
+  if (rows == 1 || t.stride(-2) == 1) {
+    const std::int64_t ld = cols > 1 ? t.stride(-1) : rows;
+    if (ld >= rows) return {true, true, ld};
+  }
+  return {};
 }
-
 
 // An epilogue the matmul kernel applies before rounding: + bias (n values, every row),
 // then an activation.
@@ -70,15 +82,17 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
   }
   at::Tensor a = a_in, b = b_in;
   Layout la = layout_of(a), lb = layout_of(b);
-  if (la == Layout::other) a = a.contiguous(), la = Layout::plain;
-  if (lb == Layout::other) b = b.contiguous(), lb = Layout::plain;
+  if (!la.ok) a = a.contiguous(), la = layout_of(a);
+  if (!lb.ok) b = b.contiguous(), lb = layout_of(b);
   compiler::MatmulShape s;
   s.m = static_cast<std::uint64_t>(m);
   s.n = static_cast<std::uint64_t>(n);
   s.k = static_cast<std::uint64_t>(k);
   s.dtype = *dtype;
-  s.a_transposed = la == Layout::transposed && m > 1;
-  s.b_transposed = lb == Layout::transposed && n > 1;
+  s.a_transposed = la.transposed;
+  s.b_transposed = lb.transposed;
+  s.lda = static_cast<std::uint64_t>(la.ld);
+  s.ldb = static_cast<std::uint64_t>(lb.ld);
   s.batch = static_cast<std::uint64_t>(batch);
   s.a_batch_stride = batched && batch > 1 ? static_cast<std::uint64_t>(a.stride(0)) : 0;
   s.b_batch_stride = batched && batch > 1 ? static_cast<std::uint64_t>(b.stride(0)) : 0;
@@ -92,7 +106,8 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
   const c10::DeviceIndex device = a.device().index();
   const std::string key = std::string(name) + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(batch) +
                           "x" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + "|" +
-                          (s.a_transposed ? "at" : "a") + (s.b_transposed ? "bt" : "b") + "|" +
+                          (s.a_transposed ? "at" : "a") + std::to_string(s.lda) + (s.b_transposed ? "bt" : "b") +
+                          std::to_string(s.ldb) + "|" +
                           std::to_string(s.a_batch_stride) + "," + std::to_string(s.b_batch_stride) +
                           (s.bias ? "|+" + std::string(isa::to_string(*s.bias)) : "") +
                           (s.activation ? "|" + std::string(isa::to_string(*s.activation)) : "");

@@ -146,7 +146,9 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   const std::uint64_t sb_m = ceil_div(row_blocks, p.grid_rows), sb_n = ceil_div(tiles_n, p.grid_cols);
   const std::uint32_t group_size = p.grid_rows * p.grid_cols;
   const std::uint32_t streams = group_size * static_cast<std::uint32_t>(std::min<std::uint64_t>(p.groups, p.super_blocks));
-  const std::uint64_t a_ld = s.a_transposed ? s.m : s.k, b_ld = s.b_transposed ? s.k : s.n;
+  // Row pitches of the stored matrices (elements): given, or dense.
+  const std::uint64_t a_ld = s.lda != 0 ? s.lda : s.a_transposed ? s.m : s.k;
+  const std::uint64_t b_ld = s.ldb != 0 ? s.ldb : s.b_transposed ? s.k : s.n;
   isa::ProgramBuilder b(name, streams);
   // A block of one core: rt tiles stacked along M sharing their B panels; where its
   // panels come from (DRAM or a neighbour's ring message) and where it passes them on.
@@ -205,13 +207,13 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     const auto a_panel = [&](const Tile& t, std::uint64_t step, std::uint32_t r) {
       const auto [k0, k] = chunks[step];
       const std::uint64_t base = t.batch * s.a_batch_stride;
-      return s.a_transposed ? Panel{t.m[r], k, base + k0 * s.m + t.i0[r], a_ld}
-                            : Panel{k, t.m[r], base + t.i0[r] * s.k + k0, a_ld};
+      return s.a_transposed ? Panel{t.m[r], k, base + k0 * a_ld + t.i0[r], a_ld}
+                            : Panel{k, t.m[r], base + t.i0[r] * a_ld + k0, a_ld};
     };
     const auto b_panel = [&](const Tile& t, std::uint64_t step) {
       const auto [k0, k] = chunks[step];
       const std::uint64_t base = t.batch * s.b_batch_stride;
-      return s.b_transposed ? Panel{k, t.n, base + t.j0 * s.k + k0, b_ld} : Panel{t.n, k, base + k0 * s.n + t.j0, b_ld};
+      return s.b_transposed ? Panel{k, t.n, base + t.j0 * b_ld + k0, b_ld} : Panel{t.n, k, base + k0 * b_ld + t.j0, b_ld};
     };
     // A loader's DMAs of a panel into `slot`, in pieces, once the slot's last ring
     // transfer (which reads it) is done.

@@ -32,6 +32,9 @@ struct MatmulShape {
   bool a_transposed = false;  // A is stored as [K x M] row-major
   std::uint64_t batch = 1;
   std::uint64_t a_batch_stride = 0, b_batch_stride = 0;  // elements between batches (0: broadcast)
+  // Row pitches of A and B as stored (elements between consecutive stored rows; 0 =
+  // dense): a head's slice of a [tokens, heads * dim] projection is read in place.
+  std::uint64_t lda = 0, ldb = 0;
   // An epilogue on each finished tile while it is still fp32, before its one rounding:
   // + bias (argument 3: n contiguous values in their own dtype, the same for every row
   // and batch), then an activation.

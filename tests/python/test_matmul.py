@@ -107,3 +107,20 @@ def test_a_linear_bias_is_added_in_the_matmul_kernel(dtype):
         names = [kk["name"] for kk in spyre_sim.run(lambda x_, w_, b_: torch.nn.functional.linear(x_, w_, b_),
                                                     x.to("spyre"), w.to("spyre"), bias.to("spyre"))["kernels"]]
         assert names == ["aten::addmm"]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_attention_head_slices_are_read_in_place(dtype):
+    # q, k, v as views of [tokens, heads * dim] projections: each head's matrix has a row
+    # pitch of heads * dim, k^T is column-major with that pitch. No copies: one kernel
+    # per product, reading only the operands' bytes.
+    import spyre_sim
+
+    tokens, heads, dim = 33, 4, 16
+    q, k = rand((tokens, heads * dim), dtype, 31), rand((tokens, heads * dim), dtype, 32)
+    heads_of = lambda t: t.view(tokens, heads, dim).transpose(0, 1)  # noqa: E731  [heads, tokens, dim]
+    scores = lambda q_, k_: torch.bmm(heads_of(q_), heads_of(k_).transpose(1, 2))  # noqa: E731
+    run(scores, q, k, k=dim)
+    run(lambda q_, k_: torch.mm(q_[:, 16:32], k_[:, 16:32].t()), q, k, k=dim)  # one head, 2-D
+    names = [kk["name"] for kk in spyre_sim.run(scores, q.to("spyre"), k.to("spyre"))["kernels"]]
+    assert names == ["aten::bmm"]

@@ -1,0 +1,79 @@
+"""What torch.compile(backend="spyre") buys on the default chip: eager against compiled
+for a few real blocks, in modelled device time, kernels launched and DRAM bytes.
+
+    tools/dev run python3 backend/bench/compile_bench.py [--quick]
+
+Figures (and the command) go in backend/README.md. Modelled times are deterministic;
+the script takes about a minute (--quick: small shapes, a few seconds).
+"""
+
+import argparse
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import spyre_sim
+
+
+class MLP(torch.nn.Module):
+    """A GPT-style feed-forward block: Linear, GELU (tanh), Linear."""
+
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(d, hidden), torch.nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x), approximate="tanh"))
+
+
+class SwiGLU(torch.nn.Module):
+    """A Llama-style block: RMSNorm, then a gated feed-forward, with the residual."""
+
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.norm = torch.nn.Parameter(torch.ones(d))
+        self.w1 = torch.nn.Linear(d, hidden, bias=False)
+        self.w3 = torch.nn.Linear(d, hidden, bias=False)
+        self.w2 = torch.nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+def measure(model, x):
+    r = spyre_sim.run(model, x)
+    m = r["metrics"]
+    return m["time_us"], len(r["kernels"]), (m["dram_read_bytes"] + m["dram_write_bytes"]) / 1e6, m["cpu_fallbacks"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes (a smoke test)")
+    args = parser.parse_args()
+    tokens, d, hidden, heads = (64, 256, 512, 4) if args.quick else (512, 2048, 5632, 16)
+    torch.manual_seed(0)
+    blocks = {
+        f"MLP {tokens}x{d}->{hidden}": MLP(d, hidden),
+        f"RMSNorm+SwiGLU {tokens}x{d}->{hidden}": SwiGLU(d, hidden),
+        f"TransformerEncoderLayer {tokens}x{d}, {heads} heads": torch.nn.TransformerEncoderLayer(
+            d, heads, hidden, batch_first=True, activation="gelu"),
+    }
+    print(f"torch.compile(backend='spyre') against eager, fp16, on '{torch.spyre.report()['config']['name']}' "
+          "(modelled device time of one call)")
+    print(f"{'block':46} {'eager us':>9} {'compiled us':>11} {'speed-up':>8} {'kernels':>9} {'DRAM MB':>15}")
+    for name, block in blocks.items():
+        block = block.half().eval().to("spyre")
+        x = torch.randn(1, tokens, d).half().to("spyre")
+        torch._dynamo.reset()
+        eager = measure(block, x)
+        compiled = measure(torch.compile(block, backend="spyre"), x)
+        if eager[3] or compiled[3]:
+            print(f"{name}: CPU fallbacks eager {eager[3]}, compiled {compiled[3]}", file=sys.stderr)
+        print(f"{name:46} {eager[0]:9.1f} {compiled[0]:11.1f} {eager[0] / compiled[0]:7.2f}x "
+              f"{eager[1]:4d}->{compiled[1]:<4d} {eager[2]:7.1f}->{compiled[2]:<7.1f}")
+
+
+if __name__ == "__main__":
+    main()
