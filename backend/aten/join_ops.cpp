@@ -6,6 +6,7 @@
 // (aten/pointwise.h device_copy through copy_), converting dtypes where the inputs
 // differ from the promoted result type. PyTorch's rules: 1-D empty inputs are skipped
 // (legacy), every other input matches the result in all dims but `dim`.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
@@ -108,6 +109,8 @@ at::Tensor& cat_into(const at::ITensorListRef& list, std::int64_t dim, at::Tenso
   if (out_or_null == nullptr) {
     result = at::empty(sizes, tensors[0].options().dtype(dtype));
   } else {
+    at::assert_no_internal_overlap(result);
+    for (const auto& t : tensors) at::assert_no_overlap(result, t);
     at::native::resize_output(result, sizes);
   }
   if (ref == nullptr) return result;

@@ -219,6 +219,9 @@ at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::
               b.dim(), "-D");
   TORCH_CHECK(is_spyre(a) && b.device() == a.device() && device_float_dtype(a.scalar_type()),
               "spyre::matmul_epilogue: a and b must be float tensors on one spyre device");
+  TORCH_CHECK(a.size(1) == b.size(0), "spyre::matmul_epilogue: a and b shapes cannot be multiplied (", a.size(0), "x",
+              a.size(1), " and ", b.size(0), "x", b.size(1), ")");
+  if (a.size(0) == 0 || b.size(1) == 0) return at::empty({a.size(0), b.size(1)}, a.options());
   if (bias) {
     TORCH_CHECK(fusable_bias(*bias, a, b, 1, 1), "spyre::matmul_epilogue: the bias must be a row of ", b.size(1),
                 " values of the operands' dtype on their device, got shape ", bias->sizes(), " ", bias->scalar_type());

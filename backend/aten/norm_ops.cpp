@@ -38,9 +38,19 @@ Result native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_sha
 
   // PyTorch's dtypes: the output in the input's; mean and rstd in the parameters' when
   // a reduced-precision input has fp32 parameters, else in the input's.
-  const at::Tensor& param = weight.defined() ? weight : bias;
-  const bool mixed = param.defined() && param.scalar_type() != input.scalar_type();
-  const c10::ScalarType stat_type = mixed ? param.scalar_type() : input.scalar_type();
+  // PyTorch's rule: parameters of the input's dtype, or fp32 ones with an fp16/bf16
+  // input ("mixed": then the statistics are fp32 too).
+  const c10::ScalarType in_type = input.scalar_type();
+  const bool reduced = in_type == at::kHalf || in_type == at::kBFloat16;
+  const bool mixed = reduced && ((weight.defined() && weight.scalar_type() == at::kFloat) ||
+                                 (bias.defined() && bias.scalar_type() == at::kFloat));
+  const c10::ScalarType param_type = mixed ? at::kFloat : in_type;
+  const auto name_of = [](const at::Tensor& t) { return t.defined() ? std::string(c10::toString(t.scalar_type())) : "-"; };
+  TORCH_CHECK((!weight.defined() || weight.scalar_type() == param_type) &&
+                  (!bias.defined() || bias.scalar_type() == param_type),
+              "native_layer_norm: expected weight and bias of the input's dtype (", in_type,
+              "), or Float with a Half or BFloat16 input; got weight ", name_of(weight), ", bias ", name_of(bias));
+  const c10::ScalarType stat_type = param_type;
   std::vector<std::int64_t> stat_shape(input.sizes().begin(), input.sizes().begin() + axis);
   stat_shape.insert(stat_shape.end(), static_cast<std::size_t>(n_dims), 1);
 

@@ -365,7 +365,7 @@ at::Tensor compare_constant(const char* name, CompareOp op, double constant, at:
                   .add_const_input(self)
                   .build();
   const c10::ScalarType in = self.scalar_type();
-  if (infinite && !at::isFloatingType(in)) {  // never infinite: all false
+  if (infinite && at::isIntegralType(in, /*includeBool=*/true)) {  // never infinite or NaN: all false
     at::Tensor result(iter.output());
     if (result.numel() > 0) result.fill_(false);
     return result;

@@ -28,8 +28,9 @@ std::vector<std::uint8_t> compile_gather(const GatherShape& s, const Target& tar
   const std::uint64_t piece = s.row_bytes <= half ? s.row_bytes : std::max(stick, half / stick * stick);
   // Indices per block: as many rows of `piece` bytes as fit a row buffer, and all of a
   // core's indices when they fit (capped, so programs stay small and loads overlap).
+  // (idx_bytes, the indices rounded up to 64 bytes, is at most block * index_size + 63.)
   const std::uint64_t block = std::max<std::uint64_t>(
-      1, std::min({per_core, (room / 2) / (piece + index_size), std::uint64_t{4096}}));
+      1, std::min({per_core, (room - 63) / (2 * piece + index_size), std::uint64_t{4096}}));
   const auto idx_bytes = static_cast<std::uint32_t>((block * index_size + 63) / 64 * 64);
   const std::uint32_t sp_rows[2] = {idx_bytes, static_cast<std::uint32_t>(idx_bytes + block * piece)};
   if (idx_bytes + 2 * block * piece > room) {

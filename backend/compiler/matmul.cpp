@@ -158,6 +158,10 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     std::uint64_t i0[2] = {0, 0};
     std::uint32_t m[2] = {0, 0}, n = 0;
     std::uint32_t rows = 1;  // tiles of the block inside the matrix (1 or 2)
+    // The second tile runs a K step behind the first (see the phases below). Decided
+    // per super-block: B panels travel down grid columns, so every core of a column
+    // must take the same number of them.
+    bool offset = false;
     bool a_loader = false, b_loader = false;
     std::uint16_t a_from = kNone, a_to = kNone, b_from = kNone, b_to = kNone;
   };
@@ -185,6 +189,8 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       t.batch = sb / (sb_m * sb_n);
       const std::uint64_t first_tile_row = (si * p.grid_rows + i) * rt;
       t.rows = static_cast<std::uint32_t>(std::min<std::uint64_t>(rt, tiles_m - first_tile_row));
+      const std::uint64_t last_row_block = si * p.grid_rows + rows - 1;  // of this super-block
+      t.offset = rt == 2 && tiles_m - last_row_block * rt >= 2 && steps >= kRotateSteps;
       for (std::uint32_t r = 0; r < t.rows; ++r) {
         t.i0[r] = (first_tile_row + r) * p.tm;
         t.m[r] = static_cast<std::uint32_t>(std::min(p.tm, s.m - t.i0[r]));
@@ -267,7 +273,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     };
     std::vector<Phase> phases;
     for (std::size_t ti = 0; ti < tiles.size(); ++ti) {
-      if (tiles[ti].rows == 2 && steps >= kRotateSteps) {
+      if (tiles[ti].offset) {
         phases.push_back({ti, 0, {0, 0}, 1});
         for (std::uint64_t st = 1; st < steps; ++st) phases.push_back({ti, st, {0, 1}, 2});
         phases.push_back({ti, 0, {1, 0}, 1});

@@ -69,7 +69,14 @@ def _binary(op: str):
 
 
 def _compare(op: str):
-    return lambda p, v, n: p.emit("compare", op, "fp32", v(n.args[0]), v(n.args[1]))
+    def emit(p, v, n):
+        a, b = n.args[0], n.args[1]
+        if not isinstance(b, torch.fx.Node) and isinstance(_val(a), torch.Tensor):
+            # As eager compares: the scalar rounded to the tensor's dtype first.
+            b = torch.tensor(float(b), dtype=_val(a).dtype).item()
+        return p.emit("compare", op, "fp32", v(a), v(b))
+
+    return emit
 
 
 def _rsub(p, v, n):  # other - alpha * self

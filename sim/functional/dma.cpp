@@ -1,6 +1,7 @@
 #include "functional/dma.h"
 
 #include <cstring>
+#include <vector>
 
 namespace spyre::sim::functional {
 
@@ -70,8 +71,11 @@ std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t base, Devi
     std::memcpy(&v, sp + g.index_sp + std::uint64_t{i} * 4, 4);
     return v;
   };
+  // The indices are read once: rows copied into the scratchpad cannot change them.
+  std::vector<std::int64_t> indices(g.count);
+  for (std::uint32_t i = 0; i < g.count; ++i) indices[i] = index(i);
   for (std::uint32_t i = 0; i < g.count; ++i) {
-    const std::int64_t v = index(i);
+    const std::int64_t v = indices[i];
     if (v < 0 || static_cast<std::uint64_t>(v) >= g.rows) {
       return DmaFault{"DMA gather index " + std::to_string(v) + " (entry " + std::to_string(i) + " of " +
                           std::to_string(g.count) + ") is outside the table's rows [0, " + std::to_string(g.rows) + ")",
@@ -82,7 +86,7 @@ std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t base, Devi
     }
   }
   for (std::uint32_t i = 0; i < g.count; ++i) {
-    const std::uint64_t row = base + static_cast<std::uint64_t>(index(i)) * g.row_stride;
+    const std::uint64_t row = base + static_cast<std::uint64_t>(indices[i]) * g.row_stride;
     std::memcpy(sp + g.sp_addr + std::uint64_t{i} * g.row_bytes, memory.host(row), g.row_bytes);
     on_run(row, g.row_bytes);
   }

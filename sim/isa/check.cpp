@@ -139,6 +139,11 @@ struct Checker {
       return "index [" + str(g.index_sp) + ", " + str(index_end) + ") overflows the " + str(l.scratchpad_bytes) +
              "-byte scratchpad";
     }
+    const std::uint64_t dst_end = g.sp_addr + std::uint64_t{g.count} * g.row_bytes;
+    if (g.sp_addr < index_end && g.index_sp < dst_end) {
+      return "destination [" + str(g.sp_addr) + ", " + str(dst_end) + ") overlaps the indices [" + str(g.index_sp) +
+             ", " + str(index_end) + ")";
+    }
     return sp_range("destination", g.sp_addr, std::uint64_t{g.count} * g.row_bytes, DType::int8, l);
   }
   Reason operator()(const Wait& w) const {

@@ -1,7 +1,9 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -183,4 +185,45 @@ TEST_CASE("given rows larger than half the scratchpad, a gather moves them in st
   CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 3}));
   CHECK_THROWS_WITH(compiler::compile_gather({.count = 0, .rows = 3, .row_bytes = 8}, target, "aten::index_select"),
                     ContainsSubstring("nothing to gather (0 indices"));
+}
+
+TEST_CASE("given GEMMs of many shapes, every ring message sent is received, in order and size") {
+  // B panels travel down grid columns and A panels along grid rows; a core that skips
+  // or adds one (e.g. a single-tile edge block under a two-tile K-step schedule) leaves
+  // a message behind or takes the wrong one. Per (source, destination, tag), the byte
+  // counts of the sends (and forwards) must equal those of the receives, in order.
+  const compiler::Target ci{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                            .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 37.376e9};
+  const compiler::Target chip{.cores = 32, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                              .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9};
+  for (const auto& target : {ci, chip}) {
+    for (const std::uint64_t m : {768ull, 1280ull, 700ull, 2048ull}) {
+      for (const std::uint64_t n : {512ull, 2048ull, 300ull}) {
+        for (const std::uint64_t batch : {1ull, 3ull}) {
+          compiler::MatmulShape shape{.m = m, .n = n, .k = 2200, .dtype = isa::DType::fp16};
+          shape.batch = batch;
+          shape.a_batch_stride = m * 2200;
+          shape.b_batch_stride = 2200 * n;
+          const isa::Program p(compiler::compile_matmul(shape, target, "aten::bmm"));
+          using Key = std::tuple<std::uint32_t, std::uint32_t, std::uint16_t>;  // (from, to, tag)
+          std::map<Key, std::vector<std::uint32_t>> sent, received;
+          for (std::uint32_t st = 0; st < p.num_streams(); ++st) {
+            for (std::uint32_t pc = 0; pc < p.stream_length(st); ++pc) {
+              const isa::Decoded d = p.decode_at(st, pc);
+              if (const auto* send = std::get_if<isa::RingSend>(&*d.inst)) {
+                sent[{st, send->dst_core, send->tag}].push_back(send->bytes);
+              } else if (const auto* recv = std::get_if<isa::RingRecv>(&*d.inst)) {
+                received[{recv->src_core, st, recv->tag}].push_back(recv->bytes);
+                if (recv->forward_to != isa::RingRecv::kNoForward) {
+                  sent[{st, recv->forward_to, recv->tag}].push_back(recv->bytes);
+                }
+              }
+            }
+          }
+          INFO("m=" << m << " n=" << n << " batch=" << batch << " cores=" << target.cores);
+          CHECK(sent == received);
+        }
+      }
+    }
+  }
 }

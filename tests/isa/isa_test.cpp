@@ -144,8 +144,12 @@ TEST_CASE("given bad operand combinations, check explains them") {
   CHECK_THAT(check(g, kLimits).value_or(""), ContainsSubstring("index address 4 is not aligned to its 8-byte indices"));
   DmaGather big = g;
   big.index_sp = 0;
+  big.sp_addr = 64;
   big.row_bytes = 1 << 20;
-  CHECK_THAT(check(big, kLimits).value_or(""), ContainsSubstring("destination [0, 2097152) overflows"));
+  CHECK_THAT(check(big, kLimits).value_or(""), ContainsSubstring("destination [64, 2097216) overflows"));
+  DmaGather overlap = g;
+  overlap.index_sp = 64;
+  CHECK_THAT(check(overlap, kLimits).value_or(""), ContainsSubstring("destination [0, 128) overlaps the indices [64, 80)"));
   DmaGather empty = g;
   empty.index_sp = 0;
   empty.rows = 0;

@@ -69,6 +69,18 @@ def test_a_value_used_twice_is_stored_and_a_lone_op_without_a_kernel_is_fused():
     assert sorted(names) == ["aten::mul", "spyre::fused[clamp_min]", "spyre::fused[exp_add]"]
 
 
+def test_a_comparison_with_a_scalar_rounds_it_to_the_tensor_dtype_as_eager_does():
+    torch._dynamo.reset()
+    x = torch.tensor([0.1, 0.2, -1.0, 0.0999], dtype=torch.float16)  # fp16(0.1) is 0.09998
+
+    def f(t):
+        return torch.where(t >= 0.1, t * 2, t - 1)
+
+    got = torch.compile(f, backend="spyre")(x.to("spyre"))
+    assert torch.equal(got.cpu(), f(x.to("spyre")).cpu())
+    assert torch.equal(got.cpu(), f(x))
+
+
 class SwiGLUBlock(torch.nn.Module):
     """RMSNorm then a gated MLP, as in Llama."""
 

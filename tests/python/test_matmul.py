@@ -124,3 +124,11 @@ def test_attention_head_slices_are_read_in_place(dtype):
     run(lambda q_, k_: torch.mm(q_[:, 16:32], k_[:, 16:32].t()), q, k, k=dim)  # one head, 2-D
     names = [kk["name"] for kk in spyre_sim.run(scores, q.to("spyre"), k.to("spyre"))["kernels"]]
     assert names == ["aten::bmm"]
+
+
+def test_a_batched_gemm_with_single_tile_edge_blocks_matches():
+    # On the CI chip: two tiles per core with the K-step offset, an odd number of row
+    # tiles (single-tile edge blocks in the same grid columns) and several blocks per
+    # core; the ring messages must pair up (tests/compiler: "every ring message sent").
+    a, b = rand((3, 768, 2200), torch.float16, 41), rand((3, 2200, 512), torch.float16, 42)
+    run(torch.bmm, a, b, k=2200)

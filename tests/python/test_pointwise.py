@@ -250,6 +250,8 @@ def test_cat_reports_mismatched_inputs_like_pytorch():
     with pytest.raises(RuntimeError, match="Tensors must have same number of dimensions"):
         torch.cat([a, torch.zeros(3, device="spyre")], 0)
     assert torch.cat([a, b], 1).shape == (2, 7)
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        torch.cat([a, b], 1, out=a)  # out= aliasing an input
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bool, torch.int64], ids=str)

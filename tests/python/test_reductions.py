@@ -151,6 +151,8 @@ def test_layer_norm_module_views_and_mixed_parameters():
     assert_close(out.cpu(), ln.cpu()(x.half().float()).half(), atol=2e-3, rtol=2e-3)
     with pytest.raises(RuntimeError, match=r"expected input with shape \[\*, 40\]"):
         torch.nn.functional.layer_norm(h, [40])
+    with pytest.raises(RuntimeError, match=r"expected weight and bias of the input's dtype \(Float\).*got weight Half"):
+        torch.native_layer_norm(x.to("spyre"), [50], ln.weight.half().to("spyre"), None, 1e-5)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
