@@ -29,6 +29,33 @@ std::pair<std::uint64_t, std::uint64_t> share(std::uint64_t total, std::uint32_t
   return {total * core / cores, total * (core + 1) / cores};
 }
 
+// Rows per tile of a row-wise kernel (whole rows in the scratchpad) needing bytes(r)
+// for r rows: up to 64 K elements, at most a core's share, halved until they fit.
+// Throws, naming the bytes one row needs, when not even one does.
+template <class Bytes>
+std::uint64_t rows_per_tile(const Bytes& bytes, std::uint64_t rows, std::uint64_t cols, isa::DType in,
+                            const Target& target, const std::string& name) {
+  if (bytes(1) > target.scratchpad_bytes) {
+    throw std::invalid_argument(name + ": a row of " + std::to_string(cols) + " " + std::string(isa::to_string(in)) +
+                                " values needs " + std::to_string(bytes(1)) + " bytes of scratchpad, the device has " +
+                                std::to_string(target.scratchpad_bytes));
+  }
+  std::uint64_t ac = std::min<std::uint64_t>((rows + target.cores - 1) / target.cores,
+                                             std::max<std::uint64_t>(1, 64 * 1024 / cols));
+  while (ac > 1 && bytes(ac) > target.scratchpad_bytes) ac /= 2;
+  return ac;
+}
+
+// Scratchpad addresses handed out in order, each buffer 64-byte aligned.
+struct Arena {
+  std::uint32_t next = 0;
+  std::uint32_t operator()(std::uint64_t b) {
+    const std::uint32_t at = next;
+    next += align(b);
+    return at;
+  }
+};
+
 }  // namespace
 
 std::vector<std::uint8_t> compile_reduce(const ReduceShape& s, const Target& target, const std::string& name) {
@@ -144,21 +171,9 @@ std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& s, const Target& t
     return 2ull * align(n * in_size) + (convert_in ? align(n * 4) : 0) + 2ull * align(n * 4) + 2ull * align(rows * 4) +
            2ull * align(n * out_size) + (s.safe ? 2ull * align(rows * 4) + align(rows) : 0);
   };
-  if (bytes(1) > target.scratchpad_bytes) {
-    throw std::invalid_argument(name + ": a row of " + std::to_string(s.cols) + " " +
-                                std::string(isa::to_string(s.in)) + " values needs " + std::to_string(bytes(1)) +
-                                " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
-  }
-  std::uint64_t ac = std::min<std::uint64_t>((s.rows + target.cores - 1) / target.cores,
-                                             std::max<std::uint64_t>(1, 64 * 1024 / s.cols));
-  while (ac > 1 && bytes(ac) > target.scratchpad_bytes) ac /= 2;
+  const std::uint64_t ac = rows_per_tile(bytes, s.rows, s.cols, s.in, target, name);
   const std::uint64_t n = ac * s.cols;
-  std::uint32_t next = 0;
-  const auto alloc = [&](std::uint64_t b) {
-    const std::uint32_t at = next;
-    next += align(b);
-    return at;
-  };
+  Arena alloc;
   const std::uint32_t sp_in[2] = {alloc(n * in_size), alloc(n * in_size)};
   const std::uint32_t sp_x = convert_in ? alloc(n * 4) : 0;
   const std::uint32_t sp_y = alloc(n * 4), sp_e = alloc(n * 4);
@@ -252,21 +267,9 @@ std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& s, const Targ
            4ull * align(rows * 4) + (convert_stats ? 4ull * align(rows * stat_size) : 0) +
            2ull * align(n * in_size) + params * 2 * align(s.cols * 4);
   };
-  if (bytes(1) > target.scratchpad_bytes) {
-    throw std::invalid_argument(name + ": a row of " + std::to_string(s.cols) + " " +
-                                std::string(isa::to_string(s.in)) + " values needs " + std::to_string(bytes(1)) +
-                                " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
-  }
-  std::uint64_t ac = std::min<std::uint64_t>((s.rows + target.cores - 1) / target.cores,
-                                             std::max<std::uint64_t>(1, 64 * 1024 / s.cols));
-  while (ac > 1 && bytes(ac) > target.scratchpad_bytes) ac /= 2;
+  const std::uint64_t ac = rows_per_tile(bytes, s.rows, s.cols, s.in, target, name);
   const std::uint64_t n = ac * s.cols;
-  std::uint32_t next = 0;
-  const auto alloc = [&](std::uint64_t b) {
-    const std::uint32_t at = next;
-    next += align(b);
-    return at;
-  };
+  Arena alloc;
   const std::uint32_t sp_in[2] = {alloc(n * in_size), alloc(n * in_size)};
   const std::uint32_t sp_x = convert_in ? alloc(n * 4) : 0;
   const std::uint32_t sp_y = alloc(n * 4), sp_e = alloc(n * 4);
