@@ -70,8 +70,14 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
       const std::uint64_t tm = std::min(t, s.m), tn = std::min(t, s.n);
       const std::uint64_t tiles_m = ceil_div(s.m, tm), tiles_n = ceil_div(s.n, tn);
       if (rt == 2 && tiles_m < 2) continue;
+      // The longest K chunk that fits, for the fewest fill/drain cycles per fold; chunks
+      // beyond 512 (a bigger scratchpad than the default chip's) only for blocks of at
+      // least 256 x 256 (compute-bound: the fold overhead is what they save) and while K
+      // still takes at least kRotateSteps of them, so loads keep overlapping compute.
+      // (4096^3 on configs/whatif-big-scratchpad.yaml: 1710.7 us against 1891.5 us.)
       std::uint64_t tk = 0;
-      for (const std::uint64_t c : {512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
+      for (const std::uint64_t c : {1024ull, 512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
+        if (c > 512 && (ceil_div(s.k, c) < kRotateSteps || rt * tm * tn < 256 * 256)) continue;
         if (footprint(tm, tn, std::min(c, s.k), size, rt, bias_size) <= target.scratchpad_bytes) {
           tk = std::min(c, s.k);
           break;

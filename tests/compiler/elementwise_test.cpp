@@ -227,3 +227,16 @@ TEST_CASE("given GEMMs of many shapes, every ring message sent is received, in o
     }
   }
 }
+
+TEST_CASE("given twice the scratchpad, a 4096-cubed GEMM takes K chunks of 1024, a 2048-cubed one keeps 512") {
+  // configs/whatif-big-scratchpad.yaml: 3276 KiB usable. 256x256 tiles, two per core:
+  // 2 x (256x1024 + 1024x256) x 2 B + 2 x 256x256 x 4 B = 2.5 MiB fits; K = 4096 is 4
+  // chunks of 1024 (fold: 128 + 14 cycles instead of 64 + 14), K = 2048 would be only 2.
+  const compiler::Target big{.cores = 32, .scratchpad_bytes = 3276 * 1024, .stick_bytes = 128,
+                             .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9};
+  CHECK(compiler::plan_matmul({.m = 4096, .n = 4096, .k = 4096, .dtype = isa::DType::fp16}, big).tk == 1024);
+  CHECK(compiler::plan_matmul({.m = 2048, .n = 2048, .k = 2048, .dtype = isa::DType::fp16}, big).tk == 512);
+  const compiler::Target chip{.cores = 32, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                              .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9};
+  CHECK(compiler::plan_matmul({.m = 4096, .n = 4096, .k = 4096, .dtype = isa::DType::fp16}, chip).tk == 512);
+}
