@@ -318,6 +318,8 @@ SPYRE_UNARY(sigmoid, UnaryOp::sigmoid, true, (void)0)
 SPYRE_UNARY(tanh, UnaryOp::tanh, true, (void)0)
 SPYRE_UNARY(erf, UnaryOp::erf, true, (void)0)
 SPYRE_UNARY(silu, UnaryOp::silu, false, (void)0)
+SPYRE_UNARY(sin, UnaryOp::sin, true, (void)0)
+SPYRE_UNARY(cos, UnaryOp::cos, true, (void)0)
 #undef SPYRE_UNARY
 
 at::Tensor relu(const at::Tensor& self) {
@@ -497,6 +499,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   SPYRE_REGISTER_UNARY(tanh)
   SPYRE_REGISTER_UNARY(erf)
   SPYRE_REGISTER_UNARY(silu)
+  SPYRE_REGISTER_UNARY(sin)
+  SPYRE_REGISTER_UNARY(cos)
   SPYRE_REGISTER_UNARY(gelu)
 #undef SPYRE_REGISTER_UNARY
   m.impl("relu", relu);

@@ -135,7 +135,7 @@ FUSIBLE_OPS: dict[object, Callable] = {
     **{getattr(aten, name).default: _unary(op) for name, op in [
         ("neg", "neg"), ("abs", "abs"), ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"), ("rsqrt", "rsqrt"),
         ("reciprocal", "reciprocal"), ("relu", "relu"), ("sigmoid", "sigmoid"), ("tanh", "tanh"),
-        ("erf", "erf"), ("silu", "silu")]},
+        ("erf", "erf"), ("silu", "silu"), ("sin", "sin"), ("cos", "cos")]},
     **{getattr(aten, name).Tensor: _compare(name) for name in ["eq", "ne", "lt", "le", "gt", "ge"]},
     **{getattr(aten, name).Scalar: _compare(name) for name in ["eq", "ne", "lt", "le", "gt", "ge"]},
 }

@@ -91,6 +91,8 @@ const char* unary_cost_name(isa::UnaryOp op) {
     case UnaryOp::gelu:
     case UnaryOp::gelu_tanh: return "gelu";
     case UnaryOp::silu: return "silu";
+    case UnaryOp::sin: return "sin";
+    case UnaryOp::cos: return "cos";
   }
   return "copy";
 }

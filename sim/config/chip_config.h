@@ -69,8 +69,8 @@ struct ComputeArrayConfig {
 // Vector-unit operations that carry a cost; the ISA's vector opcodes map onto these.
 #define SPYRE_VECTOR_OP_COSTS(X)                                                        \
   X(copy) X(add) X(sub) X(mul) X(div) X(max) X(min) X(neg) X(abs) X(exp) X(log) X(sqrt) \
-  X(rsqrt) X(reciprocal) X(tanh) X(erf) X(sigmoid) X(relu) X(gelu) X(silu) X(compare)    \
-  X(select) X(reduce) X(convert)
+  X(rsqrt) X(reciprocal) X(tanh) X(erf) X(sigmoid) X(relu) X(gelu) X(silu) X(sin) X(cos) \
+  X(compare) X(select) X(reduce) X(convert)
 
 // Issue interval, in cycles, of one vector of `lanes` elements for each operation.
 struct VectorOpCycles {

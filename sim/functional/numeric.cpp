@@ -233,6 +233,8 @@ float apply_unary(isa::UnaryOp op, float x) {
       return x / (1.0f + std::exp(-2.0f * inner));
     }
     case UnaryOp::silu: return x / (1.0f + std::exp(-x));
+    case UnaryOp::sin: return std::sin(x);
+    case UnaryOp::cos: return std::cos(x);
   }
   return x;
 }

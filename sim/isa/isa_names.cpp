@@ -20,7 +20,8 @@ std::string_view to_string(Opcode op) {
 std::string_view to_string(UnaryOp op) {
   static constexpr std::string_view names[] = {"copy", "neg",     "abs",  "exp",  "log",
                                                "sqrt", "rsqrt",   "reciprocal", "tanh", "erf",
-                                               "sigmoid", "relu", "gelu", "gelu_tanh", "silu"};
+                                               "sigmoid", "relu", "gelu", "gelu_tanh", "silu",
+                                               "sin",  "cos"};
   const auto i = static_cast<std::uint8_t>(op);
   return i < kNumUnaryOps ? names[i] : "unary?";
 }

@@ -22,7 +22,7 @@ NAMES = {
     "mm", "bmm", "addmm", "matmul", "nn.functional.linear", "baddbmm", "addmv", "mv",
     "add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "where",
     "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "nn.functional.relu", "nn.functional.gelu",
-    "nn.functional.silu", "sigmoid", "tanh", "clamp", "sum", "mean", "amax", "amin", "softmax", "log_softmax",
+    "nn.functional.silu", "sigmoid", "tanh", "sin", "cos", "clamp", "sum", "mean", "amax", "amin", "softmax", "log_softmax",
     "contiguous", "to", "nn.functional.layer_norm",
 }
 OPS = [op for op in op_db if op.name in NAMES]

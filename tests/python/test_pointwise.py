@@ -173,6 +173,7 @@ UNARY = {
     "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal, "sigmoid": torch.sigmoid,
     "tanh": torch.tanh, "silu": torch.nn.functional.silu, "erf": torch.erf, "gelu": torch.nn.functional.gelu,
     "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+    "sin": torch.sin, "cos": torch.cos,
 }
 
 

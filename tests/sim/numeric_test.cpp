@@ -329,7 +329,7 @@ TEST_CASE("given fills, every dtype holds the exact value") {
 TEST_CASE("given unary ops, moves are exact and transcendentals stay within the stated ulp") {
   // Bounds: fp16 and bf16 results are the fp32 result rounded once, so within 1 ulp
   // of the correctly rounded value. fp32: 2 ulp for exp, log, rsqrt, reciprocal, tanh,
-  // erf (sqrt is exact); 4 ulp for the composed sigmoid and silu. gelu and gelu_tanh
+  // erf, sin, cos (sqrt is exact); 4 ulp for the composed sigmoid and silu. gelu and gelu_tanh
   // in fp32 are ill-conditioned in the negative tail: the fp32 rounding of the erfc or
   // exp argument is amplified by the function's condition number (about x^2 for gelu,
   // |2u| for gelu_tanh's exp(-2u)), so their bound is 4 ulp plus twice that. Measured
@@ -367,6 +367,8 @@ TEST_CASE("given unary ops, moves are exact and transcendentals stay within the 
             ref = x / (1 + std::exp(-2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
             break;
           case isa::UnaryOp::silu: ref = x / (1 + std::exp(-x)); break;
+          case isa::UnaryOp::sin: ref = std::sin(x); break;
+          case isa::UnaryOp::cos: ref = std::cos(x); break;
         }
         const double got = get(t, dst.data(), i);
         if (std::isnan(ref) || std::isnan(got)) {

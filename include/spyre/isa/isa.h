@@ -67,8 +67,10 @@ enum class UnaryOp : std::uint8_t {
   gelu,       // exact: x * Phi(x)
   gelu_tanh,  // tanh approximation
   silu,
+  sin,
+  cos,
 };
-inline constexpr std::uint8_t kNumUnaryOps = 15;
+inline constexpr std::uint8_t kNumUnaryOps = 17;
 std::string_view to_string(UnaryOp op);
 
 enum class BinaryOp : std::uint8_t { add, sub, mul, div, max, min };
