@@ -175,3 +175,18 @@ def test_run_a_torchscript_model(tmp_path):
     assert r.returncode == 2 and "not a TorchScript file" in r.stderr
     r = spyre_sim("run", "--model", str(path))
     assert r.returncode == 2 and "--model needs at least one --input" in r.stderr
+
+
+def test_attention_and_transformer_block_workloads_run_on_the_device():
+    j = report("--workload", "attention:2,64,4,32", "--config", CI)
+    assert j["metrics"]["macs"] == 2 * 2 * 4 * 64 * 64 * 32  # q k^T and p v, exactly
+    assert j["metrics"]["cpu_fallbacks"] == 0
+    assert "aten::_safe_softmax" in [k["name"] for k in j["kernels"]]
+    j = report("--workload", "block:64,128,4,256", "--config", CI)
+    names = [k["name"] for k in j["kernels"]]
+    assert j["metrics"]["cpu_fallbacks"] == 0
+    assert names.count("aten::native_layer_norm") == 2 and names.count("aten::addmm") == 4
+    # Projections (4 x 64 x 128 x 128 + 2 x 64 x 128 x 256 MACs) and attention (2 x 4 x 64^2 x 32).
+    assert j["metrics"]["macs"] == 4 * 64 * 128 * 128 + 2 * 64 * 128 * 256 + 2 * 4 * 64 * 64 * 32
+    r = spyre_sim("run", "--workload", "block:64,100,3", "--config", CI)
+    assert r.returncode == 2 and "DIM 100 is not a multiple of HEADS 3" in r.stderr

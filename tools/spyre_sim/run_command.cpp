@@ -14,10 +14,14 @@
 #include <ATen/ops/_softmax.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/gelu.h>
+#include <ATen/ops/layer_norm.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/mul.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/serialization/import.h>
 #include <CLI/CLI.hpp>
@@ -74,8 +78,8 @@ struct Workload {
 };
 
 const char* kWorkloadHelp =
-    "gemm:M,N,K[,dtype] | add:N[,dtype] | softmax:ROWS,COLS[,dtype] | mlp[:BATCH,IN,HIDDEN,OUT[,dtype]] "
-    "(dtype fp16 by default)";
+    "gemm:M,N,K[,dtype] | add:N[,dtype] | softmax:ROWS,COLS[,dtype] | mlp[:BATCH,IN,HIDDEN,OUT[,dtype]] | "
+    "attention[:BATCH,SEQ,HEADS,HEAD_DIM[,dtype]] | block[:TOKENS,DIM,HEADS,HIDDEN[,dtype]] (dtype fp16 by default)";
 
 Workload make_workload(const std::string& spec) {
   const auto [name, a] = parse_workload(spec);
@@ -119,6 +123,44 @@ Workload make_workload(const std::string& spec) {
     const at::Tensor w2 = at::mul(at::randn({out, hidden}), 0.02).to(o), b2 = at::randn({out}).to(o);
     return {[=] { at::linear(at::gelu(at::linear(x, w1, b1), "tanh"), w2, b2); },
             2.0 * double(batch) * double(in * hidden + hidden * out)};
+  }
+  if (name == "attention") {  // causal scaled-dot-product attention (PyTorch's math path)
+    need(0, 5);
+    const std::int64_t batch = a.size() > 0 ? integer(a[0], "attention BATCH") : 1;
+    const std::int64_t seq = a.size() > 1 ? integer(a[1], "attention SEQ") : 2048;
+    const std::int64_t heads = a.size() > 2 ? integer(a[2], "attention HEADS") : 32;
+    const std::int64_t dim = a.size() > 3 ? integer(a[3], "attention HEAD_DIM") : 128;
+    const auto o = opts(4);
+    const at::Tensor q = at::randn({batch, heads, seq, dim}).to(o), k = at::randn({batch, heads, seq, dim}).to(o),
+                     v = at::randn({batch, heads, seq, dim}).to(o);
+    return {[=] { at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true); },
+            4.0 * double(batch * heads) * double(seq) * double(seq) * double(dim)};
+  }
+  if (name == "block") {  // a pre-norm GPT block: x + attn(ln(x)), then + mlp(ln(x))
+    need(0, 5);
+    const std::int64_t tokens = a.size() > 0 ? integer(a[0], "block TOKENS") : 2048;
+    const std::int64_t dim = a.size() > 1 ? integer(a[1], "block DIM") : 4096;
+    const std::int64_t heads = a.size() > 2 ? integer(a[2], "block HEADS") : 32;
+    const std::int64_t hidden = a.size() > 3 ? integer(a[3], "block HIDDEN") : 4 * dim;
+    if (dim % heads != 0) throw UsageError(fmt::format("block: DIM {} is not a multiple of HEADS {}", dim, heads));
+    const auto o = opts(4);
+    const auto weight = [&](std::int64_t rows, std::int64_t cols) { return at::mul(at::randn({rows, cols}), 0.02).to(o); };
+    const at::Tensor x = at::randn({tokens, dim}).to(o), g1 = at::ones({dim}).to(o), g2 = at::ones({dim}).to(o);
+    const at::Tensor wqkv = weight(3 * dim, dim), bqkv = at::zeros({3 * dim}).to(o), wo = weight(dim, dim),
+                     bo = at::zeros({dim}).to(o), w1 = weight(hidden, dim), b1 = at::zeros({hidden}).to(o),
+                     w2 = weight(dim, hidden), b2 = at::zeros({dim}).to(o);
+    const std::int64_t head_dim = dim / heads;
+    return {[=] {
+              const at::Tensor qkv = at::linear(at::layer_norm(x, {dim}, g1), wqkv, bqkv);
+              const auto split = qkv.split(dim, -1);
+              const auto heads_of = [&](const at::Tensor& t) { return t.view({tokens, heads, head_dim}).transpose(0, 1); };
+              const at::Tensor att = at::scaled_dot_product_attention(heads_of(split[0]), heads_of(split[1]),
+                                                                      heads_of(split[2]), {}, 0.0, true);
+              const at::Tensor x2 = at::add(x, at::linear(att.transpose(0, 1).reshape({tokens, dim}), wo, bo));
+              at::add(x2, at::linear(at::gelu(at::linear(at::layer_norm(x2, {dim}, g2), w1, b1), "tanh"), w2, b2));
+            },
+            2.0 * double(tokens) * double(4 * dim * dim + 2 * dim * hidden) +
+                4.0 * double(heads) * double(tokens) * double(tokens) * double(head_dim)};
   }
   throw UsageError(fmt::format("unknown workload '{}' (workloads: {})", name, kWorkloadHelp));
 }
