@@ -239,6 +239,64 @@ at::Tensor safe_softmax_fn(const at::Tensor& self, std::int64_t dim, std::option
   return softmax("aten::_safe_softmax", {.safe = true, .dtype = dtype}, at::Tensor(), self, dim);
 }
 
+// ---- any / all ------------------------------------------------------------------
+
+// any: some element nonzero; all: none zero. Two device kernels and a reduction: the
+// bool "hit" mask (x != 0, or x == 0 for all), its int8 view summed into int32 counts
+// over the dims, then count != 0 (any) or == 0 (all). uint8 inputs (PyTorch answers
+// in uint8) run on the CPU, counted.
+at::Tensor any_all(const char* name, bool all, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                   const at::Tensor& out) {
+  if (self.scalar_type() == at::kByte || !device_dtype(self.scalar_type())) {
+    count_fallback(name);
+    const at::Tensor c = self.cpu();
+    return deliver((all ? at::all(c, dims, keepdim) : at::any(c, dims, keepdim)).to(self.device()), out);
+  }
+  const bool boolean = self.scalar_type() == at::kBool;
+  const at::Tensor hit = all ? at::logical_not(self) : boolean ? self : at::ne(self, 0);
+  const at::Tensor count = at::sum(hit.view(at::kChar), dims, keepdim, at::kInt);
+  return deliver(all ? at::eq(count, 0) : at::ne(count, 0), out);
+}
+
+at::Tensor any_fn(const at::Tensor& self) { return any_all("aten::any", false, self, std::nullopt, false, {}); }
+at::Tensor any_dim(const at::Tensor& self, std::int64_t dim, bool keepdim) {
+  return any_all("aten::any.dim", false, self, at::IntArrayRef{dim}, keepdim, {});
+}
+at::Tensor any_dims(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim) {
+  return any_all("aten::any.dims", false, self, dims, keepdim, {});
+}
+at::Tensor& any_out(const at::Tensor& self, std::int64_t dim, bool keepdim, at::Tensor& out) {
+  any_all("aten::any.out", false, self, at::IntArrayRef{dim}, keepdim, out);
+  return out;
+}
+at::Tensor& any_dims_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, at::Tensor& out) {
+  any_all("aten::any.dims_out", false, self, dims, keepdim, out);
+  return out;
+}
+at::Tensor& any_all_out(const at::Tensor& self, at::Tensor& out) {
+  any_all("aten::any.all_out", false, self, std::nullopt, false, out);
+  return out;
+}
+at::Tensor all_fn(const at::Tensor& self) { return any_all("aten::all", true, self, std::nullopt, false, {}); }
+at::Tensor all_dim(const at::Tensor& self, std::int64_t dim, bool keepdim) {
+  return any_all("aten::all.dim", true, self, at::IntArrayRef{dim}, keepdim, {});
+}
+at::Tensor all_dims(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim) {
+  return any_all("aten::all.dims", true, self, dims, keepdim, {});
+}
+at::Tensor& all_out(const at::Tensor& self, std::int64_t dim, bool keepdim, at::Tensor& out) {
+  any_all("aten::all.out", true, self, at::IntArrayRef{dim}, keepdim, out);
+  return out;
+}
+at::Tensor& all_dims_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, at::Tensor& out) {
+  any_all("aten::all.dims_out", true, self, dims, keepdim, out);
+  return out;
+}
+at::Tensor& all_all_out(const at::Tensor& self, at::Tensor& out) {
+  any_all("aten::all.all_out", true, self, std::nullopt, false, out);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -257,6 +315,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_log_softmax", log_softmax_fn);
   m.impl("_log_softmax.out", log_softmax_out);
   m.impl("_safe_softmax", safe_softmax_fn);
+  m.impl("any", any_fn);
+  m.impl("any.dim", any_dim);
+  m.impl("any.dims", any_dims);
+  m.impl("any.out", any_out);
+  m.impl("any.dims_out", any_dims_out);
+  m.impl("any.all_out", any_all_out);
+  m.impl("all", all_fn);
+  m.impl("all.dim", all_dim);
+  m.impl("all.dims", all_dims);
+  m.impl("all.out", all_out);
+  m.impl("all.dims_out", all_dims_out);
+  m.impl("all.all_out", all_all_out);
 }
 
 }  // namespace spyre::backend

@@ -23,7 +23,7 @@ NAMES = {
     "add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "where",
     "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "nn.functional.relu", "nn.functional.gelu",
     "nn.functional.silu", "sigmoid", "tanh", "sin", "cos", "clamp", "sum", "mean", "amax", "amin", "softmax", "log_softmax",
-    "contiguous", "to", "nn.functional.layer_norm",
+    "contiguous", "to", "nn.functional.layer_norm", "any", "all",
 }
 OPS = [op for op in op_db if op.name in NAMES]
 ACCUMULATING = {"mm", "bmm", "addmm", "matmul", "nn.functional.linear", "baddbmm", "addmv", "mv", "sum", "mean",

@@ -191,3 +191,18 @@ def test_isneginf_isposinf_and_logical_not():
         t = x.nan_to_num(0.0).to(dtype) if dtype in (torch.int32, torch.bool) else x.to(dtype)
         for fn in (torch.isneginf, torch.isposinf, torch.logical_not, torch.isinf, torch.isnan):
             check(fn, t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32, torch.bool], ids=str)
+def test_any_and_all_over_dims(dtype):
+    x = rand((5, 7, 33), torch.float32, 17)
+    x = torch.where(x.abs() < 1.5, torch.zeros_like(x), x).to(dtype)  # many zeros
+    x[1] = 1                    # a slab all true
+    x[2] = 0                    # a slab all false
+    for fn in (torch.any, torch.all):
+        check(lambda t: fn(t), x)
+        check(lambda t: fn(t, 1), x)
+        check(lambda t: fn(t, -1, keepdim=True), x)
+        check(lambda t: fn(t, (0, 2)), x)
+        check(lambda t: fn(t[:, :0]), x)         # empty: any False, all True
+        check(lambda t: fn(t.transpose(0, 2), 0), x)
