@@ -174,3 +174,20 @@ def test_a_malformed_program_is_a_clear_error_and_the_device_keeps_working():
         op("bad", "unary exp fp32 s0", [t], torch.float32)
     got = op("ok", "binary add fp32 i0 c2.5; unary neg fp32 s0", [t], torch.float16)
     assert got.dtype == torch.float16 and got.cpu().tolist() == [-3.5] * 4
+
+
+def test_new_shapes_recompile_with_dynamic_sizes_and_still_fuse():
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 8))
+    compiled = torch.compile(model.to("spyre"), backend="spyre")
+    with torch.no_grad():
+        for batch in (4, 7, 33):  # the second size makes Dynamo trace with a symbolic batch
+            x = rand((batch, 64), torch.float32, batch)
+            torch.spyre.reset_fallback_counts()
+            got = compiled(x.to("spyre"))
+            assert torch.spyre.fallback_counts() == {}
+            assert_close(got.cpu(), model.cpu()(x), atol=1e-4, rtol=1e-4)
+            model.to("spyre")
+            names, _ = kernels(compiled, x.to("spyre"))
+            assert names == ["spyre::matmul[bias,gelu]", "aten::addmm"]
