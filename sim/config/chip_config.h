@@ -69,20 +69,29 @@ struct ComputeArrayConfig {
 // Vector-unit operations that carry a cost; the ISA's vector opcodes map onto these.
 #define SPYRE_VECTOR_OP_COSTS(X)                                                        \
   X(copy) X(add) X(sub) X(mul) X(div) X(max) X(min) X(neg) X(abs) X(exp) X(log) X(sqrt) \
-  X(rsqrt) X(reciprocal) X(tanh) X(erf) X(sigmoid) X(relu) X(gelu) X(silu) X(sin) X(cos) \
-  X(compare) X(select) X(reduce) X(convert)
+  X(rsqrt) X(reciprocal) X(tanh) X(erf) X(sigmoid) X(relu) X(gelu) X(silu) X(compare)    \
+  X(select) X(reduce) X(convert)
+// Costs added after configs were written: optional, with these defaults (ASSUMPTION:
+// like tanh, a range reduction and a polynomial), so older configs still load.
+#define SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(X) X(sin, 6) X(cos, 6)
 
 // Issue interval, in cycles, of one vector of `lanes` elements for each operation.
 struct VectorOpCycles {
 #define SPYRE_DECLARE_COST(op) double op = 0;
   SPYRE_VECTOR_OP_COSTS(SPYRE_DECLARE_COST)
 #undef SPYRE_DECLARE_COST
+#define SPYRE_DECLARE_DEFAULTED_COST(op, fallback) double op = fallback;
+  SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(SPYRE_DECLARE_DEFAULTED_COST)
+#undef SPYRE_DECLARE_DEFAULTED_COST
 
   template <class V>
   void describe(V& v) {
 #define SPYRE_DESCRIBE_COST(op) v.real(#op, op, Range{0, 1e6, true});
     SPYRE_VECTOR_OP_COSTS(SPYRE_DESCRIBE_COST)
 #undef SPYRE_DESCRIBE_COST
+#define SPYRE_DESCRIBE_DEFAULTED_COST(op, fallback) v.real(#op, op, Range{0, 1e6, true}, double{fallback});
+    SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(SPYRE_DESCRIBE_DEFAULTED_COST)
+#undef SPYRE_DESCRIBE_DEFAULTED_COST
   }
 };
 

@@ -172,7 +172,13 @@ class YamlReader {
     out = v;
   }
 
-  void real(std::string_view key, double& out, const Range& range) {
+  // `fallback`: the key may be absent (keys added after configs were written); the
+  // value then is the documented default, and the resolved config shows it.
+  void real(std::string_view key, double& out, const Range& range, std::optional<double> fallback = std::nullopt) {
+    if (fallback && !node_[std::string(key)].IsDefined()) {
+      out = *fallback;
+      return;
+    }
     const YAML::Node n = scalar(key);
     const auto v = parse_real(n.Scalar());
     if (!v || !in_range(*v, range)) {
@@ -286,7 +292,9 @@ class JsonWriter {
   explicit JsonWriter(nlohmann::json& out) : out_(out) {}
 
   void integer(std::string_view key, const std::uint64_t& v, const Range&) { out_[std::string(key)] = v; }
-  void real(std::string_view key, const double& v, const Range&) { out_[std::string(key)] = v; }
+  void real(std::string_view key, const double& v, const Range&, std::optional<double> = std::nullopt) {
+    out_[std::string(key)] = v;
+  }
   void bytes(std::string_view key, const std::uint64_t& v) { out_[std::string(key)] = v; }
   void text(std::string_view key, const std::string& v) { out_[std::string(key)] = v; }
 

@@ -49,6 +49,10 @@ double vector_op_cycles(const config::VectorOpCycles& costs, const std::string& 
   if (op == #name) return costs.name;
   SPYRE_VECTOR_OP_COSTS(SPYRE_MATCH_COST)
 #undef SPYRE_MATCH_COST
+#define SPYRE_MATCH_DEFAULTED_COST(name, fallback) \
+  if (op == #name) return costs.name;
+  SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(SPYRE_MATCH_DEFAULTED_COST)
+#undef SPYRE_MATCH_DEFAULTED_COST
   throw std::invalid_argument("no vector cost for operation '" + op + "'");
 }
 

@@ -145,6 +145,22 @@ TEST_CASE("given values of the wrong type, each error says what was found") {
   }
 }
 
+TEST_CASE("given a config written before the sin and cos costs existed, their defaults apply") {
+  // The cost keys added later are optional (6 cycles each, like tanh); the resolved
+  // config reports the value used. Any other key stays required.
+  std::string text = edited("      sin: 6", "");
+  const auto pos = text.find("      cos: 6");
+  REQUIRE(pos != std::string::npos);
+  text.replace(pos, std::string("      cos: 6").size(), "");
+  const auto loaded = load_config_text(text, "old.yaml");
+  CHECK(loaded.chip.cores.vector.op_cycles.sin == 6);
+  CHECK(loaded.chip.cores.vector.op_cycles.cos == 6);
+  const auto custom = load_config_text(edited("      sin: 6", "      sin: 9"), "new.yaml");
+  CHECK(custom.chip.cores.vector.op_cycles.sin == 9);
+  const auto e = load_error(edited("      tanh: 6\n", "\n"));
+  CHECK(e.key() == "cores.vector.op_cycles.tanh");
+}
+
 TEST_CASE("given a missing key, the error names it") {
   const auto e = load_error(edited("  lanes: 16\n", "\n"));
   CHECK(e.key() == "host_link.lanes");
