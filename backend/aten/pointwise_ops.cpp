@@ -351,14 +351,13 @@ at::Tensor& gelu_out(const at::Tensor& self, c10::string_view approximate, at::T
   return out;
 }
 
-// ---- isneginf, isposinf, logical_not ------------------------------------------------
+// ---- isneginf, isposinf, isnan, logical_not ---------------------------------------
 
-// A bool (or out=-typed) result of one comparison of self with a constant: x == -inf,
-// x == +inf, x == 0. Integer and bool inputs are never infinite or NaN.
-// (isnan: `constant` NaN stands for self itself, x != x.)
-at::Tensor compare_constant(const char* name, CompareOp op, double constant, at::Tensor out, const at::Tensor& self,
-                            at::Tensor (*cpu_op)(const at::Tensor&)) {
-  const bool infinite = std::isinf(constant) || std::isnan(constant);
+// A bool (or out=-typed) result of comparing self with `b`: -inf, +inf, self itself
+// (x != x: NaN) or 0. `floats_only`: integer and bool inputs are never infinite or
+// NaN, so their answer is all false without a kernel.
+at::Tensor compare_self(const char* name, CompareOp op, Value b, bool floats_only, at::Tensor out,
+                        const at::Tensor& self, at::Tensor (*cpu_op)(const at::Tensor&)) {
   if (!out.defined()) out = at::empty({0}, self.options().dtype(at::kBool));
   at::TensorBase base = out;
   auto iter = at::TensorIteratorConfig()
@@ -367,7 +366,7 @@ at::Tensor compare_constant(const char* name, CompareOp op, double constant, at:
                   .add_const_input(self)
                   .build();
   const c10::ScalarType in = self.scalar_type();
-  if (infinite && at::isIntegralType(in, /*includeBool=*/true)) {  // never infinite or NaN: all false
+  if (floats_only && at::isIntegralType(in, /*includeBool=*/true)) {
     at::Tensor result(iter.output());
     if (result.numel() > 0) result.fill_(false);
     return result;
@@ -375,26 +374,26 @@ at::Tensor compare_constant(const char* name, CompareOp op, double constant, at:
   return finish(
       name, iter, in, 2,
       [&](isa::DType c) {
-        const Value b = std::isnan(constant) ? Value::input(0) : Value::constant(constant);
         return Steps{Step::compare(op, isa::is_float(c) ? isa::DType::fp32 : c, Value::input(0), b)};
       },
       [&] { return cpu_op(cpu(self)); });
 }
 
-#define SPYRE_COMPARE_CONSTANT(fn, op, constant)                                                     \
+constexpr double kInf = std::numeric_limits<double>::infinity();
+#define SPYRE_COMPARE_SELF(fn, op, b, floats_only)                                                   \
   at::Tensor cpu_##fn(const at::Tensor& t) { return at::fn(t); }                                     \
   at::Tensor fn(const at::Tensor& self) {                                                            \
-    return compare_constant("aten::" #fn, op, constant, at::Tensor(), self, cpu_##fn);               \
+    return compare_self("aten::" #fn, op, b, floats_only, at::Tensor(), self, cpu_##fn);             \
   }                                                                                                  \
   [[maybe_unused]] at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {                   \
-    compare_constant("aten::" #fn ".out", op, constant, out, self, cpu_##fn);                        \
+    compare_self("aten::" #fn ".out", op, b, floats_only, out, self, cpu_##fn);                      \
     return out;                                                                                      \
   }
-SPYRE_COMPARE_CONSTANT(isneginf, CompareOp::eq, -std::numeric_limits<double>::infinity())
-SPYRE_COMPARE_CONSTANT(isposinf, CompareOp::eq, std::numeric_limits<double>::infinity())
-SPYRE_COMPARE_CONSTANT(logical_not, CompareOp::eq, 0.0)
-SPYRE_COMPARE_CONSTANT(isnan, CompareOp::ne, std::numeric_limits<double>::quiet_NaN())
-#undef SPYRE_COMPARE_CONSTANT
+SPYRE_COMPARE_SELF(isneginf, CompareOp::eq, Value::constant(-kInf), true)
+SPYRE_COMPARE_SELF(isposinf, CompareOp::eq, Value::constant(kInf), true)
+SPYRE_COMPARE_SELF(isnan, CompareOp::ne, Value::input(0), true)
+SPYRE_COMPARE_SELF(logical_not, CompareOp::eq, Value::constant(0), false)
+#undef SPYRE_COMPARE_SELF
 
 // ---- pow with a scalar exponent ---------------------------------------------------
 

@@ -200,7 +200,6 @@ def fuse_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         for n in group:
             group_of[n] = group
     done = set()
-    fused = 0
     for node in list(gm.graph.nodes):
         group = group_of.get(node)
         if group is None or id(group) in done or group[-1] is not node:
@@ -222,10 +221,8 @@ def fuse_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         node.replace_all_uses_with(call)
         for n in reversed(order):
             gm.graph.erase_node(n)
-        fused += 1
     gm.graph.lint()
     gm.recompile()
-    gm.meta["spyre_fused_kernels"] = fused
     return gm
 
 
@@ -241,7 +238,6 @@ def fuse_matmul_epilogues(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Replaces an activation whose input is an mm, or an addmm with a row bias (nn.Linear),
     read by nothing else with one ``torch.ops.spyre.matmul_epilogue`` call: the matmul
     kernel adds the bias and applies the activation to its fp32 tiles before rounding."""
-    fused = 0
     for node in list(gm.graph.nodes):
         act = _EPILOGUE_ACTIVATIONS.get(node.target) if node.op == "call_function" else None
         if act is None or not isinstance(node.args[0], torch.fx.Node):
@@ -281,10 +277,8 @@ def fuse_matmul_epilogues(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if view is not None:
             gm.graph.erase_node(view)
         gm.graph.erase_node(mm)
-        fused += 1
     gm.graph.lint()
     gm.recompile()
-    gm.meta["spyre_matmul_epilogues"] = fused
     return gm
 
 
