@@ -3,21 +3,49 @@
 #include <cstring>
 #include <vector>
 
+#include "spyre/checked.h"
+#include "spyre/isa/program.h"
+
 namespace spyre::sim::functional {
 
-std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t base, DeviceMemory& memory,
+namespace {
+
+// argument + offset, or a fault when the sum passes the 64-bit address space.
+std::optional<DmaFault> base_address(const char* what, std::uint64_t argument, std::uint64_t offset,
+                                     std::uint64_t& base) {
+  const auto sum = checked::add(argument, offset);
+  if (!sum) {
+    return DmaFault{std::string(what) + "argument " + std::to_string(argument) + " + offset " +
+                        std::to_string(offset) + ": the address passes the 64-bit address space",
+                    std::nullopt};
+  }
+  base = *sum;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t argument, DeviceMemory& memory,
                                  std::uint8_t* sp, DmaResult& result,
                                  const std::function<void(std::uint64_t, std::uint64_t)>& on_run) {
   const std::int64_t size = isa::dtype_size(d.dtype);
-  std::int64_t lo = 0, hi = 0;
-  for (int i = 0; i < 3; ++i) {
-    const std::int64_t reach = (static_cast<std::int64_t>(d.shape[i]) - 1) * d.mem_stride[i] * size;
-    (reach < 0 ? lo : hi) += reach;
+  const char* what = load ? "DMA load from " : "DMA store to ";
+  std::uint64_t base = 0;
+  if (auto f = base_address(what, argument, d.offset, base)) return f;
+  // isa::check refused strides whose reach does not fit 64 bits; every partial
+  // offset below lies in [lo, lo + extent) and so fits too.
+  const auto footprint = isa::dma_footprint(d);
+  if (!footprint) return DmaFault{std::string(what) + "strides that reach past 64 bits", std::nullopt};
+  // first = base + lo, in unsigned arithmetic: lo may be negative.
+  const std::uint64_t below = std::uint64_t{0} - static_cast<std::uint64_t>(footprint->lo);
+  if (footprint->lo < 0 && base < below) {
+    return DmaFault{std::string(what) + "address " + std::to_string(base) + " with negative strides reaching " +
+                        std::to_string(below) + " bytes below it: the access starts before address 0",
+                    std::nullopt};
   }
-  const std::uint64_t first = base + static_cast<std::uint64_t>(lo);
-  const std::uint64_t extent = static_cast<std::uint64_t>(hi - lo + size);
-  if (auto err = memory.check(first, extent)) {
-    return DmaFault{std::string(load ? "DMA load from " : "DMA store to ") + err->description, err->address};
+  const std::uint64_t first = base + static_cast<std::uint64_t>(footprint->lo);
+  if (auto err = memory.check(first, footprint->extent)) {
+    return DmaFault{std::string(what) + err->description, err->address};
   }
   const std::uint64_t s0 = d.sp_stride[0] ? d.sp_stride[0] : d.shape[0];
   const std::uint64_t s1 = d.sp_stride[1] ? d.sp_stride[1] : s0 * d.shape[1];
@@ -59,8 +87,11 @@ std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t bas
   return std::nullopt;
 }
 
-std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t base, DeviceMemory& memory, std::uint8_t* sp,
-                               DmaResult& result, const std::function<void(std::uint64_t, std::uint64_t)>& on_run) {
+std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t argument, DeviceMemory& memory,
+                               std::uint8_t* sp, DmaResult& result,
+                               const std::function<void(std::uint64_t, std::uint64_t)>& on_run) {
+  std::uint64_t base = 0;
+  if (auto f = base_address("DMA gather from ", argument, g.offset, base)) return f;
   const auto index = [&](std::uint32_t i) -> std::int64_t {
     if (g.wide_index) {
       std::int64_t v;
@@ -81,7 +112,14 @@ std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t base, Devi
                           std::to_string(g.count) + ") is outside the table's rows [0, " + std::to_string(g.rows) + ")",
                       std::nullopt};
     }
-    if (auto err = memory.check(base + static_cast<std::uint64_t>(v) * g.row_stride, g.row_bytes)) {
+    // isa::check made sure (rows - 1) * row_stride + row_bytes fits 64 bits.
+    const auto row = checked::add(base, static_cast<std::uint64_t>(v) * g.row_stride);
+    if (!row) {
+      return DmaFault{"DMA gather row " + std::to_string(v) + " (entry " + std::to_string(i) + ") lies past the " +
+                          "64-bit address space",
+                      std::nullopt};
+    }
+    if (auto err = memory.check(*row, g.row_bytes)) {
       return DmaFault{"DMA gather from " + err->description, err->address};
     }
   }

@@ -24,19 +24,20 @@ struct DmaFault {
   std::optional<std::uint64_t> address;
 };
 
-// Moves the bytes of `d` between device memory (starting at `base` = argument +
-// offset) and the scratchpad `sp`. Every element must lie in one live allocation (the
+// Moves the bytes of `d` between device memory (starting at argument + d.offset,
+// `argument` being the launch's address for d.arg) and the scratchpad `sp`. Every
+// address is computed with overflow checks. Every element must lie in one live allocation (the
 // bounding box is checked: its corner elements are really touched). `on_run` gets the
 // device runs touched, consecutive ones merged. Returns the fault, if any, before
 // moving anything.
-std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t base, DeviceMemory& memory,
+std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t argument, DeviceMemory& memory,
                                  std::uint8_t* sp, DmaResult& result,
                                  const std::function<void(std::uint64_t, std::uint64_t)>& on_run);
 
-// The rows of a DmaGather (base = argument + offset): checks every index against
+// The rows of a DmaGather (from argument + g.offset): checks every index against
 // [0, rows) and every row against the live allocations before moving anything, then
 // copies the rows into the scratchpad; `on_run` gets each row's device run.
-std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t base, DeviceMemory& memory, std::uint8_t* sp,
+std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t argument, DeviceMemory& memory, std::uint8_t* sp,
                                DmaResult& result, const std::function<void(std::uint64_t, std::uint64_t)>& on_run);
 
 }  // namespace spyre::sim::functional

@@ -29,6 +29,7 @@ class Interpreter {
       : chip_(chip), request_(request), program_(*request.program), streams_(program_.num_streams()),
         limits_(chip.limits(static_cast<std::uint32_t>(request.cores.size()))) {
     record_.id = request.id;
+    record_.queue_tag = request.queue_tag;
     record_.name = request.name.empty() ? program_.name() : request.name;
     record_.cores.assign(request.cores.begin(), request.cores.begin() + program_.num_streams());
   }
@@ -112,7 +113,7 @@ class Interpreter {
       } else {
         DmaResult moved;
         std::uint64_t touched = 0;
-        if (auto f = gather(*g, request_.args[g->arg] + g->offset, chip_.memory(), sp, moved,
+        if (auto f = gather(*g, request_.args[g->arg], chip_.memory(), sp, moved,
                             [&](std::uint64_t, std::uint64_t n) { touched += n; })) {
           error = f->reason;
           address = f->address;
@@ -206,7 +207,7 @@ class Interpreter {
     }
     DmaResult moved;
     std::uint64_t touched = 0;
-    if (auto f = transfer(d, load, request_.args[d.arg] + d.offset, chip_.memory(), sp, moved,
+    if (auto f = transfer(d, load, request_.args[d.arg], chip_.memory(), sp, moved,
                           [&](std::uint64_t, std::uint64_t n) { touched += n; })) {
       error = f->reason;
       address = f->address;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "spyre/checked.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::isa {
@@ -20,9 +21,13 @@ Reason sp_range(const char* what, std::uint64_t addr, std::uint64_t elements, DT
     return std::string(what) + " address " + str(addr) + " is not aligned to its " + str(size) +
            "-byte elements";
   }
-  const std::uint64_t end = addr + elements * size;
-  if (end > l.scratchpad_bytes) {
-    return std::string(what) + " [" + str(addr) + ", " + str(end) + ") overflows the " +
+  const auto end = checked::add(checked::mul(elements, size), addr);
+  if (!end) {
+    return std::string(what) + " of " + str(elements) + " " + str(size) +
+           "-byte elements does not fit 64 bits, let alone the " + str(l.scratchpad_bytes) + "-byte scratchpad";
+  }
+  if (*end > l.scratchpad_bytes) {
+    return std::string(what) + " [" + str(addr) + ", " + str(*end) + ") overflows the " +
            str(l.scratchpad_bytes) + "-byte scratchpad";
   }
   return std::nullopt;
@@ -48,13 +53,26 @@ Reason check_dma(const Dma& d, const Limits& l, bool is_load) {
   for (int i = 0; i < 3; ++i) {
     if (d.shape[i] == 0) return "shape[" + str(i) + "] is 0";
   }
+  if (!dma_footprint(d)) {
+    return "device strides reach past 64 bits: shape {" + str(d.shape[0]) + ", " + str(d.shape[1]) + ", " +
+           str(d.shape[2]) + "} x mem_stride {" + std::to_string(d.mem_stride[0]) + ", " +
+           std::to_string(d.mem_stride[1]) + ", " + std::to_string(d.mem_stride[2]) + "} x " + str(size) +
+           "-byte elements";
+  }
+  // (2^32-1)^2 < 2^64: s1 cannot overflow; the extent below can.
   const std::uint64_t s0 = d.sp_stride[0] ? d.sp_stride[0] : d.shape[0];
   const std::uint64_t s1 = d.sp_stride[1] ? d.sp_stride[1] : s0 * d.shape[1];
   if (is_load && ((d.shape[1] > 1 && s0 < d.shape[0]) || (d.shape[2] > 1 && s1 < s0 * d.shape[1]))) {
     return std::string("scratchpad strides overlap rows of the destination");
   }
-  const std::uint64_t last = (d.shape[0] - 1) + (d.shape[1] - 1) * s0 + (d.shape[2] - 1) * s1;
-  return sp_range(is_load ? "destination" : "source", d.sp_addr, last + 1, d.dtype, l);
+  const auto rows = checked::mul(std::uint64_t{d.shape[1]} - 1, s0);
+  const auto planes = checked::mul(std::uint64_t{d.shape[2]} - 1, s1);
+  const auto elements =
+      rows && planes ? checked::add(checked::add(*rows, *planes), std::uint64_t{d.shape[0]}) : std::nullopt;
+  if (!elements) {
+    return std::string(is_load ? "destination" : "source") + " scratchpad strides reach past 64 bits";
+  }
+  return sp_range(is_load ? "destination" : "source", d.sp_addr, *elements, d.dtype, l);
 }
 
 Reason check_elementwise_dtype(DType t, bool allow_bool) {
@@ -139,6 +157,10 @@ struct Checker {
       return "index [" + str(g.index_sp) + ", " + str(index_end) + ") overflows the " + str(l.scratchpad_bytes) +
              "-byte scratchpad";
     }
+    if (!checked::add(checked::mul(g.rows - 1, g.row_stride), std::uint64_t{g.row_bytes})) {
+      return "the table (" + str(g.rows) + " rows " + str(g.row_stride) + " bytes apart) reaches past 64 bits";
+    }
+    // count and row_bytes are 32-bit: their product and sp_addr sum fit 64 bits.
     const std::uint64_t dst_end = g.sp_addr + std::uint64_t{g.count} * g.row_bytes;
     if (g.sp_addr < index_end && g.index_sp < dst_end) {
       return "destination [" + str(g.sp_addr) + ", " + str(dst_end) + ") overlaps the indices [" + str(g.index_sp) +
@@ -236,6 +258,23 @@ struct Checker {
 };
 
 }  // namespace
+
+std::optional<DmaFootprint> dma_footprint(const Dma& d) {
+  const std::int64_t size = dtype_size(d.dtype);
+  std::int64_t lo = 0, hi = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (d.shape[i] == 0) continue;
+    const auto reach = checked::mul(checked::mul(std::int64_t{d.shape[i]} - 1, d.mem_stride[i]), size);
+    if (!reach) return std::nullopt;
+    std::int64_t& side = *reach < 0 ? lo : hi;
+    const auto sum = checked::add(side, *reach);
+    if (!sum) return std::nullopt;
+    side = *sum;
+  }
+  const auto span = checked::add(checked::sub(hi, lo), size);
+  if (!span) return std::nullopt;
+  return DmaFootprint{lo, static_cast<std::uint64_t>(*span)};
+}
 
 std::optional<std::string> check(const Instruction& inst, const Limits& limits) {
   return std::visit(Checker{limits}, inst);

@@ -48,6 +48,15 @@ struct Limits {
 // Returns the reason it is invalid, or nothing.
 std::optional<std::string> check(const Instruction& inst, const Limits& limits);
 
+// The device bytes a DMA touches, relative to its argument + offset: [lo, lo + extent)
+// (lo < 0 when a device stride is negative). Nothing when the strides reach past 64
+// bits, which check() refuses.
+struct DmaFootprint {
+  std::int64_t lo = 0;
+  std::uint64_t extent = 0;
+};
+std::optional<DmaFootprint> dma_footprint(const Dma& d);
+
 // A malformed program: the reason, and where (stream and instruction index) when the
 // fault is in an instruction.
 class ProgramError : public std::runtime_error {
