@@ -14,12 +14,23 @@
 
 namespace spyre::config {
 
-// Bounds for a numeric field; `min_exclusive` makes the lower bound strict.
+// Bounds for a numeric field; `min_exclusive` makes the lower bound strict. The bounds
+// are what the model can represent: sizes whose sums and products (addresses, host
+// buffers) fit 64 bits and the host, rates and clocks whose picosecond times fit too.
 struct Range {
   double min = 0;
   double max = 1e300;
   bool min_exclusive = false;
 };
+
+// Shared bounds (see Range).
+inline constexpr double kMaxCores = 1024;          // launch core masks hold 1024 bits (isa::kMaxStreams)
+inline constexpr Range kScratchpadBytes{64, 1 << 30};
+inline constexpr Range kDeviceMemoryBytes{1 << 20, 1ull << 40};  // 1 MiB .. 1 TiB
+inline constexpr Range kEfficiency{1e-3, 1};
+inline constexpr Range kOpCycles{1e-3, 1e6};
+// Scratchpads of all cores together (committed host memory), checked in validate().
+inline constexpr std::uint64_t kMaxTotalScratchpadBytes = 16ull << 30;
 
 enum class Dataflow { output_stationary, weight_stationary, input_stationary };
 
@@ -86,10 +97,10 @@ struct VectorOpCycles {
 
   template <class V>
   void describe(V& v) {
-#define SPYRE_DESCRIBE_COST(op) v.real(#op, op, Range{0, 1e6, true});
+#define SPYRE_DESCRIBE_COST(op) v.real(#op, op, kOpCycles);
     SPYRE_VECTOR_OP_COSTS(SPYRE_DESCRIBE_COST)
 #undef SPYRE_DESCRIBE_COST
-#define SPYRE_DESCRIBE_DEFAULTED_COST(op, fallback) v.real(#op, op, Range{0, 1e6, true}, double{fallback});
+#define SPYRE_DESCRIBE_DEFAULTED_COST(op, fallback) v.real(#op, op, kOpCycles, double{fallback});
     SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(SPYRE_DESCRIBE_DEFAULTED_COST)
 #undef SPYRE_DESCRIBE_DEFAULTED_COST
   }
@@ -119,8 +130,9 @@ struct ScratchpadConfig {
 
   template <class V>
   void describe(V& v) {
-    v.bytes("bytes", bytes);
-    v.bytes("usable_bytes", usable_bytes);
+    // Scratchpad addresses are 32-bit in the ISA; every core's scratchpad is host memory.
+    v.bytes("bytes", bytes, kScratchpadBytes);
+    v.bytes("usable_bytes", usable_bytes, kScratchpadBytes);
     v.integer("ports", ports, Range{1, 64});
     v.integer("bytes_per_cycle_per_port", bytes_per_cycle_per_port, Range{1, 1 << 20});
     v.integer("latency_cycles", latency_cycles, Range{0, 1e6});
@@ -136,7 +148,7 @@ struct CoresConfig {
 
   template <class V>
   void describe(V& v) {
-    v.integer("count", count, Range{1, 4096});
+    v.integer("count", count, Range{1, kMaxCores});
     v.integer("corelets", corelets, Range{1, 64});
     v.section("compute_array", compute_array);
     v.section("vector", vector);
@@ -155,7 +167,7 @@ struct DmaConfig {
     v.integer("engines_per_core", engines_per_core, Range{1, 64});
     v.integer("setup_cycles", setup_cycles, Range{0, 1e6});
     v.integer("bytes_per_cycle", bytes_per_cycle, Range{1, 1 << 20});
-    v.bytes("stick_bytes", stick_bytes);
+    v.bytes("stick_bytes", stick_bytes, Range{1, 1 << 16});
   }
 };
 
@@ -170,13 +182,14 @@ struct MemoryConfig {
 
   template <class V>
   void describe(V& v) {
-    v.bytes("capacity_bytes", capacity_bytes);
-    v.bytes("usable_bytes", usable_bytes);
+    // The device's address space and backing store are reserved in the host's.
+    v.bytes("capacity_bytes", capacity_bytes, kDeviceMemoryBytes);
+    v.bytes("usable_bytes", usable_bytes, kDeviceMemoryBytes);
     v.integer("channels", channels, Range{1, 1024});
-    v.real("peak_gbps", peak_gbps, Range{0, 1e7, true});
-    v.real("efficiency", efficiency, Range{0, 1, true});
+    v.real("peak_gbps", peak_gbps, Range{1e-3, 1e7});
+    v.real("efficiency", efficiency, kEfficiency);
     v.real("latency_ns", latency_ns, Range{0, 1e6});
-    v.bytes("interleave_bytes", interleave_bytes);
+    v.bytes("interleave_bytes", interleave_bytes, Range{1, 1 << 30});
   }
 };
 
@@ -204,7 +217,7 @@ struct HostLinkConfig {
     v.integer("pcie_gen", pcie_gen, Range{1, 6});
     v.integer("lanes", lanes, Range{1, 32});
     v.real("latency_ns", latency_ns, Range{0, 1e9});
-    v.real("efficiency", efficiency, Range{0, 1, true});
+    v.real("efficiency", efficiency, kEfficiency);
   }
 };
 
@@ -286,7 +299,7 @@ struct ChipConfig {
   template <class V>
   void describe(V& v) {
     v.text("name", name);
-    v.real("clock_ghz", clock_ghz, Range{0, 100, true});
+    v.real("clock_ghz", clock_ghz, Range{1e-3, 100});
     v.section("cores", cores);
     v.section("dma", dma);
     v.section("memory", memory);

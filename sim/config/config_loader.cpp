@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -58,7 +59,14 @@ class Origins {
       p.resize(dot);
     }
     const YAML::Mark mark = node.Mark();
-    if (mark.is_null()) return file_;
+    if (mark.is_null()) {
+      // A node with no position was made by an override: one that named a key or
+      // section below this path (--set foo.bar=1 creates the section foo).
+      for (const auto& [p, origin] : overridden_) {
+        if (p.size() > path.size() && p.compare(0, path.size(), path) == 0 && p[path.size()] == '.') return origin;
+      }
+      return file_;
+    }
     return fmt::format("{}:{}:{}", file_, mark.line + 1, mark.column + 1);
   }
 
@@ -86,6 +94,17 @@ std::string format_range(const Range& r) {
   const char* lo = r.min_exclusive ? ">" : ">=";
   if (r.max >= 1e300) return fmt::format("{} {}", lo, r.min);
   return fmt::format("{} {} and <= {}", lo, r.min, r.max);
+}
+
+// 1 MiB, 1 TiB, 4096 B: the largest binary unit that divides the bound.
+std::string format_bytes(double bound) {
+  const auto v = static_cast<std::uint64_t>(bound);
+  static const std::pair<std::uint64_t, const char*> units[] = {
+      {1ull << 40, "TiB"}, {1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"}};
+  for (const auto& [size, name] : units) {
+    if (v >= size && v % size == 0) return fmt::format("{} {}", v / size, name);
+  }
+  return fmt::format("{} B", v);
 }
 
 bool in_range(double x, const Range& r) {
@@ -188,7 +207,7 @@ class YamlReader {
     out = *v;
   }
 
-  void bytes(std::string_view key, std::uint64_t& out) {
+  void bytes(std::string_view key, std::uint64_t& out, const Range& range) {
     const YAML::Node n = scalar(key);
     const auto v = parse_bytes(n.Scalar());
     if (!v || *v == 0) {
@@ -196,6 +215,11 @@ class YamlReader {
            fmt::format("expected a positive size in bytes (e.g. 4096, '64 KiB', '2 MiB', "
                        "'128 GiB'), found '{}'",
                        n.Scalar()));
+    }
+    if (!in_range(static_cast<double>(*v), range)) {
+      fail(join_path(path_, key), n,
+           fmt::format("expected a size from {} to {}, found '{}'", format_bytes(range.min),
+                       format_bytes(range.max), n.Scalar()));
     }
     out = *v;
   }
@@ -295,7 +319,7 @@ class JsonWriter {
   void real(std::string_view key, const double& v, const Range&, std::optional<double> = std::nullopt) {
     out_[std::string(key)] = v;
   }
-  void bytes(std::string_view key, const std::uint64_t& v) { out_[std::string(key)] = v; }
+  void bytes(std::string_view key, const std::uint64_t& v, const Range&) { out_[std::string(key)] = v; }
   void text(std::string_view key, const std::string& v) { out_[std::string(key)] = v; }
 
   template <class E>
@@ -322,6 +346,118 @@ class JsonWriter {
   nlohmann::json& out_;
 };
 
+// Where byte `offset` of `text` is, as "source:line:column".
+std::string position(std::string_view text, std::size_t offset, const std::string& source) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return fmt::format("{}:{}:{}", source, line, column);
+}
+
+// The offset of the first byte that is not part of well-formed UTF-8, if any.
+std::optional<std::size_t> first_non_utf8(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t n = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      n = 1, cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2, cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + n >= text.size()) return i;  // truncated sequence
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(text[i + k]);
+      if ((d & 0xc0) != 0x80) return i;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    static constexpr std::uint32_t kMinimum[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMinimum[n] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) return i;
+    i += n + 1;
+  }
+  return std::nullopt;
+}
+
+void require_utf8(std::string_view text, const std::string& source) {
+  if (const auto bad = first_non_utf8(text)) {
+    throw ConfigError(position(text, *bad, source), "",
+                      fmt::format("expected UTF-8 text, found the byte 0x{:02x}",
+                                  static_cast<unsigned char>(text[*bad])));
+  }
+}
+
+// Deepest nesting of flow collections ([...], {...}) outside quotes and comments: the
+// parser recurses once per level, so a hostile file must not reach it.
+constexpr std::size_t kMaxNesting = 64;
+void require_shallow(std::string_view text, const std::string& source) {
+  std::size_t depth = 0;
+  char quote = 0;
+  bool comment = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (comment) {
+      comment = c != '\n';
+    } else if (quote) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#') {
+      comment = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxNesting) {
+        throw ConfigError(position(text, i, source), "",
+                          fmt::format("expected at most {} nested [ ] or {{ }} levels, found more", kMaxNesting));
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+// yaml-cpp keeps the first of two equal keys and drops the second without a word; a
+// config with a key twice (or a section twice) is refused, naming both places.
+void reject_duplicate_keys(const YAML::Node& node, const std::string& path, const std::string& source,
+                           std::size_t depth = 0) {
+  if (depth > kMaxNesting) {
+    throw ConfigError(source, path, fmt::format("expected at most {} nested levels", kMaxNesting));
+  }
+  const auto where = [&](const YAML::Node& n) {
+    const YAML::Mark m = n.Mark();
+    return m.is_null() ? source : fmt::format("{}:{}:{}", source, m.line + 1, m.column + 1);
+  };
+  if (node.IsMap()) {
+    std::map<std::string, YAML::Node> seen;
+    for (const auto& kv : node) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string();
+      const std::string child = join_path(path, key);
+      if (const auto it = seen.find(key); it != seen.end()) {
+        throw ConfigError(where(kv.first), child,
+                          fmt::format("duplicate key: already given at {} (a key may appear once per section)",
+                                      where(it->second)));
+      }
+      seen.emplace(key, kv.first);
+      reject_duplicate_keys(kv.second, child, source, depth + 1);
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) reject_duplicate_keys(item, path, source, depth + 1);
+  }
+}
+
 // Applies "a.b.c=value" to the tree; returns the override's key path.
 std::string apply_override(YAML::Node& root, const std::string& item) {
   const std::string where = fmt::format("--set {}", item);
@@ -337,12 +473,15 @@ std::string apply_override(YAML::Node& root, const std::string& item) {
     if (k.empty()) throw ConfigError(where, path, "empty component in key path");
     keys.push_back(k);
   }
+  require_utf8(item, where);
+  require_shallow(value, where);
   YAML::Node value_node;
   try {
     value_node = YAML::Load(value);
   } catch (const YAML::Exception& e) {
     throw ConfigError(where, path, fmt::format("value is not valid YAML: {}", e.msg));
   }
+  reject_duplicate_keys(value_node, path, where);
   YAML::Node cur = root;
   std::string walked;
   for (std::size_t i = 0; i + 1 < keys.size(); ++i) {
@@ -372,13 +511,22 @@ std::string read_file(const std::string& path) {
 
 LoadedConfig load_config_text(std::string_view yaml, const std::string& source_name,
                               const std::vector<std::string>& overrides) {
+  require_utf8(yaml, source_name);
+  require_shallow(yaml, source_name);
   YAML::Node root;
   try {
-    root = YAML::Load(std::string(yaml));
+    const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+    if (documents.size() > 1) {
+      const YAML::Mark m = documents[1].Mark();
+      throw ConfigError(m.is_null() ? source_name : fmt::format("{}:{}:{}", source_name, m.line + 1, m.column + 1),
+                        "", fmt::format("expected one YAML document, found {} (a second '---')", documents.size()));
+    }
+    if (!documents.empty()) root = documents[0];
   } catch (const YAML::Exception& e) {
     throw ConfigError(fmt::format("{}:{}:{}", source_name, e.mark.line + 1, e.mark.column + 1), "",
                       fmt::format("not valid YAML: {}", e.msg));
   }
+  reject_duplicate_keys(root, "", source_name);
   if (!root.IsMap()) {
     throw ConfigError(source_name, "", "expected a YAML mapping at the top of the config");
   }

@@ -21,6 +21,16 @@ void validate(const ChipConfig& chip, const Locate& locate) {
   require(chip.cores.compute_array.simd_depth.fp16 > 0, "cores.compute_array.simd_depth.fp16",
           "expected a positive depth: every chip must support fp16 matmul");
 
+  require(chip.cores.count * sp.bytes <= kMaxTotalScratchpadBytes, "cores.scratchpad.bytes",
+          fmt::format("expected cores.count x scratchpad bytes at most {} GiB (every core's scratchpad is "
+                      "host memory), found {} x {} bytes",
+                      kMaxTotalScratchpadBytes >> 30, chip.cores.count, sp.bytes));
+  // The watchdog's time in picoseconds must fit 63 bits: cycles x 1000 / clock_ghz.
+  require(static_cast<double>(chip.firmware.watchdog_cycles) * 1000.0 / chip.clock_ghz < 9.2e18,
+          "firmware.watchdog_cycles",
+          fmt::format("expected at most {:.3g} cycles at {} GHz (the timeout must fit 2^63 picoseconds), found {}",
+                      9.2e18 * chip.clock_ghz / 1000.0, chip.clock_ghz, chip.firmware.watchdog_cycles));
+
   const auto& mem = chip.memory;
   require(mem.usable_bytes <= mem.capacity_bytes, "memory.usable_bytes",
           fmt::format("expected at most memory.capacity_bytes ({}), found {}", mem.capacity_bytes,
