@@ -233,13 +233,13 @@ void Firmware::execute_launch(Queue& queue, Launch& l, std::optional<FaultRecord
   const auto& cfg = chip_.config();
   if (mode_ == Mode::functional) {
     const std::uint64_t id = next_launch_id_++;
-    launch_tags_[id] = l.queue_tag;
     std::vector<std::uint32_t> cores;
     for (std::uint32_t c = 0; c < chip_.num_cores() && cores.size() < l.program->num_streams(); ++c) {
       if (l.core_mask.empty() || l.core_mask[c]) cores.push_back(c);
     }
     sim::LaunchRecord record =
-        sim::functional::run(chip_, {.program = l.program, .args = std::move(l.args), .cores = cores, .name = l.name, .id = id});
+        sim::functional::run(chip_, {.program = l.program, .args = std::move(l.args), .cores = cores, .name = l.name, .id = id,
+                                       .queue_tag = l.queue_tag});
     record.start = record.end = now();
     chip_.record_launch(record);
     if (record.fault) fault = fault_record(*record.fault);
@@ -249,11 +249,11 @@ void Firmware::execute_launch(Queue& queue, Launch& l, std::optional<FaultRecord
   const std::vector<std::uint32_t> cores = acquire_cores(queue.priority, l.core_mask, streams);
   wait_ps(chip_.clock().ps(cfg.firmware.launch_cycles));
   const std::uint64_t id = next_launch_id_++;
-  launch_tags_[id] = l.queue_tag;
   bool done = false;
   sc_core::sc_event finished;
   sim::LaunchRecord record;
-  chip_.launch({.program = l.program, .args = std::move(l.args), .cores = cores, .name = l.name, .id = id, .flow = l.flow},
+  chip_.launch({.program = l.program, .args = std::move(l.args), .cores = cores, .name = l.name, .id = id, .flow = l.flow,
+                .queue_tag = l.queue_tag},
                [&](const sim::LaunchRecord& r) {
                  record = r;
                  done = true;
@@ -270,11 +270,6 @@ void Firmware::execute_launch(Queue& queue, Launch& l, std::optional<FaultRecord
   }
   release_cores(cores);
   if (record.fault) fault = fault_record(*record.fault);
-}
-
-std::uint64_t Firmware::queue_tag_of_launch(std::uint64_t id) const {
-  const auto it = launch_tags_.find(id);
-  return it == launch_tags_.end() ? 0 : it->second;
 }
 
 std::vector<std::uint32_t> Firmware::acquire_cores(int priority, const std::vector<bool>& mask, std::uint32_t count) {

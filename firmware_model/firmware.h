@@ -138,7 +138,6 @@ class Firmware {
 
   const std::vector<std::shared_ptr<Queue>>& queues() const { return queues_; }
   // The tag of the queue that launched the chip's launch `id` (0 if unknown).
-  std::uint64_t queue_tag_of_launch(std::uint64_t id) const;
 
  private:
   struct CoreRequest {
@@ -172,7 +171,6 @@ class Firmware {
   std::list<CoreRequest*> requests_;
   std::uint64_t request_sequence_ = 0;
   std::uint64_t next_launch_id_ = 1;
-  std::map<std::uint64_t, std::uint64_t> launch_tags_;  // launch id -> queue tag
   sc_core::sc_event cores_changed_;
   sc_core::sc_event state_changed_;
 };

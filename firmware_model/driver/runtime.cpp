@@ -39,6 +39,21 @@ std::uint32_t device_count_from_env() {
   return static_cast<std::uint32_t>(n);
 }
 
+// SPYRE_SIM_LAUNCH_RECORDS: launch records each device keeps ("all", or a count;
+// default sim::kDefaultLaunchRecordLimit). Totals are exact either way.
+std::optional<std::size_t> launch_record_limit_from_env() {
+  const char* text = std::getenv("SPYRE_SIM_LAUNCH_RECORDS");
+  if (text == nullptr || *text == '\0') return sim::kDefaultLaunchRecordLimit;
+  if (std::string_view(text) == "all") return std::nullopt;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(text, &end, 10);
+  if (*end != '\0' || *text == '-' || n > (1ull << 40)) {
+    throw Error{SPYRE_ERROR_NOT_INITIALIZED,
+                fmt::format("SPYRE_SIM_LAUNCH_RECORDS: expected 'all' or a count from 0 to 2^40, found '{}'", text)};
+  }
+  return static_cast<std::size_t>(n);
+}
+
 void configure_logging() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -85,6 +100,7 @@ Runtime& Runtime::get() {
 
 void Runtime::start_devices() {
   const std::uint32_t count = device_count_from_env();
+  const std::optional<std::size_t> record_limit = launch_record_limit_from_env();
   const char* path = std::getenv("SPYRE_SIM_CONFIG");
   const char* set = std::getenv("SPYRE_SIM_SET");
   config::LoadedConfig loaded;
@@ -102,6 +118,7 @@ void Runtime::start_devices() {
       d->index = i;
       d->config = loaded;
       d->chip = std::make_unique<sim::Chip>(loaded.chip, i);
+      d->chip->set_launch_record_limit(record_limit);
       if (functional_) {
         d->firmware = std::make_unique<firmware::Firmware>(*d->chip, nullptr, firmware::Mode::functional,
                                                            [this] { return host_time(); });
@@ -149,8 +166,13 @@ void Runtime::shutdown() {
     rt->devices_.clear();
   });
   const std::lock_guard lock(rt->objects_mutex_);
-  rt->slots_.clear();
+  // Slots keep their generations across a restart, so no handle from before the
+  // shutdown becomes live again.
   rt->free_slots_.clear();
+  for (std::size_t i = rt->slots_.size(); i-- > 0;) {
+    rt->slots_[i].object.reset();
+    if (rt->slots_[i].generation < kMaxGeneration) rt->free_slots_.push_back(static_cast<std::uint32_t>(i));
+  }
   rt->pinned_.clear();
 }
 
@@ -324,7 +346,9 @@ bool Runtime::remove(const void* handle) {
   const std::lock_guard lock(objects_mutex_);
   if (index == 0 || index > slots_.size() || !slots_[index - 1].object) return false;
   slots_[index - 1].object.reset();
-  free_slots_.push_back(static_cast<std::uint32_t>(index - 1));
+  // A slot whose generations are used up is retired (a few bytes, once per 2^24
+  // reuses), never handed out again.
+  if (slots_[index - 1].generation < kMaxGeneration) free_slots_.push_back(static_cast<std::uint32_t>(index - 1));
   return true;
 }
 

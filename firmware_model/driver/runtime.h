@@ -156,11 +156,11 @@ class Runtime {
   struct Slot {
     std::shared_ptr<void> object;
     std::uint32_t kind = 0;
-    std::uint32_t generation = 0;
+    std::uint32_t generation = 0;  // 1 .. kMaxGeneration; 0 = never used
   };
+  static constexpr std::uint32_t kMaxGeneration = 0xffffffu;
   std::vector<Slot> slots_;
   std::vector<std::uint32_t> free_slots_;
-  std::uint32_t generation_counter_ = 0;
   std::map<std::uintptr_t, std::size_t> pinned_;
 
   friend void at_exit();
@@ -208,9 +208,10 @@ void* Runtime::add(std::shared_ptr<T> object) {
   Slot& slot = slots_[index];
   slot.object = std::move(object);
   slot.kind = kind_of<T>();
-  // Generations never repeat (within 2^24 handles), across shutdowns too, so a stale
-  // handle does not come back to life when its slot is reused.
-  slot.generation = ++generation_counter_;
+  // Each reuse of a slot takes the next of its 2^24 - 1 generations; remove() retires
+  // a slot whose generations are used up, so a destroyed handle never becomes live
+  // again (spyre_drv.h, "Handles").
+  ++slot.generation;
   return reinterpret_cast<void*>(encode_handle(slot.kind, slot.generation, index));
 }
 

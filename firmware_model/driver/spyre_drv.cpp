@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "driver/runtime.h"
+#include "spyre/checked.h"
 #include "spyre/spyre_drv.h"
 
 using spyre::driver::Device;
@@ -159,8 +160,21 @@ firmware::Copy make_copy(Runtime& rt, void* dst, std::size_t dst_pitch, const vo
   if (ends.dst_device == nullptr && ends.src_device == nullptr) {
     raise(SPYRE_ERROR_INVALID_ARGUMENT, "both pointers are host memory: use memcpy");
   }
-  const std::uint64_t dst_extent = height == 0 ? 0 : (height - 1) * dst_pitch + width;
-  const std::uint64_t src_extent = height == 0 ? 0 : (height - 1) * src_pitch + width;
+  // Bytes each side spans, and the host or device end address: a product or sum that
+  // does not fit 64 bits is a size error here, not a fault when the copy runs.
+  const auto extent = [&](const void* p, std::size_t pitch, const char* what) -> std::uint64_t {
+    if (height == 0 || width == 0) return 0;
+    const auto span = spyre::checked::add(spyre::checked::mul(std::uint64_t{height} - 1, std::uint64_t{pitch}),
+                                   std::uint64_t{width});
+    if (!span || !spyre::checked::add(addr(p), *span)) {
+      raise(SPYRE_ERROR_INVALID_SIZE,
+            fmt::format("the {} of {} rows {} bytes apart from {} runs past the 64-bit address space", what, height,
+                        pitch, p));
+    }
+    return *span;
+  };
+  const std::uint64_t dst_extent = extent(dst, dst_pitch, "destination");
+  const std::uint64_t src_extent = extent(src, src_pitch, "source");
   if (ends.dst_device) check_device_range(*ends.dst_device, dst, dst_extent, "destination");
   if (ends.src_device) check_device_range(*ends.src_device, src, src_extent, "source");
   firmware::Copy c;
@@ -207,6 +221,7 @@ spyre_result_t copy_async(spyre_queue_t queue, void* dst, std::size_t dst_pitch,
     raise(SPYRE_ERROR_INVALID_ARGUMENT, fmt::format("neither end of the copy is on the queue's device spyre:{}",
                                                     q->device->index));
   }
+  if (width == 0 || height == 0) return SPYRE_SUCCESS;  // nothing to move: a no-op, like CUDA's
   submit(rt, q, std::move(c));
   return SPYRE_SUCCESS;
 }
@@ -460,9 +475,15 @@ spyre_result_t spyreHostAlloc(size_t bytes, void** ptr) {
     require(ptr, "ptr");
     if (bytes == 0) raise(SPYRE_ERROR_INVALID_SIZE, "bytes must be positive");
     Runtime& rt = Runtime::get();
-    void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    // Whole pages; a size whose rounding does not fit size_t cannot be allocated.
+    const auto rounded = spyre::checked::add(bytes, std::size_t{4095});
+    void* p = rounded ? std::aligned_alloc(4096, *rounded / 4096 * 4096) : nullptr;
     if (p == nullptr) raise(SPYRE_ERROR_OUT_OF_HOST_MEMORY, fmt::format("cannot allocate {} bytes", bytes));
-    rt.add_pinned(p, bytes);
+    if (!rt.add_pinned(p, bytes)) {
+      const std::string where = fmt::format("{}", p);
+      std::free(p);
+      raise(SPYRE_ERROR_INTERNAL, "the new host buffer " + where + " overlaps a registered range");
+    }
     *ptr = p;
     return SPYRE_SUCCESS;
   });
@@ -480,6 +501,9 @@ spyre_result_t spyreHostRegister(void* ptr, size_t bytes) {
   return guarded(__func__, [&] {
     require(ptr, "ptr");
     if (bytes == 0) raise(SPYRE_ERROR_INVALID_SIZE, "bytes must be positive");
+    if (!spyre::checked::add(addr(ptr), std::uint64_t{bytes})) {
+      raise(SPYRE_ERROR_INVALID_SIZE, fmt::format("[{}, +{}) runs past the end of the address space", ptr, bytes));
+    }
     if (!Runtime::get().add_pinned(ptr, bytes)) {
       raise(SPYRE_ERROR_INVALID_ARGUMENT, fmt::format("[{}, +{}) overlaps a registered range", ptr, bytes));
     }
@@ -604,6 +628,7 @@ spyre_result_t spyreMemcpy(void* dst, const void* src, size_t bytes) {
     Runtime& rt = Runtime::get();
     Endpoints ends{};
     firmware::Copy c = make_copy(rt, dst, bytes, src, bytes, bytes, 1, false, ends);
+    if (bytes == 0) return SPYRE_SUCCESS;
     // Ordered after everything already submitted to the devices involved.
     if (ends.dst_device && ends.src_device && ends.dst_device != ends.src_device) wait_device_idle(rt, ends.dst_device);
     run_synchronously(rt, queue_device_for(ends), std::move(c));
@@ -818,6 +843,12 @@ spyre_result_t spyreLaunch(spyre_queue_t queue, const spyre_launch_desc_t* desc)
     }
     if (desc->num_args > 0) require(desc->args, "desc->args");
     const std::uint32_t cores = q->device->chip->num_cores();
+    // Configs allow at most SPYRE_MAX_CORES cores (config::kMaxCores), the mask's width.
+    static_assert(sizeof(desc->core_mask) * 8 == SPYRE_MAX_CORES && SPYRE_MAX_CORES == isa::kMaxStreams);
+    if (cores > SPYRE_MAX_CORES) {
+      raise(SPYRE_ERROR_INTERNAL, fmt::format("the device has {} cores, more than the {} a core mask holds", cores,
+                                              SPYRE_MAX_CORES));
+    }
     std::vector<bool> mask;
     std::uint32_t allowed = cores;
     const bool any = std::all_of(std::begin(desc->core_mask), std::end(desc->core_mask), [](uint64_t w) { return w == 0; });
@@ -906,7 +937,7 @@ spyre_result_t spyreDeviceGetLaunchRecords(spyre_device_t device, uint32_t* coun
         std::memset(&out, 0, sizeof out);
         out.struct_size = size;
         copy_string(out.name, sizeof out.name, r.name);
-        out.queue = reinterpret_cast<spyre_queue_t>(d->firmware->queue_tag_of_launch(r.id));
+        out.queue = reinterpret_cast<spyre_queue_t>(r.queue_tag);
         out.start_ps = r.start;
         out.end_ps = r.end;
         for (std::size_t m = 0; m < r.macs.size(); ++m) out.macs[m] = r.macs[m];
