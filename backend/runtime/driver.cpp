@@ -17,9 +17,17 @@ thread_local c10::DeviceIndex t_current_device = 0;
 
 }  // namespace
 
+void raise_device_fault(const std::string& message) {
+  throw DeviceFaultError({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)}, message);
+}
+
 void driver_failure(spyre_result_t rc, const char* what) {
-  TORCH_CHECK(false, "spyre driver: ", what, " failed with ", spyreResultString(rc), ": ",
-              spyreGetLastErrorMessage());
+  const std::string message = c10::str("spyre driver: ", what, " failed with ", spyreResultString(rc), ": ",
+                                       spyreGetLastErrorMessage());
+  if (rc == SPYRE_ERROR_DEVICE_FAULT) raise_device_fault(message);
+  TORCH_CHECK_WITH(OutOfMemoryError, rc != SPYRE_ERROR_OUT_OF_DEVICE_MEMORY && rc != SPYRE_ERROR_OUT_OF_HOST_MEMORY,
+                   message);
+  TORCH_CHECK(false, message);
 }
 
 std::string describe_fault(spyre_queue_t queue) {

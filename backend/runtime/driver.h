@@ -11,7 +11,19 @@
 
 namespace spyre::backend {
 
-// Throws c10::Error naming `what`, the result code and the driver's message.
+// The simulated device reported a fault (a Python RuntimeError, like every c10::Error):
+// a type of its own, so callers classify failures by type rather than by message.
+class DeviceFaultError : public c10::Error {
+ public:
+  using c10::Error::Error;
+};
+
+// Throws DeviceFaultError with `message` (the fault record, see describe_fault).
+[[noreturn]] void raise_device_fault(const std::string& message);
+
+// Throws c10::Error naming `what`, the result code and the driver's message
+// (DeviceFaultError for SPYRE_ERROR_DEVICE_FAULT, c10::OutOfMemoryError for out of
+// host or device memory).
 [[noreturn]] void driver_failure(spyre_result_t rc, const char* what);
 
 // A queue reported a device fault: the fault record as text ("kernel 'x' on core 3 at

@@ -85,7 +85,7 @@ void synchronize_queue(spyre_queue_t queue, const char* what) {
   if (rc == SPYRE_ERROR_DEVICE_FAULT) {
     const std::string fault = describe_fault(queue);
     spyreQueueAcknowledgeError(queue);  // the device stays usable after the error is reported
-    TORCH_CHECK(false, "spyre: ", what, ": ", fault);
+    raise_device_fault(c10::str("spyre: ", what, ": ", fault));
   }
   if (rc != SPYRE_SUCCESS) driver_failure(rc, what);
 }

@@ -322,8 +322,8 @@ class StreamRunner {
   bool operator()(const isa::DmaLoad& d) { return dma(d, true); }
   bool operator()(const isa::DmaStore& d) { return dma(d, false); }
   bool operator()(const isa::DmaGather& g) {
-    return move(g.arg, g.offset, true, g.token, [&](std::uint64_t base, functional::DmaResult& moved, const auto& on_run) {
-      return functional::gather(g, base, chip_.memory(), sp_, moved, on_run);
+    return move(g.arg, true, g.token, [&](std::uint64_t argument, functional::DmaResult& moved, const auto& on_run) {
+      return functional::gather(g, argument, chip_.memory(), sp_, moved, on_run);
     });
   }
 
@@ -495,28 +495,27 @@ class StreamRunner {
   }
 
   bool dma(const isa::Dma& d, bool load) {
-    return move(d.arg, d.offset, load, d.token, [&](std::uint64_t base, functional::DmaResult& moved, const auto& on_run) {
-      return functional::transfer(d, load, base, chip_.memory(), sp_, moved, on_run);
+    return move(d.arg, load, d.token, [&](std::uint64_t argument, functional::DmaResult& moved, const auto& on_run) {
+      return functional::transfer(d, load, argument, chip_.memory(), sp_, moved, on_run);
     });
   }
 
-  // A DMA-engine transfer: `bytes(base, moved, on_run)` moves the data (DmaLoad,
+  // A DMA-engine transfer: `bytes(argument, moved, on_run)` moves the data (DmaLoad,
   // DmaStore, DmaGather) and reports the device runs it touched; they are charged
   // to the channels, and the engine, links and port are reserved here.
   template <class Mover>
-  bool move(std::uint16_t arg, std::uint64_t offset, bool load, std::uint8_t token, Mover&& bytes) {
+  bool move(std::uint16_t arg, bool load, std::uint8_t token, Mover&& bytes) {
     const auto& args = launch_.request.args;
     if (arg >= args.size()) {
       return fault(fmt::format("argument {} is used but the launch passed {} argument(s)", arg, args.size()));
     }
-    const std::uint64_t base = args[arg] + offset;
     std::vector<std::uint64_t> shares(chip_.config().memory.channels, 0);
     std::uint64_t charged = 0;
     functional::DmaResult moved;
     const std::function<void(std::uint64_t, std::uint64_t)> on_run = [&](std::uint64_t a, std::uint64_t n) {
       impl_.charge(a, n, shares, charged);
     };
-    if (auto f = bytes(base, moved, on_run)) return fault(f->reason, f->address);
+    if (auto f = bytes(args[arg], moved, on_run)) return fault(f->reason, f->address);
     const std::uint64_t useful = moved.useful_bytes;
     if (load) touch(moved.sp_end);
 
@@ -647,7 +646,25 @@ void Chip::record_launch(const LaunchRecord& r) {
   s.dram_write_bytes += r.dram_write_bytes;
   ++s.launches;
   if (r.fault) ++s.faults;
+  KernelTotals& k = s.kernel_totals[r.name];
+  ++k.launches;
+  k.faults += r.fault ? 1 : 0;
+  k.time_ps += r.end - r.start;
+  for (std::size_t i = 0; i < r.macs.size(); ++i) k.macs[i] += r.macs[i];
+  k.vector_elements += r.vector_elements;
+  k.instructions += r.instructions;
+  k.dram_read_bytes += r.dram_read_bytes;
+  k.dram_write_bytes += r.dram_write_bytes;
+  k.ring_bytes += r.ring_bytes;
+  if (record_limit_ && *record_limit_ == 0) {
+    ++s.launch_records_dropped;
+    return;
+  }
   s.launch_records.push_back(r);
+  if (record_limit_ && s.launch_records.size() > *record_limit_) {
+    s.launch_records.pop_front();
+    ++s.launch_records_dropped;
+  }
 }
 
 isa::Limits Chip::limits(std::uint32_t cores) const {
@@ -673,6 +690,7 @@ void Chip::launch(LaunchRequest request, LaunchCallback done) {
   launch->record.cores.assign(request.cores.begin(), request.cores.begin() + streams);
   launch->record.start = now_ps();
   launch->record.flow = request.flow;
+  launch->record.queue_tag = request.queue_tag;
   launch->limits = limits(static_cast<std::uint32_t>(request.cores.size()));
   launch->remaining = streams;
   launch->pcs.assign(streams, 0);
@@ -837,6 +855,15 @@ nlohmann::json Chip::report(Picoseconds elapsed_ps) const {
   for (const auto* links : {&impl_->ring_cw, &impl_->ring_ccw}) {
     for (const auto& s : *links) ring_busy += s.busy_ps(), ring_bytes += s.bytes();
   }
+  json kernels = json::array();
+  for (const auto& [name, k] : stats_.kernel_totals) {
+    json m = json::object();
+    for (const MacType t : config::kMacTypes) m[std::string(config::to_string(t))] = k.macs[static_cast<int>(t)];
+    kernels.push_back({{"name", name}, {"launches", k.launches}, {"faults", k.faults}, {"time_ps", k.time_ps},
+                       {"macs", m}, {"instructions", k.instructions}, {"vector_elements", k.vector_elements},
+                       {"dram_read_bytes", k.dram_read_bytes}, {"dram_write_bytes", k.dram_write_bytes},
+                       {"ring_link_bytes", k.ring_bytes}});
+  }
   json launches = json::array();
   for (const auto& r : stats_.launch_records) {
     json l = {{"id", r.id}, {"name", r.name}, {"start_ps", r.start}, {"end_ps", r.end},
@@ -867,7 +894,10 @@ nlohmann::json Chip::report(Picoseconds elapsed_ps) const {
            {{"host_to_device", server_json(impl_->pcie_to_device)},
             {"device_to_host", server_json(impl_->pcie_to_host)}}},
           {"cores", cores},
-          {"launch_records", launches}};
+          {"activity_ps", {stats_.first_activity_ps, stats_.last_activity_ps}},
+          {"kernel_totals", kernels},
+          {"launch_records", launches},
+          {"launch_records_dropped", stats_.launch_records_dropped}};
 }
 
 std::string Chip::report_text(Picoseconds elapsed_ps) const {

@@ -10,7 +10,9 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +56,16 @@ struct LaunchRecord {
   std::uint64_t ring_bytes = 0;
   std::optional<Fault> fault;
   std::uint64_t flow = 0;  // links the host call that launched it in traces (0: none)
+  std::uint64_t queue_tag = 0;  // opaque, from the request: which host queue launched it
+};
+
+// Every launch of one kernel name, summed (bounded by the number of distinct names).
+struct KernelTotals {
+  std::uint64_t launches = 0, faults = 0;
+  Picoseconds time_ps = 0;  // sum of (end - start)
+  std::array<std::uint64_t, 6> macs{};
+  std::uint64_t vector_elements = 0, instructions = 0;
+  std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0, ring_bytes = 0;
 };
 
 struct LaunchRequest {
@@ -63,6 +75,7 @@ struct LaunchRequest {
   std::string name;                    // for records, traces and faults; default: the program's
   std::uint64_t id = 0;
   std::uint64_t flow = 0;              // trace link to the host call (trace_host_call)
+  std::uint64_t queue_tag = 0;         // copied into the record
 };
 
 using LaunchCallback = std::function<void(const LaunchRecord&)>;
@@ -85,8 +98,16 @@ struct ChipStats {
   std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0;
   std::uint64_t host_to_device_bytes = 0, device_to_host_bytes = 0;
   Picoseconds first_activity_ps = 0, last_activity_ps = 0;  // span of the recorded work
-  std::vector<LaunchRecord> launch_records;
+  // The most recent launches, at most Chip::launch_record_limit() of them (older ones
+  // are dropped and counted; the totals above and per kernel stay exact).
+  std::deque<LaunchRecord> launch_records;
+  std::uint64_t launch_records_dropped = 0;
+  std::map<std::string, KernelTotals> kernel_totals;
 };
+
+// Launch records kept by default: memory stays flat over long runs (a record is a few
+// hundred bytes); SPYRE_SIM_LAUNCH_RECORDS=N|all changes it (driver).
+inline constexpr std::size_t kDefaultLaunchRecordLimit = 4096;
 
 class TraceRecorder;
 
@@ -108,6 +129,9 @@ class Chip {
   std::uint8_t* scratchpad(std::uint32_t core);
   // Adds a launch run elsewhere (the functional device) to the statistics.
   void record_launch(const LaunchRecord& record);
+  // How many launch records stats() keeps (nothing: all of them, memory grows).
+  void set_launch_record_limit(std::optional<std::size_t> limit) { record_limit_ = limit; }
+  std::optional<std::size_t> launch_record_limit() const { return record_limit_; }
 
   // What programs for this chip are validated against, for a launch on `cores` cores.
   isa::Limits limits(std::uint32_t cores) const;
@@ -173,6 +197,7 @@ class Chip {
   timing::Clock clock_;
   DeviceMemory memory_;
   ChipStats stats_;
+  std::optional<std::size_t> record_limit_ = kDefaultLaunchRecordLimit;
   std::vector<CoreStats> core_stats_;
   std::unique_ptr<TraceRecorder> trace_;
   std::unique_ptr<Impl> impl_;

@@ -1,10 +1,13 @@
 // spyre-sim: the command-line entry point of the simulated Spyre stack.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <new>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "config/config_loader.h"
 #include "spyre_sim/commands.h"
 
 namespace spyre::tools {
@@ -15,6 +18,37 @@ void add_config_options(CLI::App& command, ConfigOptions& options) {
   command.add_option("--set", options.overrides,
                      "override a config field, e.g. --set cores.count=16 (repeatable)")
       ->take_all();
+}
+
+int report_failure(std::exception_ptr failure) {
+  const auto say = [](const char* kind, const char* what) { std::fprintf(stderr, "spyre-sim: %s%s\n", kind, what); };
+  try {
+    std::rethrow_exception(failure);
+  } catch (const UsageError& e) {
+    say("", e.what());
+    return kExitUsage;
+  } catch (const config::ConfigError& e) {
+    say("config error: ", e.what());
+    return kExitUsage;
+  } catch (const std::filesystem::filesystem_error& e) {
+    say("", e.what());  // a path given on the command line: cannot create, read or write it
+    return kExitUsage;
+  } catch (const DeviceFault& e) {
+    say("device fault: ", e.what());
+    return kExitDeviceFault;
+  } catch (const OutOfMemory& e) {
+    say("out of memory: ", e.what());
+    return kExitOutOfMemory;
+  } catch (const std::bad_alloc& e) {
+    say("out of host memory: ", e.what());
+    return kExitOutOfMemory;
+  } catch (const std::exception& e) {
+    say("internal error: ", e.what());
+    return kExitInternal;
+  } catch (...) {
+    say("internal error: ", "an exception of unknown type");
+    return kExitInternal;
+  }
 }
 
 }  // namespace spyre::tools
@@ -36,9 +70,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitSuccess : kExitUsage;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "spyre-sim: internal error: %s\n", e.what());
-    return kExitInternal;
+  } catch (...) {
+    return report_failure(std::current_exception());
   }
   return exit_code;
 }

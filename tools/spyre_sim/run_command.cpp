@@ -1,8 +1,10 @@
 // spyre-sim run: a named workload on the simulated device through the real stack
 // (PyTorch backend, driver, firmware, SystemC model), reported from the device's own
 // statistics; plus the golden check (--expect-json) and spyre-sim diff.
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -29,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aten/cpu_fallback.h"
+#include "runtime/driver.h"
 #include "config/config_loader.h"
 #include "spyre/spyre_drv.h"
 #include "spyre_sim/commands.h"
@@ -233,6 +236,27 @@ double parse_tolerance(const std::string& t) {
   throw UsageError("--tolerance: expected a fraction (0.02) or a percentage (2%), found '" + t + "'");
 }
 
+// A `run --json` report: JSON with a non-empty `metrics` object of numbers.
+json read_report(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("cannot read " + path);
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded()) throw UsageError(path + " is not JSON");
+  if (!j.is_object() || !j.contains("metrics") || !j["metrics"].is_object() || j["metrics"].empty()) {
+    throw UsageError(path + ": expected a spyre-sim run --json report (an object with a non-empty 'metrics'), found " +
+                     (j.is_object() ? "an object without metrics" : std::string("JSON of type ") + j.type_name()));
+  }
+  return j;
+}
+
+// Opens `path` for writing now (so a bad path fails before the run, not after it).
+void require_writable(const std::string& path, const char* option) {
+  std::ofstream probe(path, std::ios::app);
+  if (!probe) {
+    throw UsageError(fmt::format("{}: cannot write {} ({})", option, path, std::strerror(errno)));
+  }
+}
+
 int run(const RunOptions& o) {
   // Validate the config here (a clear usage error), then hand it to the driver.
   const config::LoadedConfig loaded = config::load_config(o.config.config_path, o.config.overrides);
@@ -243,6 +267,11 @@ int run(const RunOptions& o) {
   setenv("SPYRE_SIM_DEVICES", "1", 1);
 
   if (o.workload.empty() == o.model.empty()) throw UsageError("give either --workload or --model (one of them)");
+  if (!o.trace.empty()) require_writable(o.trace, "--trace");
+  if (o.update_golden) {
+    if (o.expect.empty()) throw UsageError("--update-golden needs --expect-json FILE");
+    require_writable(o.expect, "--expect-json");
+  }
   Workload w = o.model.empty() ? make_workload(o.workload) : make_model_workload(o.model, o.inputs);  // uploads inputs
   w.run();                                 // compiles and loads every kernel once
   spyreDeviceSynchronize(device_handle());
@@ -251,22 +280,23 @@ int run(const RunOptions& o) {
   if (!o.trace.empty()) spyreTraceStart(device_handle());
   w.run();
   const spyre_result_t sync = spyreDeviceSynchronize(device_handle());
-  if (!o.trace.empty()) spyreTraceStop(device_handle(), o.trace.c_str());
-  if (sync != SPYRE_SUCCESS) {
-    std::fprintf(stderr, "spyre-sim: device fault: %s\n", spyreGetLastErrorMessage());
-    return kExitDeviceFault;
+  if (sync != SPYRE_SUCCESS) throw DeviceFault(spyreGetLastErrorMessage());
+  if (!o.trace.empty() && spyreTraceStop(device_handle(), o.trace.c_str()) != SPYRE_SUCCESS) {
+    throw UsageError(fmt::format("--trace: {}", spyreGetLastErrorMessage()));
   }
   const json result =
       make_report(o.model.empty() ? o.workload : "model:" + o.model, w.flops, device_report(), backend::fallback_counts());
   if (o.json_out) {
-    fmt::print("{}\n", result.dump(2));
+    fmt::print("{}\n", result.dump(2, ' ', false, json::error_handler_t::replace));
   } else {
     fmt::print("{}", report_text(result));
     if (!o.trace.empty()) fmt::print("trace: {} (Perfetto / chrome://tracing)\n", o.trace);
   }
   if (o.update_golden) {
-    if (o.expect.empty()) throw UsageError("--update-golden needs --expect-json FILE");
-    std::ofstream(o.expect) << result.dump(2) << "\n";
+    std::ofstream golden(o.expect, std::ios::trunc);
+    golden << result.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    golden.flush();
+    if (!golden) throw UsageError(fmt::format("--expect-json: cannot write {} ({})", o.expect, std::strerror(errno)));
     std::fprintf(stderr, "spyre-sim: wrote golden %s\n", o.expect.c_str());
     return kExitSuccess;
   }
@@ -280,14 +310,6 @@ int run(const RunOptions& o) {
     return check.passed ? kExitSuccess : kExitRegression;
   }
   return kExitSuccess;
-}
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError("cannot read " + path);
-  json j = json::parse(in, nullptr, false);
-  if (j.is_discarded()) throw UsageError(path + " is not JSON");
-  return j;
 }
 
 }  // namespace
@@ -305,18 +327,16 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--tolerance", o->tolerance, "allowed relative drift (default 2%)");
   cmd->add_flag("--update-golden", o->update_golden, "write this run's report to the --expect-json file");
   cmd->callback([o, &exit_code] {
+    // PyTorch's errors, by type: a device fault, memory running out, or (any other
+    // c10::Error) a model or input the backend refused.
     try {
       exit_code = run(*o);
-    } catch (const config::ConfigError& e) {
-      std::fprintf(stderr, "spyre-sim: config error: %s\n", e.what());
-      exit_code = kExitUsage;
-    } catch (const UsageError& e) {
-      std::fprintf(stderr, "spyre-sim: %s\n", e.what());
-      exit_code = kExitUsage;
+    } catch (const backend::DeviceFaultError& e) {
+      throw DeviceFault(e.what_without_backtrace());
+    } catch (const c10::OutOfMemoryError& e) {
+      throw OutOfMemory(e.what_without_backtrace());
     } catch (const c10::Error& e) {
-      std::fprintf(stderr, "spyre-sim: %s\n", e.what_without_backtrace());
-      const bool fault = std::string(e.what_without_backtrace()).find("fault") != std::string::npos;
-      exit_code = fault ? kExitDeviceFault : kExitUsage;
+      throw UsageError(e.what_without_backtrace());
     }
   });
 }
@@ -328,15 +348,10 @@ void add_diff_command(CLI::App& app, int& exit_code) {
   cmd->add_option("files", *files, "A.json B.json")->required()->expected(2);
   cmd->add_option("--tolerance", *tolerance, "exit 1 when a cycle or traffic metric differs by more (default 0)");
   cmd->callback([files, tolerance, &exit_code] {
-    try {
-      const json a = read_json((*files)[0]), b = read_json((*files)[1]);
-      const GoldenCheck d = check_golden(a, b, parse_tolerance(*tolerance), /*all_metrics=*/true);
-      fmt::print("{}", d.text);
-      exit_code = d.passed ? kExitSuccess : kExitRegression;
-    } catch (const UsageError& e) {
-      std::fprintf(stderr, "spyre-sim: %s\n", e.what());
-      exit_code = kExitUsage;
-    }
+    const json a = read_report((*files)[0]), b = read_report((*files)[1]);
+    const GoldenCheck d = check_golden(a, b, parse_tolerance(*tolerance), /*all_metrics=*/true);
+    fmt::print("{}", d.text);
+    exit_code = d.passed ? kExitSuccess : kExitRegression;
   });
 }
 

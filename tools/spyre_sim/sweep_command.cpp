@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -20,6 +22,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "spyre_sim/commands.h"
@@ -62,6 +65,39 @@ std::vector<std::pair<std::string, std::string>> point(const std::vector<Axis>& 
 
 std::string point_name(std::size_t i) { return fmt::format("p{:04}", i); }
 
+// Writes `text` to `path` through a temporary file in the same folder and a rename, so
+// a reader (or a crash) never sees half a file.
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.parent_path() / (path.filename().string() + ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw UsageError(fmt::format("cannot write {}", tmp.string()));
+  }
+  fs::rename(tmp, path);
+}
+
+// A point file: its JSON, or nothing (with the reason) when it is not a whole point.
+std::optional<json> read_point(const fs::path& path, std::string& problem) {
+  std::ifstream in(path);
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    problem = "not valid JSON (truncated or corrupt)";
+    return std::nullopt;
+  }
+  if (!j.contains("point") || !j["point"].is_number_unsigned() || !j.contains("sweep") || !j.contains("status")) {
+    problem = "not a sweep point (no point, sweep or status)";
+    return std::nullopt;
+  }
+  return j;
+}
+
+bool is_point_file(const fs::path& p) {
+  const std::string name = p.filename().string();
+  return p.extension() == ".json" && name.size() > 1 && name[0] == 'p' && name != "sweep.json";
+}
+
 const std::vector<std::string> kCsvMetrics = {"time_us", "cycles", "dram_read_bytes", "dram_write_bytes",
                                                "ring_link_bytes", "macs", "roofline_fraction",
                                                "compute_utilisation", "vector_utilisation", "achieved_flops_per_s",
@@ -79,15 +115,19 @@ void write_csv(const fs::path& dir) {
   std::map<std::size_t, json> points;
   json sweep;
   for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() != ".json" || e.path().filename().string().rfind('p', 0) != 0) continue;
-    std::ifstream in(e.path());
-    json j = json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.contains("point")) continue;
+    if (!is_point_file(e.path())) continue;
+    std::string problem;
+    auto point = read_point(e.path(), problem);
+    if (!point) {
+      std::fprintf(stderr, "spyre-sim: %s: %s; left out of sweep.csv\n", e.path().c_str(), problem.c_str());
+      continue;
+    }
+    json& j = *point;
     sweep = j["sweep"];
     const auto index = j["point"].get<std::size_t>();
     points.emplace(index, std::move(j));
   }
-  std::ofstream out(dir / "sweep.csv");
+  std::ostringstream out;
   std::vector<std::string> keys;
   for (const auto& a : sweep.value("grid", json::array())) keys.push_back(a[0].get<std::string>());
   out << "point,status";
@@ -101,6 +141,7 @@ void write_csv(const fs::path& dir) {
     for (const auto& k : kCsvMetrics) out << "," << (m.contains(k) ? m[k].dump() : "");
     out << "," << csv_field(j.value("error", "")) << "\n";
   }
+  write_atomically(dir / "sweep.csv", out.str());
 }
 
 std::string tail(const fs::path& file, std::size_t lines) {
@@ -122,6 +163,8 @@ struct SweepOptions {
   std::string shard = "1/1";
   std::string out;
 };
+
+volatile std::sig_atomic_t g_stop = 0;  // the signal that stopped the sweep, or 0
 
 struct Running {
   pid_t pid;
@@ -145,14 +188,40 @@ int sweep(const SweepOptions& o) {
   json sweep_desc = {{"workload", o.workload}, {"points", total}, {"grid", json::array()},
                      {"config", o.config}, {"set", o.sets}};
   for (const auto& a : grid) sweep_desc["grid"].push_back(json::array({a.key, a.values}));
+  // The folder belongs to one sweep: its manifest (and every point in it) must match,
+  // or resuming would keep another sweep's rows.
+  const fs::path manifest = dir / "sweep.json";
+  if (fs::exists(manifest)) {
+    std::ifstream in(manifest);
+    const json old = json::parse(in, nullptr, false);
+    if (!old.is_discarded() && old != sweep_desc) {
+      throw UsageError(fmt::format("--out {} holds another sweep ({}); expected ({}); use a new folder",
+                                   o.out, old.dump(), sweep_desc.dump()));
+    }
+  }
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!is_point_file(e.path())) continue;
+    std::string problem;
+    const auto p = read_point(e.path(), problem);
+    if (p && (*p)["sweep"] != sweep_desc) {
+      throw UsageError(fmt::format("--out {} holds {} of another sweep ({}); expected ({}); use a new folder", o.out,
+                                   e.path().filename().string(), (*p)["sweep"].dump(), sweep_desc.dump()));
+    }
+  }
+  write_atomically(manifest, sweep_desc.dump(2) + "\n");
 
   std::vector<std::size_t> todo;
   std::size_t skipped = 0;
   for (std::size_t i = 0; i < total; ++i) {
     if (i % shard_n != shard_i - 1) continue;
-    if (fs::exists(dir / (point_name(i) + ".json"))) {
-      ++skipped;
-      continue;
+    const fs::path file = dir / (point_name(i) + ".json");
+    if (fs::exists(file)) {
+      std::string problem;
+      if (read_point(file, problem)) {
+        ++skipped;
+        continue;
+      }
+      std::fprintf(stderr, "spyre-sim sweep: %s: %s; running the point again\n", file.c_str(), problem.c_str());
     }
     todo.push_back(i);
   }
@@ -162,8 +231,9 @@ int sweep(const SweepOptions& o) {
   const std::string self = fs::read_symlink("/proc/self/exe");
   std::vector<Running> running;
   std::size_t next = 0, done = 0, failed = 0;
+  bool forwarded = false;
   const auto started = Clock::now();
-  const auto finish = [&](const Running& r, int status, bool timed_out) {
+  const auto finish = [&](const Running& r, int status, bool timed_out, bool interrupted = false) {
     const auto [idx, name] = std::pair{r.index, point_name(r.index)};
     const fs::path tmp = dir / (name + ".out"), log = dir / (name + ".log");
     json j = {{"point", idx}, {"sweep", sweep_desc}, {"params", json::object()}};
@@ -180,9 +250,17 @@ int sweep(const SweepOptions& o) {
       ++failed;
       j["status"] = "failed";
       j["exit_code"] = code;
-      j["error"] = timed_out ? fmt::format("timed out after {} s", o.timeout) : tail(log, 3);
+      j["error"] = timed_out     ? fmt::format("timed out after {} s", o.timeout)
+                   : interrupted ? std::string("interrupted (the sweep was stopped by a signal); rerun to resume")
+                                 : tail(log, 3);
     }
-    std::ofstream(dir / (name + ".json")) << j.dump(2) << "\n";
+    if (interrupted) {
+      // Not recorded as a point: a rerun into the same folder runs it again.
+      fs::remove(tmp);
+      std::fprintf(stderr, "spyre-sim sweep: %s interrupted; it will run again on resume\n", name.c_str());
+      return;
+    }
+    write_atomically(dir / (name + ".json"), j.dump(2) + "\n");
     fs::remove(tmp);
     ++done;
     const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
@@ -192,8 +270,17 @@ int sweep(const SweepOptions& o) {
     std::fprintf(stderr, "[%zu/%zu] %s%s: %s in %.1f s; ETA %.0f s\n", done, todo.size(), name.c_str(),
                  params.c_str(), j["status"].get<std::string>().c_str(), secs, eta);
   };
-  while (done < todo.size()) {
-    while (next < todo.size() && running.size() < static_cast<std::size_t>(o.jobs)) {
+  // SIGINT/SIGTERM/SIGHUP: stop starting points, pass the signal on to the running
+  // ones, wait for them, record what finished, write the CSV, exit 130.
+  g_stop = 0;
+  struct sigaction action {};
+  action.sa_handler = [](int sig) { g_stop = sig; };
+  sigemptyset(&action.sa_mask);
+  struct sigaction previous[3];
+  const int signals[3] = {SIGINT, SIGTERM, SIGHUP};
+  for (int k = 0; k < 3; ++k) sigaction(signals[k], &action, &previous[k]);
+  while (done < todo.size() && !(g_stop != 0 && running.empty())) {
+    while (g_stop == 0 && next < todo.size() && running.size() < static_cast<std::size_t>(o.jobs)) {
       const std::size_t idx = todo[next++];
       std::vector<std::string> args = {self, "run", "--workload", o.workload, "--json"};
       std::string config = o.config;
@@ -223,6 +310,10 @@ int sweep(const SweepOptions& o) {
       running.push_back({pid, idx, Clock::now()});
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (g_stop != 0 && !forwarded) {
+      forwarded = true;
+      for (const auto& r : running) kill(r.pid, g_stop);
+    }
     for (auto it = running.begin(); it != running.end();) {
       int status = 0;
       const pid_t r = waitpid(it->pid, &status, WNOHANG);
@@ -233,39 +324,54 @@ int sweep(const SweepOptions& o) {
         finish(*it, status, true);
         it = running.erase(it);
       } else if (r == it->pid) {
-        finish(*it, status, false);
+        const bool killed_by_us = forwarded && WIFSIGNALED(status) && WTERMSIG(status) == g_stop;
+        finish(*it, status, false, killed_by_us || (forwarded && WIFEXITED(status) && WEXITSTATUS(status) != 0));
         it = running.erase(it);
       } else {
         ++it;
       }
     }
   }
+  for (int k = 0; k < 3; ++k) sigaction(signals[k], &previous[k], nullptr);
   write_csv(dir);
+  if (g_stop != 0) {
+    std::fprintf(stderr, "spyre-sim sweep: stopped by signal %d after %zu of %zu points; rerun the same command to "
+                 "resume (results so far in %s/)\n", static_cast<int>(g_stop), done, todo.size(), o.out.c_str());
+    return kExitInterrupted;
+  }
   std::fprintf(stderr, "spyre-sim sweep: %zu run, %zu failed; results in %s/ (one JSON per point, sweep.csv)\n",
                todo.size(), failed, o.out.c_str());
   return failed == 0 ? kExitSuccess : kExitRegression;
 }
 
 int merge(const std::vector<std::string>& dirs, const std::string& out) {
+  for (const auto& d : dirs) {
+    if (!fs::is_directory(d)) throw UsageError(fmt::format("sweep-merge: {} is not a sweep folder (no such folder)", d));
+  }
   const fs::path target(out.empty() ? dirs.front() : out);
-  fs::create_directories(target);
   json desc;
+  std::vector<fs::path> copies;
   for (const auto& d : dirs) {
     for (const auto& e : fs::directory_iterator(d)) {
-      const std::string name = e.path().filename().string();
-      if (e.path().extension() != ".json" || name.rfind('p', 0) != 0) continue;
-      std::ifstream in(e.path());
-      const json j = json::parse(in, nullptr, false);
-      if (j.is_discarded() || !j.contains("sweep")) continue;
-      if (desc.is_null()) desc = j["sweep"];
-      if (j["sweep"] != desc) {
+      if (!is_point_file(e.path())) continue;
+      std::string problem;
+      const auto j = read_point(e.path(), problem);
+      if (!j) throw UsageError(fmt::format("sweep-merge: {}: {}; rerun that shard to redo it", e.path().string(), problem));
+      if (desc.is_null()) desc = (*j)["sweep"];
+      if ((*j)["sweep"] != desc) {
         throw UsageError(fmt::format("{} belongs to another sweep (workload or grid differ)", e.path().string()));
       }
-      if (fs::weakly_canonical(e.path().parent_path()) != fs::weakly_canonical(target)) {
-        fs::copy_file(e.path(), target / name, fs::copy_options::overwrite_existing);
-      }
+      copies.push_back(e.path());
     }
   }
+  if (desc.is_null()) throw UsageError("sweep-merge: no sweep points in " + fmt::format("{}", fmt::join(dirs, ", ")));
+  fs::create_directories(target);
+  for (const auto& path : copies) {
+    if (fs::weakly_canonical(path.parent_path()) != fs::weakly_canonical(target)) {
+      fs::copy_file(path, target / path.filename(), fs::copy_options::overwrite_existing);
+    }
+  }
+  write_atomically(target / "sweep.json", desc.dump(2) + "\n");
   write_csv(target);
   std::fprintf(stderr, "spyre-sim sweep-merge: %s/sweep.csv\n", target.c_str());
   return kExitSuccess;
@@ -285,27 +391,13 @@ void add_sweep_commands(CLI::App& app, int& exit_code) {
   cmd->add_option("--timeout", o->timeout, "seconds per point before it is killed and recorded as failed");
   cmd->add_option("--shard", o->shard, "I/N: run only points with index % N == I - 1 (job arrays)");
   cmd->add_option("--out", o->out, "directory for the point JSONs and sweep.csv")->required();
-  cmd->callback([o, &exit_code] {
-    try {
-      exit_code = sweep(*o);
-    } catch (const UsageError& e) {
-      std::fprintf(stderr, "spyre-sim: %s\n", e.what());
-      exit_code = kExitUsage;
-    }
-  });
+  cmd->callback([o, &exit_code] { exit_code = sweep(*o); });
   auto dirs = std::make_shared<std::vector<std::string>>();
   auto out = std::make_shared<std::string>();
   CLI::App* m = app.add_subcommand("sweep-merge", "join sweep shards (directories) into one directory and CSV");
   m->add_option("dirs", *dirs, "shard directories")->required();
   m->add_option("--out", *out, "merged directory (default: the first)");
-  m->callback([dirs, out, &exit_code] {
-    try {
-      exit_code = merge(*dirs, *out);
-    } catch (const UsageError& e) {
-      std::fprintf(stderr, "spyre-sim: %s\n", e.what());
-      exit_code = kExitUsage;
-    }
-  });
+  m->callback([dirs, out, &exit_code] { exit_code = merge(*dirs, *out); });
 }
 
 }  // namespace spyre::tools
