@@ -45,13 +45,27 @@ json make_report(const std::string& workload, double flops, const json& device,
   json kernels = json::array();
   double first = 0, last = 0, read = 0, write = 0, ring = 0, macs = 0, bound_s = 0;
   bool any = false;
-  const json records = device.value("launch_records", json::array());
+  std::uint64_t kernel_launches = 0;
+  // One row per launch while the device kept every record; once it dropped some (long
+  // runs keep only the latest), one row per kernel name from its exact totals.
+  const bool every_launch = num(device, "launch_records_dropped") == 0;
+  const json records = every_launch ? device.value("launch_records", json::array())
+                                    : device.value("kernel_totals", json::array());
+  if (!every_launch) {
+    const json span = device.value("activity_ps", json::array({0, 0}));
+    first = span[0].get<double>();
+    last = span[1].get<double>();
+  }
   for (const auto& r : records) {
-    const double start = num(r, "start_ps"), end = num(r, "end_ps");
-    first = any ? std::min(first, start) : start;
-    last = any ? std::max(last, end) : end;
+    double t_ps = num(r, "time_ps");
+    if (every_launch) {
+      const double start = num(r, "start_ps"), end = num(r, "end_ps");
+      first = any ? std::min(first, start) : start;
+      last = any ? std::max(last, end) : end;
+      t_ps = end - start;
+    }
     any = true;
-    const double t = (end - start) * 1e-12;
+    const double t = t_ps * 1e-12;
     const double k_macs = total_macs(r.value("macs", json::object()));
     const double bytes = num(r, "dram_read_bytes") + num(r, "dram_write_bytes");
     const double peak = peak_for(r.value("macs", json::object()), derived);
@@ -62,8 +76,10 @@ json make_report(const std::string& workload, double flops, const json& device,
     write += num(r, "dram_write_bytes");
     ring += num(r, "ring_link_bytes");
     macs += k_macs;
+    kernel_launches += every_launch ? 1 : static_cast<std::uint64_t>(num(r, "launches"));
     kernels.push_back({{"name", r.value("name", "?")},
-                       {"time_ps", end - start},
+                       {"launches", every_launch ? 1.0 : num(r, "launches")},
+                       {"time_ps", t_ps},
                        {"cycles", std::llround(t * clock_hz)},
                        {"macs", k_macs},
                        {"flops", 2 * k_macs},
@@ -92,7 +108,7 @@ json make_report(const std::string& workload, double flops, const json& device,
 
   json metrics = {{"time_us", time_s * 1e6},
                   {"cycles", std::llround(time_s * clock_hz)},
-                  {"kernels", kernels.size()},
+                  {"kernels", kernel_launches},
                   {"macs", macs},
                   {"dram_read_bytes", read},
                   {"dram_write_bytes", write},

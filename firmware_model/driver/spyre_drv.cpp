@@ -63,6 +63,8 @@ void require_size(std::uint32_t struct_size, std::size_t known, const char* type
 
 std::uint64_t addr(const void* p) { return reinterpret_cast<std::uint64_t>(p); }
 
+constexpr std::uint64_t kHostAddressLimit = std::uint64_t{1} << 57;
+
 void copy_string(char* dst, std::size_t capacity, const std::string& s) {
   const std::size_t n = std::min(capacity - 1, s.size());
   std::memcpy(dst, s.data(), n);
@@ -166,10 +168,14 @@ firmware::Copy make_copy(Runtime& rt, void* dst, std::size_t dst_pitch, const vo
     if (height == 0 || width == 0) return 0;
     const auto span = spyre::checked::add(spyre::checked::mul(std::uint64_t{height} - 1, std::uint64_t{pitch}),
                                    std::uint64_t{width});
-    if (!span || !spyre::checked::add(addr(p), *span)) {
+    const auto end = span ? spyre::checked::add(addr(p), *span) : std::nullopt;
+    // Linux user space ends below 2^57 (x86-64 and arm64, even with 5-level page
+    // tables): a host range reaching past it cannot be memory the caller owns.
+    const bool host = rt.device_of(p) == nullptr;
+    if (!end || (host && *end > kHostAddressLimit)) {
       raise(SPYRE_ERROR_INVALID_SIZE,
-            fmt::format("the {} of {} rows {} bytes apart from {} runs past the 64-bit address space", what, height,
-                        pitch, p));
+            fmt::format("the {} of {} rows {} bytes apart from {} runs past the {} address space", what, height,
+                        pitch, p, host ? "host's" : "64-bit"));
     }
     return *span;
   };

@@ -16,7 +16,7 @@ std::optional<DmaFault> base_address(const char* what, std::uint64_t argument, s
   const auto sum = checked::add(argument, offset);
   if (!sum) {
     return DmaFault{std::string(what) + "argument " + std::to_string(argument) + " + offset " +
-                        std::to_string(offset) + ": the address passes the 64-bit address space",
+                        std::to_string(offset) + ": the address runs past the 64-bit address space",
                     std::nullopt};
   }
   base = *sum;

@@ -239,6 +239,14 @@ static void memory(void) {
   EXPECT(spyreHostAlloc(0, &b), SPYRE_ERROR_INVALID_SIZE);
   EXPECT(spyreHostAlloc((size_t)1 << 62, &b), SPYRE_ERROR_OUT_OF_HOST_MEMORY);
   EXPECT(spyreHostAlloc(16, NULL), SPYRE_ERROR_INVALID_NULL_POINTER);
+  /* Sizes whose page rounding or end address does not fit: refused, nothing leaks. */
+  EXPECT(spyreHostAlloc(SIZE_MAX, &b), SPYRE_ERROR_OUT_OF_HOST_MEMORY);
+  EXPECT(spyreHostAlloc(SIZE_MAX - 100, &b), SPYRE_ERROR_OUT_OF_HOST_MEMORY);
+  EXPECT(spyreHostRegister(registered, SIZE_MAX), SPYRE_ERROR_INVALID_SIZE);
+  CHECK(strstr(spyreGetLastErrorMessage(), "past the end of the address space") != NULL);
+  attr.struct_size = sizeof attr;
+  EXPECT(spyrePointerGetAttributes(registered, &attr), SPYRE_SUCCESS);
+  CHECK(attr.type != SPYRE_MEMORY_TYPE_HOST_PINNED); /* the refused range was not registered */
   EXPECT(spyreHostFree(&local), SPYRE_ERROR_INVALID_ARGUMENT);
   EXPECT(spyreHostFree(NULL), SPYRE_ERROR_INVALID_NULL_POINTER);
   EXPECT(spyreHostFree(pinned), SPYRE_SUCCESS);
@@ -317,6 +325,18 @@ static void copies_and_fills(void) {
   }
   CHECK(ok);
   EXPECT(spyreMemcpy2DAsync(q, d2, 8, d, 64, 16, 8), SPYRE_ERROR_INVALID_ARGUMENT);
+  /* Zero-size copies are no-ops (this one looped 2^63 times before); extents whose
+   * product overflows are size errors at submission, not faults when they run. */
+  EXPECT(spyreMemcpy2DAsync(q, d2, 0, d, 0, 0, (size_t)1 << 63), SPYRE_SUCCESS);
+  EXPECT(spyreMemcpy2DAsync(q, d2, 16, d, 64, 16, 0), SPYRE_SUCCESS);
+  EXPECT(spyreMemcpyAsync(q, d2, d, 0), SPYRE_SUCCESS);
+  EXPECT(spyreMemcpy(d2, d, 0), SPYRE_SUCCESS);
+  EXPECT(spyreQueueSynchronize(q), SPYRE_SUCCESS);
+  EXPECT(spyreMemcpy2DAsync(q, d2, 16, d, (size_t)1 << 63, 16, 2), SPYRE_ERROR_INVALID_SIZE);
+  EXPECT(spyreMemcpy2DAsync(q, host2d, (size_t)1 << 63, d, 64, 16, 2), SPYRE_ERROR_INVALID_SIZE);
+  CHECK(strstr(spyreGetLastErrorMessage(), "runs past the host's address space") != NULL);
+  EXPECT(spyreMemcpy2DAsync(q, d2, SIZE_MAX / 2, d, 64, 16, 3), SPYRE_ERROR_INVALID_SIZE);
+  EXPECT(spyreQueueSynchronize(q), SPYRE_SUCCESS);
 
   EXPECT(spyreMemFill(d, &pattern, 4, N), SPYRE_SUCCESS);
   EXPECT(spyreMemcpy(back, d, N), SPYRE_SUCCESS);
@@ -573,6 +593,21 @@ static void queues_events_programs(void) {
   EXPECT(spyreEventDestroy(e0), SPYRE_SUCCESS);
   EXPECT(spyreEventDestroy(e0), SPYRE_ERROR_INVALID_HANDLE);
   EXPECT(spyreEventRecord(e0, q), SPYRE_ERROR_INVALID_HANDLE);
+  {
+    /* A slot reused 2^24 times used up its generations; the destroyed handle never
+     * becomes live again (the slot is retired). Events reuse one slot, LIFO. */
+    spyre_event_t first = NULL, again = NULL;
+    uint32_t n;
+    EXPECT(spyreEventCreate(dev0, &first), SPYRE_SUCCESS);
+    EXPECT(spyreEventDestroy(first), SPYRE_SUCCESS);
+    for (n = 0; n < (1u << 24); ++n) {
+      if (spyreEventCreate(dev0, &again) != SPYRE_SUCCESS || spyreEventDestroy(again) != SPYRE_SUCCESS) break;
+      if (again == first) break;
+    }
+    CHECK(n == (1u << 24));
+    CHECK(again != first);
+    EXPECT(spyreEventRecord(first, q), SPYRE_ERROR_INVALID_HANDLE);
+  }
   EXPECT(spyreQueueDestroy(q), SPYRE_SUCCESS);
   EXPECT(spyreQueueDestroy(q), SPYRE_ERROR_INVALID_HANDLE);
   EXPECT(spyreQueueSynchronize(q), SPYRE_ERROR_INVALID_HANDLE);

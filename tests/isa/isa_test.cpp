@@ -236,3 +236,38 @@ TEST_CASE("given instructions, the disassembly reads as assembly") {
   CHECK_THAT(text, ContainsSubstring("program 'tiny': 1 stream(s)"));
   CHECK_THAT(text, ContainsSubstring("      1  end"));
 }
+
+TEST_CASE("given strides or extents that do not fit 64 bits, check refuses them instead of wrapping") {
+  // shape[0] 3 x stride 2^62 x 2 bytes = 2^64: the reach wrapped to 0 and passed before.
+  DmaLoad d;
+  d.dtype = DType::fp16;
+  d.shape = {3, 1, 1};
+  d.mem_stride = {std::int64_t{1} << 62, 0, 0};
+  CHECK_THAT(check(d, kLimits).value_or(""), ContainsSubstring("device strides reach past 64 bits"));
+  CHECK_FALSE(dma_footprint(d));
+  // Negative strides overflow the low side the same way.
+  d.mem_stride = {-(std::int64_t{1} << 62), 0, 0};
+  CHECK_THAT(check(d, kLimits).value_or(""), ContainsSubstring("reach past 64 bits"));
+  // Two reaches that fit alone but not together: (2^31-1) x 2^31 x 2 bytes, twice.
+  d.shape = {1u << 31, 1u << 31, 1};
+  d.mem_stride = {std::int64_t{1} << 31, std::int64_t{1} << 31, 0};
+  CHECK_FALSE(dma_footprint(d));
+  // A footprint that fits: 64 x 3 fp16 with rows 4096 apart, the middle one read backwards.
+  d.shape = {64, 3, 1};
+  d.mem_stride = {1, -2048, 0};
+  const auto f = dma_footprint(d);
+  REQUIRE(f);
+  CHECK(f->lo == -2 * 2048 * 2);                 // the last row, 8192 bytes below
+  CHECK(f->extent == 2 * 2048 * 2 + 64 * 2);     // down to it and one row across
+  // A scratchpad extent past 64 bits: sp_stride[1] 2^32-1 x (shape[2]-1) 2^32-2 elements x 4 bytes.
+  DmaStore s;
+  s.dtype = DType::fp32;
+  s.shape = {1, 1, 0xffffffffu};
+  s.sp_stride = {1, 0xffffffffu};
+  s.mem_stride = {1, 1, 1};
+  CHECK_THAT(check(s, kLimits).value_or(""), ContainsSubstring("64 bits"));
+  // A gather whose table (rows x row_stride) does not fit 64 bits.
+  DmaGather g{.token = 0, .wide_index = false, .arg = 0, .index_sp = 0, .count = 1, .sp_addr = 64, .row_bytes = 4,
+              .offset = 0, .rows = std::uint64_t{1} << 40, .row_stride = std::uint64_t{1} << 30};
+  CHECK_THAT(check(g, kLimits).value_or(""), ContainsSubstring("reaches past 64 bits"));
+}

@@ -7,6 +7,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
 
+#include "functional/interpreter.h"
 #include "sim_test_support.h"
 
 using namespace spyre;
@@ -239,6 +240,81 @@ TEST_CASE("given faults, each is reported precisely and the next program runs") 
     good();
   }
   CHECK(chip.stats().faults == 6);
+}
+
+TEST_CASE("given addresses that would wrap 64 bits, the timed and functional devices fault naming the instruction") {
+  sim::Simulation simulation;
+  auto& chip = simulation.add_chip(ci_chip());
+  const auto buf = *chip.memory().allocate(4096);
+  struct Case {
+    const char* name;
+    isa::Instruction inst;
+    std::uint64_t arg;
+    const char* reason;
+  };
+  isa::DmaLoad wide = load(0, 0, 0, 3);
+  wide.mem_stride = {std::int64_t{1} << 62, 0, 0};  // 2 x 2^62 x 2 bytes = 2^64 (crashed the host before)
+  isa::DmaStore wide_store;
+  static_cast<isa::Dma&>(wide_store) = wide;
+  isa::DmaLoad far = load(0, 0, 0, 3);
+  far.mem_stride = {std::int64_t{1} << 60, 0, 0};   // fits 64 bits, lands far past the allocation
+  isa::DmaLoad backwards = load(0, 0, 0, 3);
+  backwards.mem_stride = {-(std::int64_t{1} << 60), 0, 0};  // 2^62 bytes below the argument
+  const isa::DmaLoad offset = load(0, 0, 0x2000, 8);         // argument + offset passes 2^64
+  const isa::DmaGather gather{.token = 0, .wide_index = false, .arg = 0, .index_sp = 0, .count = 1, .sp_addr = 64,
+                              .row_bytes = 4, .offset = 0, .rows = 1u << 20, .row_stride = 1u << 30};
+  const std::vector<Case> cases = {
+      {"wide_load", wide, buf, "device strides reach past 64 bits"},
+      {"wide_store", wide_store, buf, "device strides reach past 64 bits"},
+      {"far", far, buf, "past the end of a 4096-byte allocation"},
+      {"backwards", backwards, buf, "starts before address 0"},
+      {"offset", offset, ~std::uint64_t{0} - 0xfff, "past the 64-bit address space"},
+      {"gather", gather, ~std::uint64_t{0} - 0xfff, "past the 64-bit address space"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    isa::ProgramBuilder b(c.name, 1);
+    // Index 1 for the gather: row 1 is 2^30 bytes past an argument 4 KiB below 2^64.
+    b.add(0, isa::VFill{.dtype = DType::int32, .dst = 0, .count = 1, .value = 1}).add(0, c.inst);
+    const auto timed = run(simulation, chip, b, {c.arg});
+    REQUIRE(timed.fault);
+    CHECK(timed.fault->pc == 1);
+    CHECK(timed.fault->kernel == c.name);
+    CHECK_THAT(timed.fault->reason, ContainsSubstring(c.reason));
+    const auto functional = sim::functional::run(
+        chip, {.program = std::make_shared<const isa::Program>(b.build()), .args = {c.arg}, .cores = {0}, .name = {},
+               .id = 0});
+    REQUIRE(functional.fault);
+    CHECK(functional.fault->pc == 1);
+    CHECK(functional.fault->reason == timed.fault->reason);
+  }
+  // The device still works.
+  isa::ProgramBuilder ok("ok", 1);
+  ok.add(0, load(0, 0, 0, 2048)).add(0, wait_for(0));
+  CHECK_FALSE(run(simulation, chip, ok, {buf}).fault);
+}
+
+TEST_CASE("given more launches than the record limit, the oldest records go and the totals stay exact") {
+  sim::Simulation simulation;
+  auto& chip = simulation.add_chip(ci_chip());
+  chip.set_launch_record_limit(3);
+  const auto buf = *chip.memory().allocate(4096);
+  isa::ProgramBuilder b("k", 1);
+  b.add(0, load(0, 0, 0, 2048)).add(0, wait_for(0));
+  for (int i = 0; i < 10; ++i) run(simulation, chip, b, {buf});
+  const auto& s = chip.stats();
+  CHECK(s.launches == 10);
+  CHECK(s.launch_records.size() == 3);
+  CHECK(s.launch_records_dropped == 7);
+  REQUIRE(s.kernel_totals.count("k") == 1);
+  const auto& k = s.kernel_totals.at("k");
+  CHECK(k.launches == 10);
+  CHECK(k.dram_read_bytes == 10 * 4096);  // 2048 fp16 = 4096 bytes, 32 whole sticks, each launch
+  CHECK(k.dram_read_bytes == s.dram_read_bytes);
+  const auto report = chip.report(1);
+  CHECK(report["launch_records"].size() == 3);
+  CHECK(report["launch_records_dropped"] == 7);
+  CHECK(report["kernel_totals"][0]["launches"] == 10);
 }
 
 TEST_CASE("given a panel sent along the ring with forwarding, every core gets the bytes") {

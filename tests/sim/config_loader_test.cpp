@@ -189,6 +189,84 @@ TEST_CASE("given impossible combinations, validation names the offending key") {
   }
 }
 
+TEST_CASE("given sizes and rates the model cannot represent, they are refused with the accepted range") {
+  SECTION("a capacity whose page rounding wrapped to 0") {
+    const auto e = load_error(edited("capacity_bytes: 128 GiB", "capacity_bytes: 18446744073709551615"));
+    CHECK(e.key() == "memory.capacity_bytes");
+    CHECK_THAT(e.message(), ContainsSubstring("expected a size from 1 MiB to 1 TiB"));
+  }
+  SECTION("a clock that makes cycles last forever") {
+    const auto e = load_error(edited("clock_ghz: 1.5", "clock_ghz: 1e-300"));
+    CHECK(e.key() == "clock_ghz");
+    CHECK_THAT(e.message(), ContainsSubstring(">= 0.001 and <= 100"));
+  }
+  SECTION("more cores than a launch's core mask holds") {
+    const auto e = load_error(std::string(embedded_default_config()), {"cores.count=4096"});
+    CHECK(e.key() == "cores.count");
+    CHECK_THAT(e.message(), ContainsSubstring("<= 1024"));
+  }
+  SECTION("scratchpads of all cores beyond the host memory the model commits") {
+    const auto e = load_error(std::string(embedded_default_config()),
+                              {"cores.count=1024", "cores.scratchpad.bytes=1 GiB"});
+    CHECK(e.key() == "cores.scratchpad.bytes");
+    CHECK_THAT(e.message(), ContainsSubstring("at most 16 GiB"));
+  }
+  SECTION("a scratchpad beyond the ISA's 32-bit addresses") {
+    const auto e = load_error(std::string(embedded_default_config()), {"cores.scratchpad.bytes=8 GiB"});
+    CHECK_THAT(e.message(), ContainsSubstring("expected a size from 64 B to 1 GiB"));
+  }
+  SECTION("a tiny efficiency (a transfer would take longer than time can count)") {
+    const auto e = load_error(std::string(embedded_default_config()), {"memory.efficiency=1e-300"});
+    CHECK(e.key() == "memory.efficiency");
+  }
+  SECTION("a watchdog whose picoseconds pass 2^63") {
+    const auto e = load_error(std::string(embedded_default_config()),
+                              {"clock_ghz=0.001", "firmware.watchdog_cycles=1000000000000000000"});
+    CHECK(e.key() == "firmware.watchdog_cycles");
+  }
+}
+
+TEST_CASE("given what YAML parsers accept silently, the config is refused with the place") {
+  SECTION("a key given twice in a section") {
+    const std::string text = edited("  count: 32 ", "  count: 16\n  count: 32 ");
+    const auto e = load_error(text);
+    CHECK(e.key() == "cores.count");
+    CHECK(e.where() == "test.yaml:" + std::to_string(line_of(text, "count: 32")) + ":3");
+    CHECK_THAT(e.message(), ContainsSubstring("duplicate key: already given at test.yaml:" +
+                                              std::to_string(line_of(text, "count: 16"))));
+  }
+  SECTION("a section given twice") {
+    const std::string text = std::string(embedded_default_config()) + "\ncores:\n  count: 4\n";
+    const auto e = load_error(text);
+    CHECK(e.key() == "cores");
+    CHECK_THAT(e.message(), ContainsSubstring("duplicate key"));
+  }
+  SECTION("a second YAML document") {
+    const std::string text = std::string(embedded_default_config()) + "\n---\nname: other\n";
+    const auto e = load_error(text);
+    CHECK_THAT(e.message(), ContainsSubstring("expected one YAML document, found 2"));
+  }
+  SECTION("bytes that are not UTF-8") {
+    const std::string text = edited("name: ", "name: caf\xe9 ");
+    const auto e = load_error(text);
+    CHECK(e.where() == "test.yaml:" + std::to_string(line_of(text, "caf")) + ":10");
+    CHECK_THAT(e.message(), ContainsSubstring("expected UTF-8 text, found the byte 0xe9"));
+    const auto o = load_error(std::string(embedded_default_config()), {"name=x\xff"});
+    CHECK_THAT(o.where(), StartsWith("--set name="));
+  }
+  SECTION("nesting 100000 deep") {
+    const std::string text = "name: [" + std::string(100000, '[') + std::string(100001, ']') + "\n";
+    const auto e = load_error(text);
+    CHECK_THAT(e.where(), StartsWith("test.yaml:1:"));
+    CHECK_THAT(e.message(), ContainsSubstring("expected at most 64 nested"));
+  }
+  SECTION("an unknown section made by an override is blamed on the override") {
+    const auto e = load_error(std::string(embedded_default_config()), {"bogus.key=1"});
+    CHECK(e.where() == "--set bogus.key=1");
+    CHECK(e.key() == "bogus");
+  }
+}
+
 TEST_CASE("given malformed YAML, the error gives the line") {
   const std::string text = edited("  count: 32", "  count: [32");
   const auto e = load_error(text);
