@@ -14,6 +14,7 @@ namespace {
 
 std::mutex g_runtime_mutex;
 Runtime* g_runtime = nullptr;          // the live devices and handles
+std::optional<Runtime::StartConfig> g_start_config;  // spyreDriverConfigure's, for the next start
 Runtime* g_thread_owner = nullptr;     // whoever owns the simulation thread (never freed)
 bool g_exit_registered = false;
 
@@ -76,6 +77,26 @@ void at_exit() {
 
 Runtime::Runtime() = default;
 
+void Runtime::configure(std::optional<StartConfig> config) {
+  const std::lock_guard lock(g_runtime_mutex);
+  if (g_runtime != nullptr) {
+    throw Error{SPYRE_ERROR_INVALID_ARGUMENT,
+                "the driver is running: configure it before its first use or after spyreDriverShutdown"};
+  }
+  if (config) {
+    if (config->devices > 64) {
+      throw Error{SPYRE_ERROR_INVALID_ARGUMENT,
+                  fmt::format("device_count: expected 0 (the environment's) or 1 to 64, found {}", config->devices)};
+    }
+    try {
+      config::load_config(config->path, config->overrides);
+    } catch (const config::ConfigError& e) {
+      throw Error{SPYRE_ERROR_INVALID_ARGUMENT, e.what()};
+    }
+  }
+  g_start_config = std::move(config);
+}
+
 Runtime& Runtime::get() {
   const std::lock_guard lock(g_runtime_mutex);
   if (g_runtime != nullptr) return *g_runtime;
@@ -99,15 +120,25 @@ Runtime& Runtime::get() {
 }
 
 void Runtime::start_devices() {
-  const std::uint32_t count = device_count_from_env();
+  // (Called with g_runtime_mutex held.)
+  const std::uint32_t count =
+      g_start_config && g_start_config->devices != 0 ? g_start_config->devices : device_count_from_env();
   const std::optional<std::size_t> record_limit = launch_record_limit_from_env();
-  const char* path = std::getenv("SPYRE_SIM_CONFIG");
-  const char* set = std::getenv("SPYRE_SIM_SET");
   config::LoadedConfig loaded;
-  try {
-    loaded = config::load_config(path != nullptr ? path : "", config::split_overrides(set != nullptr ? set : ""));
-  } catch (const config::ConfigError& e) {
-    throw Error{SPYRE_ERROR_NOT_INITIALIZED, fmt::format("SPYRE_SIM_CONFIG/SPYRE_SIM_SET: {}", e.what())};
+  if (g_start_config) {
+    try {
+      loaded = config::load_config(g_start_config->path, g_start_config->overrides);
+    } catch (const config::ConfigError& e) {
+      throw Error{SPYRE_ERROR_NOT_INITIALIZED, fmt::format("spyreDriverConfigure: {}", e.what())};
+    }
+  } else {
+    const char* path = std::getenv("SPYRE_SIM_CONFIG");
+    const char* set = std::getenv("SPYRE_SIM_SET");
+    try {
+      loaded = config::load_config(path != nullptr ? path : "", config::split_overrides(set != nullptr ? set : ""));
+    } catch (const config::ConfigError& e) {
+      throw Error{SPYRE_ERROR_NOT_INITIALIZED, fmt::format("SPYRE_SIM_CONFIG/SPYRE_SIM_SET: {}", e.what())};
+    }
   }
   std::vector<std::unique_ptr<Device>> devices;
   // Chips and firmware own SystemC events: on the timed device they are built in

@@ -79,6 +79,14 @@ class Runtime {
   // Completes all work and releases every device and handle; the next get() starts
   // afresh. The simulation thread itself lives until process exit.
   static void shutdown();
+  // What the next start builds devices from (nothing: the environment). Throws Error
+  // (SPYRE_ERROR_INVALID_ARGUMENT) while the driver runs or for a bad config.
+  struct StartConfig {
+    std::string path;
+    std::vector<std::string> overrides;
+    std::uint32_t devices = 0;  // 0: SPYRE_SIM_DEVICES
+  };
+  static void configure(std::optional<StartConfig> config);
 
   std::vector<std::unique_ptr<Device>>& devices() { return devices_; }
   // SPYRE_SIM_MODE=functional: no SystemC and no timing; commands run at submission in

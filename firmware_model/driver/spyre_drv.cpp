@@ -266,6 +266,28 @@ spyre_result_t spyreDriverGetApiVersion(uint32_t* version) {
   });
 }
 
+spyre_result_t spyreDriverConfigure(const spyre_driver_config_t* config) {
+  return guarded(__func__, [&] {
+    if (config == nullptr) {
+      Runtime::configure(std::nullopt);
+      return SPYRE_SUCCESS;
+    }
+    require_size(config->struct_size, sizeof(spyre_driver_config_t), "spyre_driver_config_t");
+    Runtime::StartConfig c;
+    c.path = config->config_path != nullptr ? config->config_path : "";
+    if (config->num_overrides > 0) require(config->overrides, "config->overrides");
+    for (uint32_t i = 0; i < config->num_overrides; ++i) {
+      if (config->overrides[i] == nullptr) {
+        raise(SPYRE_ERROR_INVALID_NULL_POINTER, fmt::format("config->overrides[{}] is NULL", i));
+      }
+      c.overrides.emplace_back(config->overrides[i]);
+    }
+    c.devices = config->device_count;
+    Runtime::configure(std::move(c));
+    return SPYRE_SUCCESS;
+  });
+}
+
 spyre_result_t spyreDriverInit(uint32_t api_version) {
   return guarded(__func__, [&] {
     if ((api_version >> 16) != (SPYRE_API_VERSION_CURRENT >> 16)) {

@@ -26,9 +26,11 @@
  * picoseconds. For a single-threaded host program every timestamp is identical from
  * run to run.
  *
- * Environment: SPYRE_SIM_DEVICES (device count, default 1), SPYRE_SIM_CONFIG (a chip
+ * Environment (defaults; spyreDriverConfigure replaces the first three):
+ * SPYRE_SIM_DEVICES (device count, default 1), SPYRE_SIM_CONFIG (a chip
  * YAML; default: the embedded configs/spyre.yaml), SPYRE_SIM_SET ("key=value;..."
- * overrides), SPYRE_SIM_MODE ("timed", the SystemC model, default; "functional": no
+ * overrides, split at ';'), SPYRE_SIM_LAUNCH_RECORDS (launch records kept per device,
+ * a count or "all"; default 4096, totals stay exact), SPYRE_SIM_MODE ("timed", the SystemC model, default; "functional": no
  * SystemC and no timing, every command runs when it is submitted, for fast tests of
  * the layers above and for ThreadSanitizer), SPYRE_LOG_LEVEL (trace, debug, info,
  * warn, error, off; default warn).
@@ -51,8 +53,9 @@ extern "C" {
 
 /* API version: major in the high 16 bits, minor in the low 16 bits. */
 #define SPYRE_MAKE_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor)))
-/* 0.3: spyre_device_properties_t.dram_deliverable_bytes_per_s. */
-#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 3)
+/* 0.3: spyre_device_properties_t.dram_deliverable_bytes_per_s.
+ * 0.4: spyreDriverConfigure. */
+#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 4)
 
 /* ---------------------------------------------------------------------------------
  * Result codes. Ranges: 0 success; 1..0x0fff "not yet"; 0x1000.. caller errors;
@@ -106,6 +109,26 @@ SPYRE_API spyre_result_t spyreDriverGetApiVersion(uint32_t* version);
  * Returns SPYRE_SUCCESS; SPYRE_ERROR_UNSUPPORTED_VERSION; SPYRE_ERROR_NOT_INITIALIZED
  * (bad environment or config: see spyreGetLastErrorMessage). */
 SPYRE_API spyre_result_t spyreDriverInit(uint32_t api_version);
+
+/* What the driver builds its devices from when it next starts, instead of the
+ * environment. Each override is one "key.path=value" (the value is YAML and may
+ * contain ';' or any other character: nothing is split or re-parsed). */
+typedef struct spyre_driver_config_t {
+  uint32_t struct_size;
+  const char* config_path;       /* [optional] chip YAML file; NULL or "": the embedded default */
+  const char* const* overrides;  /* [optional] num_overrides strings, applied in order */
+  uint32_t num_overrides;
+  uint32_t device_count;         /* 1..64; 0: SPYRE_SIM_DEVICES (default 1) */
+} spyre_driver_config_t;
+
+/* Sets the config, overrides and device count of the devices the driver builds when
+ * it next starts (the first call after process start or after spyreDriverShutdown);
+ * NULL goes back to the environment (SPYRE_SIM_CONFIG, SPYRE_SIM_SET,
+ * SPYRE_SIM_DEVICES). The config is loaded and checked now.
+ * Returns SPYRE_SUCCESS; SPYRE_ERROR_INVALID_ARGUMENT (a bad config, override or
+ * count: the message names file, line and key; or the driver is running);
+ * SPYRE_ERROR_UNSUPPORTED_VERSION. */
+SPYRE_API spyre_result_t spyreDriverConfigure(const spyre_driver_config_t* config);
 
 /* Completes all submitted work, stops the simulation and releases every object.
  * Handles become invalid. Called automatically at process exit. A later call

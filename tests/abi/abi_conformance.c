@@ -640,6 +640,43 @@ static void shutdown_and_restart(void) {
   CHECK(strstr(spyreGetLastErrorMessage(), "--set cores.count=0") != NULL);
   setenv("SPYRE_SIM_SET", "", 1);
   EXPECT(spyreDriverInit(SPYRE_API_VERSION_CURRENT), SPYRE_SUCCESS); /* and recovers once it is fixed */
+  {
+    /* spyreDriverConfigure: overrides reach the driver one by one, never re-split. */
+    const char* overrides[] = {"name=a;cores.count=2", "cores.count=3"};
+    spyre_driver_config_t c;
+    char report[1 << 16];
+    size_t bytes = sizeof report;
+    uint32_t count = 0;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.overrides = overrides;
+    c.num_overrides = 2;
+    c.device_count = 1;
+    EXPECT(spyreDriverConfigure(&c), SPYRE_ERROR_INVALID_ARGUMENT); /* the driver is running */
+    CHECK(strstr(spyreGetLastErrorMessage(), "the driver is running") != NULL);
+    EXPECT(spyreDriverShutdown(), SPYRE_SUCCESS);
+    EXPECT(spyreDriverConfigure(&c), SPYRE_SUCCESS);
+    EXPECT(spyreDeviceGetCount(&count), SPYRE_SUCCESS);
+    CHECK(count == 1);
+    EXPECT(spyreDeviceGet(0, &d), SPYRE_SUCCESS);
+    p.struct_size = sizeof p;
+    EXPECT(spyreDeviceGetProperties(d, &p), SPYRE_SUCCESS);
+    CHECK(p.cores == 3);
+    EXPECT(spyreDeviceGetReport(d, report, &bytes), SPYRE_SUCCESS);
+    CHECK(strstr(report, "\"a;cores.count=2\"") != NULL);
+    EXPECT(spyreDriverShutdown(), SPYRE_SUCCESS);
+    /* Bad input is refused now, naming the override; the previous setting stays. */
+    overrides[1] = "cores.count=0";
+    EXPECT(spyreDriverConfigure(&c), SPYRE_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spyreGetLastErrorMessage(), "--set cores.count=0") != NULL);
+    c.num_overrides = 1;
+    c.overrides = NULL;
+    EXPECT(spyreDriverConfigure(&c), SPYRE_ERROR_INVALID_NULL_POINTER);
+    c.struct_size = 4;
+    EXPECT(spyreDriverConfigure(&c), SPYRE_ERROR_UNSUPPORTED_VERSION);
+    EXPECT(spyreDriverConfigure(NULL), SPYRE_SUCCESS); /* back to the environment */
+    EXPECT(spyreDriverInit(SPYRE_API_VERSION_CURRENT), SPYRE_SUCCESS);
+  }
   EXPECT(spyreDriverShutdown(), SPYRE_SUCCESS);
 }
 

@@ -190,3 +190,94 @@ def test_attention_and_transformer_block_workloads_run_on_the_device():
     assert j["metrics"]["macs"] == 4 * 64 * 128 * 128 + 2 * 64 * 128 * 256 + 2 * 4 * 64 * 64 * 32
     r = spyre_sim("run", "--workload", "block:64,100,3", "--config", CI)
     assert r.returncode == 2 and "DIM 100 is not a multiple of HEADS 3" in r.stderr
+
+
+def test_outputs_that_cannot_be_written_fail_before_the_run(tmp_path):
+    r = spyre_sim("run", "--workload", "add:1000", "--config", CI, "--trace", "/nonexistent-dir/t.json")
+    assert r.returncode == 2 and "--trace: cannot write /nonexistent-dir/t.json" in r.stderr
+    r = spyre_sim("run", "--workload", "add:1000", "--config", CI, "--expect-json", "/nonexistent-dir/g.json",
+                  "--update-golden")
+    assert r.returncode == 2 and "--expect-json: cannot write" in r.stderr
+    # And a writable one really is written.
+    golden = tmp_path / "g.json"
+    r = spyre_sim("run", "--workload", "add:1000", "--config", CI, "--expect-json", str(golden), "--update-golden")
+    assert r.returncode == 0 and json.loads(golden.read_text())["metrics"]["cycles"] > 0
+
+
+def test_exit_codes_follow_the_kind_of_failure(tmp_path):
+    # diff of two files that are not reports: a usage error, not "within tolerance".
+    empty = tmp_path / "e.json"
+    empty.write_text("{}")
+    r = spyre_sim("diff", str(empty), str(empty))
+    assert r.returncode == 2 and "expected a spyre-sim run --json report" in r.stderr
+    # A folder the tool cannot create is the user's path, not a bug.
+    r = spyre_sim("sweep", "--workload", "add:100", "--grid", "cores.count=1", "--out", "/proc/x")
+    assert r.returncode == 2, r.stderr
+    # sweep-merge of a missing folder says so and creates nothing.
+    missing = tmp_path / "missing"
+    r = spyre_sim("sweep-merge", str(missing))
+    assert r.returncode == 2 and "no such folder" in r.stderr and not missing.exists()
+    # A config name that is not UTF-8 is a config error naming the place.
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(pathlib.Path(CI).read_bytes().replace(b"name: ", b"name: \xff", 1))
+    r = subprocess.run(["spyre-sim", "info", "--config", str(bad)], capture_output=True, timeout=60)
+    assert r.returncode == 2 and b"expected UTF-8 text, found the byte 0xff" in r.stderr
+    # Device memory running out is exit 5 (it said "fault" and exited 3 before).
+    r = spyre_sim("run", "--workload", "add:100000000", "--config", CI, "--set", "memory.capacity_bytes=64MiB",
+                  "--set", "memory.usable_bytes=64MiB")
+    assert r.returncode == 5 and "out of memory" in r.stderr, r.stderr
+
+
+def test_a_set_value_with_a_semicolon_means_the_same_to_info_and_run():
+    # The value is one YAML string; the driver must not split it into two overrides.
+    info = spyre_sim("info", "--json", "--config", CI, "--set", "name=a;cores.count=2")
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout)["config"]["resolved"]["name"] == "a;cores.count=2"
+    run = report("--workload", "add:1000", "--config", CI, "--set", "name=a;cores.count=2")
+    assert run["config"]["resolved"]["name"] == "a;cores.count=2"
+    assert run["config"]["resolved"]["cores"]["count"] == json.loads(info.stdout)["config"]["resolved"]["cores"]["count"]
+
+
+def test_sweep_folders_belong_to_one_sweep_and_damaged_points_are_rerun(tmp_path):
+    out = tmp_path / "s"
+    first = spyre_sim("sweep", "--workload", "add:1000", "--config", CI, "--grid", "cores.count=1,2", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    assert json.loads((out / "sweep.json").read_text())["workload"] == "add:1000"
+    # Another workload or grid into the same folder: refused, the old rows stay untouched.
+    csv_before = (out / "sweep.csv").read_text()
+    other = spyre_sim("sweep", "--workload", "add:2000", "--config", CI, "--grid", "cores.count=1,2", "--out", str(out))
+    assert other.returncode == 2 and "holds another sweep" in other.stderr
+    assert (out / "sweep.csv").read_text() == csv_before
+    # A truncated point file is run again, not silently dropped.
+    p1 = out / "p0001.json"
+    p1.write_text(p1.read_text()[:40])
+    again = spyre_sim("sweep", "--workload", "add:1000", "--config", CI, "--grid", "cores.count=1,2", "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert "p0001.json: not valid JSON" in again.stderr and "1 to run, 1 already" in again.stderr
+    assert json.loads(p1.read_text())["status"] == "ok"
+    assert len(list(csv.DictReader(open(out / "sweep.csv")))) == 2
+    assert not list(out.glob("*.tmp"))
+
+
+def test_a_stopped_sweep_waits_for_its_points_and_resumes(tmp_path):
+    import signal
+    import time
+    out = tmp_path / "s"
+    args = ["spyre-sim", "sweep", "--workload", "gemm:512,512,512", "--config", CI,
+            "--grid", "cores.count=1,2,3,4,5,6", "--jobs", "2", "--out", str(out)]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(out.glob("p*.log")):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "rerun the same command to resume" in err
+    # No child is left running, and every point file is whole.
+    ps = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
+    assert ps.stdout.strip() == ""
+    for f in out.glob("p*.json"):
+        assert json.loads(f.read_text())["status"] in ("ok", "failed")
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert len(list(csv.DictReader(open(out / "sweep.csv")))) == 6

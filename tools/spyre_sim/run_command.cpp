@@ -260,11 +260,15 @@ void require_writable(const std::string& path, const char* option) {
 int run(const RunOptions& o) {
   // Validate the config here (a clear usage error), then hand it to the driver.
   const config::LoadedConfig loaded = config::load_config(o.config.config_path, o.config.overrides);
-  std::string joined;
-  for (const auto& s : o.config.overrides) joined += (joined.empty() ? "" : ";") + s;
-  setenv("SPYRE_SIM_CONFIG", o.config.config_path.c_str(), 1);
-  setenv("SPYRE_SIM_SET", joined.c_str(), 1);
-  setenv("SPYRE_SIM_DEVICES", "1", 1);
+  // Each --set goes to the driver as it is (no joined string to split again).
+  std::vector<const char*> overrides;
+  for (const auto& s : o.config.overrides) overrides.push_back(s.c_str());
+  const spyre_driver_config_t start{.struct_size = sizeof(spyre_driver_config_t),
+                                    .config_path = o.config.config_path.c_str(),
+                                    .overrides = overrides.data(),
+                                    .num_overrides = static_cast<std::uint32_t>(overrides.size()),
+                                    .device_count = 1};
+  if (spyreDriverConfigure(&start) != SPYRE_SUCCESS) throw UsageError(spyreGetLastErrorMessage());
 
   if (o.workload.empty() == o.model.empty()) throw UsageError("give either --workload or --model (one of them)");
   if (!o.trace.empty()) require_writable(o.trace, "--trace");
