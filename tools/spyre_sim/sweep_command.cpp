@@ -113,7 +113,11 @@ std::string csv_field(std::string s) {
 // The merged CSV of every point JSON in `dir`, rows in point order.
 void write_csv(const fs::path& dir) {
   std::map<std::size_t, json> points;
-  json sweep;
+  json sweep = json::object();  // the manifest's, else the points'
+  if (std::ifstream in(dir / "sweep.json"); in) {
+    const json manifest = json::parse(in, nullptr, false);
+    if (manifest.is_object()) sweep = manifest;
+  }
   for (const auto& e : fs::directory_iterator(dir)) {
     if (!is_point_file(e.path())) continue;
     std::string problem;
@@ -123,7 +127,7 @@ void write_csv(const fs::path& dir) {
       continue;
     }
     json& j = *point;
-    sweep = j["sweep"];
+    if (sweep.empty()) sweep = j["sweep"];
     const auto index = j["point"].get<std::size_t>();
     points.emplace(index, std::move(j));
   }
