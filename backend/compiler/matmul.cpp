@@ -28,7 +28,7 @@ T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t ele
 std::uint64_t footprint(std::uint64_t tm, std::uint64_t tn, std::uint64_t tk, std::uint64_t size, std::uint32_t rt = 1,
                         std::uint64_t bias_size = 0) {
   return 2 * (tm * tk + tk * tn) * size + rt * tm * tn * 4 + (rt == 1 ? tm * tn * size : 0) +
-         (bias_size > 0 ? tn * (4 + bias_size) : 0);
+         (bias_size > 0 ? tn * (4 + bias_size) + 4 : 0);  // + padding that aligns the fp32 bias row
 }
 
 // Panels move in kParts pieces (by rows), so a core forwards the first piece while the
@@ -144,7 +144,9 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   // tile's first matmul need not wait for the store. Two: in place.
   const std::uint32_t sp_o = rt == 1 ? sp_c[0] + c_bytes : 0;
   // The epilogue's bias row: as loaded, then in fp32.
-  const std::uint32_t after = rt == 1 ? sp_o + static_cast<std::uint32_t>(p.tm * p.tn * size) : sp_c[1] + c_bytes;
+  // (fp32, so 4-byte aligned: an fp16/bf16 output buffer of odd tm x tn ends at 2 mod 4.)
+  const std::uint32_t after =
+      ((rt == 1 ? sp_o + static_cast<std::uint32_t>(p.tm * p.tn * size) : sp_c[1] + c_bytes) + 3u) & ~3u;
   const std::uint32_t sp_bias = after, sp_bias_raw = after + static_cast<std::uint32_t>(p.tn * 4);
 
   const std::uint64_t tiles_m = ceil_div(s.m, p.tm), tiles_n = ceil_div(s.n, p.tn);
