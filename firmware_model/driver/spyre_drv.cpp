@@ -199,7 +199,10 @@ firmware::Copy make_copy(Runtime& rt, void* dst, std::size_t dst_pitch, const vo
     c.direction = Direction::host_to_device;
     c.dst = addr(dst);
     const bool pinned = rt.pinned_range(src).has_value();
-    if (snapshot_pageable && !pinned) {
+    if (width == 0 || height == 0) {
+      // Nothing to read (a no-op copy; memcpy of a null snapshot would be undefined:
+      // found by fuzz_abi under UBSan).
+    } else if (snapshot_pageable && !pinned) {
       c.snapshot.resize(width * height);
       for (std::size_t r = 0; r < height; ++r) {
         std::memcpy(c.snapshot.data() + r * width, static_cast<const std::uint8_t*>(src) + r * src_pitch, width);

@@ -1,5 +1,6 @@
 #include "functional/dma.h"
 
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -20,6 +21,30 @@ std::optional<DmaFault> base_address(const char* what, std::uint64_t argument, s
                     std::nullopt};
   }
   base = *sum;
+  return std::nullopt;
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// [first, first + bytes) must lie in one live allocation, and in the one the argument
+// points into: an offset or stride that walks out of the argument's buffer into a
+// neighbour is a fault naming both, not a silent write into someone else's data
+// (found by fuzz_program). An argument outside every allocation (a scalar, an end
+// pointer) only gets the first check.
+std::optional<DmaFault> check_access(const std::string& what, const DeviceMemory& memory, std::uint64_t argument,
+                                     std::uint64_t first, std::uint64_t bytes) {
+  if (auto err = memory.check(first, bytes)) return DmaFault{what + err->description, err->address};
+  const auto home = memory.find(argument), there = memory.find(first);
+  if (home && there && home->base != there->base) {
+    return DmaFault{what + "[" + hex(first) + ", +" + std::to_string(bytes) + ") leaves its argument's " +
+                        std::to_string(home->size) + "-byte allocation at " + hex(home->base) + " for another (" +
+                        std::to_string(there->size) + " bytes at " + hex(there->base) + ")",
+                    first};
+  }
   return std::nullopt;
 }
 
@@ -44,9 +69,7 @@ std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t arg
                     std::nullopt};
   }
   const std::uint64_t first = base + static_cast<std::uint64_t>(footprint->lo);
-  if (auto err = memory.check(first, footprint->extent)) {
-    return DmaFault{std::string(what) + err->description, err->address};
-  }
+  if (auto f = check_access(what, memory, argument, first, footprint->extent)) return f;
   const std::uint64_t s0 = d.sp_stride[0] ? d.sp_stride[0] : d.shape[0];
   const std::uint64_t s1 = d.sp_stride[1] ? d.sp_stride[1] : s0 * d.shape[1];
   std::uint64_t run_start = 0, run_bytes = 0;
@@ -119,9 +142,7 @@ std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t argument, 
                           "64-bit address space",
                       std::nullopt};
     }
-    if (auto err = memory.check(*row, g.row_bytes)) {
-      return DmaFault{"DMA gather from " + err->description, err->address};
-    }
+    if (auto f = check_access("DMA gather from ", memory, argument, *row, g.row_bytes)) return f;
   }
   for (std::uint32_t i = 0; i < g.count; ++i) {
     const std::uint64_t row = base + static_cast<std::uint64_t>(indices[i]) * g.row_stride;

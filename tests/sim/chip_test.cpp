@@ -294,6 +294,23 @@ TEST_CASE("given addresses that would wrap 64 bits, the timed and functional dev
   CHECK_FALSE(run(simulation, chip, ok, {buf}).fault);
 }
 
+TEST_CASE("given an offset that walks from its argument's buffer into the next one, the DMA faults naming both") {
+  sim::Simulation simulation;
+  auto& chip = simulation.add_chip(ci_chip());
+  const auto a = *chip.memory().allocate(4096), b = *chip.memory().allocate(4096);
+  REQUIRE(b > a);
+  isa::ProgramBuilder p("walk", 1);
+  p.add(0, store(0, 0, b - a, 8)).add(0, wait_for(0));  // lands exactly on b, a live allocation
+  const auto r = run(simulation, chip, p, {a});
+  REQUIRE(r.fault);
+  CHECK(r.fault->address == b);
+  CHECK_THAT(r.fault->reason, ContainsSubstring("leaves its argument's 4096-byte allocation"));
+  const auto f = sim::functional::run(
+      chip, {.program = std::make_shared<const isa::Program>(p.build()), .args = {a}, .cores = {0}, .name = {}, .id = 0});
+  REQUIRE(f.fault);
+  CHECK(f.fault->reason == r.fault->reason);
+}
+
 TEST_CASE("given more launches than the record limit, the oldest records go and the totals stay exact") {
   sim::Simulation simulation;
   auto& chip = simulation.add_chip(ci_chip());

@@ -244,7 +244,12 @@ TEST_CASE("given what YAML parsers accept silently, the config is refused with t
   SECTION("a second YAML document") {
     const std::string text = std::string(embedded_default_config()) + "\n---\nname: other\n";
     const auto e = load_error(text);
-    CHECK_THAT(e.message(), ContainsSubstring("expected one YAML document, found 2"));
+    CHECK_THAT(e.message(), ContainsSubstring("expected one YAML document, found a second"));
+    CHECK(e.where() == "test.yaml:" + std::to_string(line_of(text, "---\nname: other")) + ":1");
+  }
+  SECTION("a stray ',' before the first key (yaml-cpp's LoadAll looped forever: found by fuzz_config)") {
+    const auto e = load_error(", GiB, TiB,\n" + std::string(embedded_default_config()));
+    CHECK_THAT(e.message(), ContainsSubstring("expected a YAML mapping at the top"));
   }
   SECTION("bytes that are not UTF-8") {
     const std::string text = edited("name: ", "name: caf\xe9 ");
