@@ -141,6 +141,7 @@ void Firmware::execute(Queue& queue, std::uint64_t, CommandBody& body, std::opti
     if (record->generation > record->event->completed) {
       record->event->completed = record->generation;
       record->event->time = now();
+      for (sc_core::sc_event* waiter : record->event->waiters) waiter->notify(sc_core::SC_ZERO_TIME);
     }
     return;
   }
@@ -148,7 +149,10 @@ void Firmware::execute(Queue& queue, std::uint64_t, CommandBody& body, std::opti
   // are satisfied by construction.
   if (mode_ == Mode::functional) return;
   if (auto* wait = std::get_if<EventWait>(&body)) {
+    auto& waiters = wait->event->waiters;
+    waiters.push_back(&state_changed_);
     while (wait->event->completed < wait->generation) sc_core::wait(state_changed_);
+    waiters.erase(std::find(waiters.begin(), waiters.end(), &state_changed_));
     return;
   }
   // Fence: everything submitted to the device before it has completed. Commands of

@@ -33,6 +33,11 @@ std::string_view to_string(CommandKind kind);
 struct EventState {
   std::uint64_t completed = 0;  // the latest record generation that completed
   Picoseconds time = 0;         // its device timestamp
+  // The state-change events of firmwares with a queue waiting on this event, notified
+  // when a record completes: the waiter may be another device's firmware (a
+  // cross-device wait), which this device's own notifications never reach.
+  // Simulation context only.
+  std::vector<sc_core::sc_event*> waiters;
 };
 
 class Firmware;

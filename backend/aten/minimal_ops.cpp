@@ -86,6 +86,17 @@ at::Tensor download(const at::Tensor& t) {
   return span.as_strided(t.sizes(), t.strides(), 0).contiguous();
 }
 
+// `waiter` waits for everything submitted to `signaller` so far (an event recorded on
+// the signaller's device; the driver lets a queue wait on another device's event).
+void queue_waits_for(spyre_queue_t waiter, spyre_queue_t signaller, c10::DeviceIndex signaller_device) {
+  spyre_event_t e = nullptr;
+  SPYRE_CHECK(spyreEventCreate(driver_device(signaller_device), &e));
+  spyre_result_t rc = spyreEventRecord(e, signaller);
+  if (rc == SPYRE_SUCCESS) rc = spyreQueueWaitEvent(waiter, e);
+  spyreEventDestroy(e);  // the queued wait keeps what it needs
+  if (rc != SPYRE_SUCCESS) driver_failure(rc, "cross-device copy barrier");
+}
+
 bool same_layout(const at::Tensor& a, const at::Tensor& b) {
   return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
          a.is_non_overlapping_and_dense() && b.is_non_overlapping_and_dense();
@@ -103,6 +114,19 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   const bool src_dev = self.device().type() == kType, dst_dev = dst.device().type() == kType;
   TORCH_CHECK(src_dev || self.is_cpu(), "spyre: copies from ", self.device(), " are not supported");
   TORCH_CHECK(dst_dev || dst.is_cpu(), "spyre: copies to ", dst.device(), " are not supported");
+  if (same_layout(self, dst) && src_dev && dst_dev && self.device() != dst.device()) {
+    // Between devices, as PyTorch's CUDA copy does: on the source device's current
+    // stream, after a two-way barrier with the destination device's current stream
+    // (nothing still reads or writes dst, the producer of self has finished), and the
+    // destination stream then waits for the copy.
+    const std::size_t bytes = static_cast<std::size_t>(storage_extent(self)) * self.itemsize();
+    const spyre_queue_t src_q = queue_for(self), dst_q = queue_for(dst);
+    const c10::DeviceGuard guard(self.device());
+    queue_waits_for(src_q, dst_q, dst.device().index());
+    raw_copy(dst.data_ptr(), self.data_ptr(), bytes, src_q, false);
+    queue_waits_for(dst_q, src_q, self.device().index());
+    return dst;
+  }
   if (same_layout(self, dst)) {
     // One transfer of the dense storage span.
     const std::size_t bytes = static_cast<std::size_t>(storage_extent(self)) * self.itemsize();

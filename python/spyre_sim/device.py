@@ -15,6 +15,7 @@ __all__ = [
     "Stream",
     "current_device",
     "current_stream",
+    "device",
     "device_count",
     "empty_cache",
     "fallback_counts",
@@ -61,6 +62,24 @@ def current_device() -> int:
 
 def set_device(device) -> None:
     _ops.set_device(_index(device))
+
+
+class device:
+    """Context manager that makes `index` the current spyre device, like torch.cuda.device."""
+
+    def __init__(self, index):
+        self.index = _index(index)
+        self.previous = -1
+
+    def __enter__(self):
+        self.previous = current_device()
+        if self.index >= 0:
+            set_device(self.index)
+        return self
+
+    def __exit__(self, *exc):
+        set_device(self.previous)
+        return False
 
 
 def synchronize(device=None) -> None:

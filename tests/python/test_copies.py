@@ -103,3 +103,38 @@ def test_zero_size_and_zero_dim_tensors():
     assert torch.empty(0, 3, device="spyre").cpu().shape == (0, 3)
     z = torch.tensor(4.0).to("spyre")
     assert z.dim() == 0 and z.item() == 4.0
+
+
+def test_copies_between_devices_follow_the_kernels_on_both_sides():
+    # c = a @ a on spyre:0, then c.to("spyre:1"): the copy must wait for the matmul
+    # (it returned zeros when it ran on spyre:1's stream, unordered with spyre:0's).
+    a = torch.randn(384, 384)
+    ref = a @ a
+    a0 = a.to("spyre:0")
+    c1 = (a0 @ a0).to("spyre:1")
+    torch.testing.assert_close(c1.cpu(), ref, rtol=1e-4, atol=1e-3)
+    # copy_ from spyre:1 into an existing spyre:0 tensor, right after a kernel on spyre:1.
+    b1 = a.to("spyre:1")
+    dst = torch.zeros(384, 384, device="spyre:0")
+    dst.copy_(b1 @ b1)
+    torch.testing.assert_close(dst.cpu(), ref, rtol=1e-4, atol=1e-3)
+    # And the destination side: a later kernel on spyre:1 reads the copied bytes.
+    twice = c1 + c1
+    torch.testing.assert_close(twice.cpu(), 2 * ref, rtol=1e-4, atol=2e-3)
+
+
+def test_a_stream_waits_for_an_event_of_another_device():
+    # s0.wait_event(e1) then synchronize(0) hung: the wait never saw spyre:1's record.
+    x = torch.randn(1024, 1024)
+    with torch.spyre.device(1):
+        x1 = x.to("spyre:1")
+        y1 = x1 @ x1  # long enough that the wait on spyre:0 runs before the record completes
+        for _ in range(3):
+            y1 = (x1 @ x1) + y1 - y1
+        e1 = torch.spyre.Event()
+        e1.record()
+    s0 = torch.spyre.current_stream(0)
+    s0.wait_event(e1)
+    torch.spyre.synchronize(0)
+    assert e1.query()
+    torch.testing.assert_close(y1.cpu(), x @ x, rtol=1e-3, atol=1e-2)
