@@ -201,7 +201,8 @@ class CachingAllocator final : public c10::Allocator {
       pool.erase(it);
     } else {
       const std::size_t segment = small ? kSmallSegment : round_up(size, kLargeRound);
-      block = new_segment(d, device, segment, bytes);
+      // On a device smaller than a segment, a segment of just the request.
+      block = new_segment(d, device, segment, bytes, size);
       block->stream = stream_id;
       block->small = small;
     }
@@ -239,13 +240,20 @@ class CachingAllocator final : public c10::Allocator {
     d.stats.allocations.add(1);
   }
 
-  Block* new_segment(DeviceState& d, c10::DeviceIndex device, std::size_t size, std::size_t requested) {
+  // A segment of `size` bytes; when that does not fit even after releasing the cache,
+  // one of `minimum` bytes (0: no smaller size will do).
+  Block* new_segment(DeviceState& d, c10::DeviceIndex device, std::size_t size, std::size_t requested,
+                     std::size_t minimum = 0) {
     void* ptr = nullptr;
     spyre_result_t rc = spyreMemAlloc(driver_device(device), size, &ptr);
     if (rc == SPYRE_ERROR_OUT_OF_DEVICE_MEMORY) {
       // Release what the cache holds, then try once more.
       ++d.stats.num_alloc_retries;
       release_cached(d);
+      rc = spyreMemAlloc(driver_device(device), size, &ptr);
+    }
+    if (rc == SPYRE_ERROR_OUT_OF_DEVICE_MEMORY && minimum != 0 && minimum < size) {
+      size = minimum;
       rc = spyreMemAlloc(driver_device(device), size, &ptr);
     }
     if (rc == SPYRE_ERROR_OUT_OF_DEVICE_MEMORY) {

@@ -68,3 +68,25 @@ def test_a_block_used_on_another_stream_is_not_reused_early():
     side.synchronize()
     c = torch.empty(1 << 20, dtype=torch.uint8, device="spyre")
     assert c.data_ptr() == ptr  # reusable once that work completed
+
+
+def test_a_device_smaller_than_a_segment_still_holds_tensors():
+    # A 1 MiB device could not hold an 8 KiB tensor: small requests share 2 MiB
+    # segments, and the error contradicted itself ("1.00 MiB of which 1.00 MiB is free").
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import torch, spyre_sim\n"
+        "x = torch.arange(2048.0)\n"
+        "d = x.to('spyre')\n"
+        "assert torch.equal((d + d).cpu(), 2 * x)\n"
+        "try:\n"
+        "    torch.empty(1 << 20, device='spyre')\n"
+        "except torch.OutOfMemoryError as e:\n"
+        "    print('OOM', e)\n"
+    )
+    env = dict(os.environ, SPYRE_SIM_SET="memory.capacity_bytes=1MiB;memory.usable_bytes=1MiB", SPYRE_SIM_DEVICES="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "tried to allocate 4.00 MiB; the device has 1.00 MiB" in r.stdout, r.stdout
