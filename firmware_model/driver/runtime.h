@@ -45,7 +45,14 @@ struct QueueObject {
   Device* device = nullptr;
   std::shared_ptr<firmware::Queue> queue;  // touched only in simulation context
   std::atomic<bool> error_seen{false};     // the host observed the fault: refuse new work
+  std::atomic<std::uint64_t> host_submitted{0};   // commands the host submitted
+  std::atomic<std::uint64_t> known_completed{0};  // completed, as last seen by the host
 };
+
+// A queue holds at most this many unfinished commands, like a hardware command ring:
+// a submission beyond that waits until one completes (spyre_drv.h), so a host loop that
+// never synchronizes cannot queue unbounded work (and memory).
+inline constexpr std::uint64_t kMaxCommandsInFlight = 1024;
 
 struct EventObject {
   Device* device = nullptr;

@@ -92,7 +92,22 @@ std::shared_ptr<QueueObject> usable_queue(Runtime& rt, spyre_queue_t handle) {
   return q;
 }
 
+// Before posting a command to q: with kMaxCommandsInFlight unfinished ones already
+// there (as last seen), wait until one completes, like a full hardware ring.
+void take_ring_slot(Runtime& rt, const std::shared_ptr<QueueObject>& q) {
+  const std::uint64_t n = ++q->host_submitted;  // this command's number; n - 1 are posted
+  if (n - 1 - q->known_completed.load() >= spyre::driver::kMaxCommandsInFlight) {
+    std::uint64_t completed = 0;
+    rt.block_until(q->device, [&] {
+      completed = q->queue->completed;
+      return n - 1 - completed < spyre::driver::kMaxCommandsInFlight;
+    });
+    q->known_completed = std::max(q->known_completed.load(), completed);
+  }
+}
+
 void submit(Runtime& rt, const std::shared_ptr<QueueObject>& q, firmware::CommandBody body) {
+  take_ring_slot(rt, q);
   rt.post(q->device, [fw = q->device->firmware.get(), queue = q->queue, b = std::move(body)]() mutable {
     fw->submit(queue, std::move(b));
   });
@@ -906,6 +921,7 @@ spyre_result_t spyreLaunch(spyre_queue_t queue, const spyre_launch_desc_t* desc)
     // an arrow to the kernel it launched.
     static std::atomic<std::uint64_t> flows{0};
     l.flow = ++flows;
+    take_ring_slot(rt, q);
     rt.post(q->device, [fw = q->device->firmware.get(), chip = q->device->chip.get(), queue = q->queue,
                         overhead = q->device->call_overhead, name = l.name, flow = l.flow,
                         b = firmware::CommandBody(std::move(l))]() mutable {

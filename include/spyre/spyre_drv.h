@@ -19,6 +19,9 @@
  *    host pointers (dereferencing one on the host crashes). Host pointers are ordinary.
  *  - Thread-safe: any function may be called from any thread.
  *
+ * Queues hold at most 1024 unfinished commands (a hardware command ring): a submission
+ * beyond that blocks until one completes, advancing the host clock to that moment.
+ *
  * Time: the mock driver keeps a virtual host clock. Every call advances it by the
  * device config's per-call host overhead; commands reach the device at the host time
  * of their submission; a blocking call lets the simulation run until its condition
@@ -30,7 +33,7 @@
  * SPYRE_SIM_DEVICES (device count, default 1), SPYRE_SIM_CONFIG (a chip
  * YAML; default: the embedded configs/spyre.yaml), SPYRE_SIM_SET ("key=value;..."
  * overrides, split at ';'), SPYRE_SIM_LAUNCH_RECORDS (launch records kept per device,
- * a count or "all"; default 4096, totals stay exact), SPYRE_SIM_MODE ("timed", the SystemC model, default; "functional": no
+ * a count or "all"; default 1024, totals stay exact), SPYRE_SIM_MODE ("timed", the SystemC model, default; "functional": no
  * SystemC and no timing, every command runs when it is submitted, for fast tests of
  * the layers above and for ThreadSanitizer), SPYRE_LOG_LEVEL (trace, debug, info,
  * warn, error, off; default warn).

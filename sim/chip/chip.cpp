@@ -1,5 +1,6 @@
 #define SC_INCLUDE_DYNAMIC_PROCESSES
 #include "chip/chip.h"
+#include "kernel/sim_kernel.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -269,11 +270,11 @@ struct Chip::Impl {
   void check_deadlock_soon(LaunchState& launch) {
     if (launch.remaining == 0 || launch.blocked < launch.remaining || launch.deadlock_check_pending) return;
     launch.deadlock_check_pending = true;
-    sc_core::sc_spawn([this, l = launch.shared_from_this()] {
+    spawn_recycling_name([this, l = launch.shared_from_this()] {
       sc_core::wait(sc_core::sc_time::from_value(1));
       l->deadlock_check_pending = false;
       if (l->remaining > 0 && l->blocked >= l->remaining && !l->aborted) abort_deadlocked(*l);
-    });
+    }, "deadlock_check");
   }
   void finish_stream(const std::shared_ptr<LaunchState>& launch);
 };
@@ -699,7 +700,7 @@ void Chip::launch(LaunchRequest request, LaunchCallback done) {
   launch->done = std::move(done);
   impl_->launches.push_back(launch);
   for (std::uint32_t s = 0; s < streams; ++s) {
-    sc_core::sc_spawn([impl = impl_.get(), launch, s] { impl->run_stream(launch, s); });
+    spawn_recycling_name([impl = impl_.get(), launch, s] { impl->run_stream(launch, s); }, "stream");
   }
 }
 

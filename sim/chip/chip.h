@@ -107,7 +107,7 @@ struct ChipStats {
 
 // Launch records kept by default: memory stays flat over long runs (a record is a few
 // hundred bytes); SPYRE_SIM_LAUNCH_RECORDS=N|all changes it (driver).
-inline constexpr std::size_t kDefaultLaunchRecordLimit = 4096;
+inline constexpr std::size_t kDefaultLaunchRecordLimit = 1024;
 
 class TraceRecorder;
 

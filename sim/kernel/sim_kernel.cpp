@@ -1,9 +1,30 @@
 #include "kernel/sim_kernel.h"
 
+#define SC_INCLUDE_DYNAMIC_PROCESSES
+#include <map>
 #include <systemc>
+#include <vector>
 
 namespace spyre::sim {
 
 std::string systemc_version() { return sc_core::sc_release(); }
+
+void spawn_recycling_name(std::function<void()> body, const std::string& base) {
+  // Names in use are looked up by their full (hierarchical) name, so pools are per
+  // parent process. A terminated process lingers until SystemC deletes it: a name is
+  // free only once no object has it.
+  static std::map<std::string, std::vector<std::string>> pools;  // (parent.base) -> names
+  const sc_core::sc_process_handle parent = sc_core::sc_get_current_process_handle();
+  const std::string prefix = parent.valid() ? std::string(parent.name()) + "." : std::string();
+  auto& names = pools[prefix + base];
+  for (const auto& name : names) {
+    if (sc_core::sc_find_object((prefix + name).c_str()) == nullptr) {
+      sc_core::sc_spawn(std::move(body), name.c_str());
+      return;
+    }
+  }
+  names.push_back(base + "_" + std::to_string(names.size()));
+  sc_core::sc_spawn(std::move(body), names.back().c_str());
+}
 
 }  // namespace spyre::sim

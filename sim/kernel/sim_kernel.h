@@ -1,11 +1,19 @@
 // Facts about the SystemC kernel the model runs on.
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace spyre::sim {
 
 // The SystemC library's version string, e.g. "3.0.1-Accellera".
 std::string systemc_version();
+
+// sc_spawn for processes made again and again (one per launch stream): SystemC 3.0
+// remembers every name it generates for an unnamed process, about 140 bytes each
+// (measured), so a long run grows without bound. This takes a name from a pool of
+// names `base`_N whose processes are gone (the pool grows to the most that are alive at
+// once, per parent process), so memory stays flat. Simulation context only.
+void spawn_recycling_name(std::function<void()> body, const std::string& base);
 
 }  // namespace spyre::sim

@@ -90,3 +90,27 @@ def test_a_device_smaller_than_a_segment_still_holds_tensors():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "tried to allocate 4.00 MiB; the device has 1.00 MiB" in r.stdout, r.stdout
+
+
+def test_host_memory_stays_flat_over_many_cached_launches():
+    # Launch records and SystemC process names grew ~0.67 KB per launch before (+29.5 MB
+    # over 40k); records are now a bounded ring with exact totals. The 1M-launch figure:
+    # backend/bench/launch_memory.py (backend/README.md).
+    def rss_mb():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1024
+    a = torch.randn(64, device="spyre")
+    b = torch.randn(64, device="spyre")
+    for _ in range(10_000):
+        a.add_(b)
+    torch.spyre.synchronize()
+    first = rss_mb()
+    for _ in range(40_000):  # no synchronize: at most 1024 commands wait in the queue
+        a.add_(b)
+    torch.spyre.synchronize()
+    after = rss_mb()
+    assert after - first < 4.0
+    # The report holds the latest 1024 launch records (it added 186 MB after 40k before).
+    assert len(torch.spyre.report()["launch_records"]) == 1024
+    assert rss_mb() - after < 8.0
