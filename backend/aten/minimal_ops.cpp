@@ -108,12 +108,42 @@ bool is_pinned(const at::Tensor& t) {
   return spyrePointerGetAttributes(t.data_ptr(), &a) == SPYRE_SUCCESS && a.type == SPYRE_MEMORY_TYPE_HOST_PINNED;
 }
 
+// Writes `value` (a CPU tensor of dst's sizes, no conjugate/negative bits) into spyre
+// tensor dst's storage, whatever its strides.
+void upload_into(const at::Tensor& dst, const at::Tensor& value);
+
+// A tensor with the conjugate or negative bit is a lazy view: its stored numbers are
+// conj(x) or -x of its values. Copies read and write stored numbers, so they apply the
+// bits themselves (on the CPU; these are rare). Without this, PyTorch's Conjugate
+// fallback resolved the bit by cloning, and the clone's copy came back here through
+// that fallback again: an endless recursion that crashed the process.
+at::Tensor copy_with_bits(const at::Tensor& self, const at::Tensor& dst, bool src_dev, bool dst_dev) {
+  at::Tensor value;
+  if (src_dev) {
+    value = download(self);  // the stored numbers, as a plain CPU tensor
+    if (self.is_conj()) value = value.conj_physical();
+    if (self.is_neg()) value = value.neg();
+  } else {
+    value = self.resolve_conj().resolve_neg();
+  }
+  if (!dst_dev) return dst.copy_(value);
+  at::Tensor stored = value.to(dst.scalar_type());
+  if (dst.is_neg()) stored = stored.neg();
+  if (dst.is_conj()) stored = stored.conj_physical();
+  const c10::DeviceGuard guard(dst.device());
+  upload_into(dst, stored.resolve_conj().resolve_neg());
+  return dst;
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(), "spyre: copy of an undefined tensor");
   if (self.numel() == 0) return dst;
   const bool src_dev = self.device().type() == kType, dst_dev = dst.device().type() == kType;
   TORCH_CHECK(src_dev || self.is_cpu(), "spyre: copies from ", self.device(), " are not supported");
   TORCH_CHECK(dst_dev || dst.is_cpu(), "spyre: copies to ", dst.device(), " are not supported");
+  if (self.is_conj() || self.is_neg() || dst.is_conj() || dst.is_neg()) {
+    return copy_with_bits(self, dst, src_dev, dst_dev);
+  }
   if (same_layout(self, dst) && src_dev && dst_dev && self.device() != dst.device()) {
     // Between devices, as PyTorch's CUDA copy does: on the source device's current
     // stream, after a two-way barrier with the destination device's current stream
@@ -151,12 +181,17 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     return dst;
   }
   const c10::DeviceGuard guard(dst.device());
+  upload_into(dst, source);
+  return dst;
+}
+
+void upload_into(const at::Tensor& dst, const at::Tensor& source) {
   if (dst.is_non_overlapping_and_dense()) {
     auto staged = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU));
     staged.copy_(source);
     raw_copy(dst.data_ptr(), staged.data_ptr(), static_cast<std::size_t>(storage_extent(dst)) * dst.itemsize(),
              queue_for(dst), false);
-    return dst;
+    return;
   }
   // A view with gaps: read its storage span, update the viewed elements, write it back.
   const std::int64_t extent = storage_extent(dst);
@@ -165,7 +200,6 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   raw_copy(span.data_ptr(), base, static_cast<std::size_t>(extent) * dst.itemsize(), queue_for(dst), true);
   span.as_strided(dst.sizes(), dst.strides(), 0).copy_(source);
   raw_copy(base, span.data_ptr(), static_cast<std::size_t>(extent) * dst.itemsize(), queue_for(dst), false);
-  return dst;
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
@@ -211,6 +245,18 @@ void record_stream_op(at::Tensor& self, c10::Stream stream) {
 }
 
 }  // namespace
+
+// Copies to and from spyre apply the conjugate and negative bits themselves (see
+// copy_with_bits), so those keys pass _copy_from straight through to it, as they pass
+// copy_ through for CPU and CUDA.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", record_stream_op);

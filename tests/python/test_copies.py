@@ -138,3 +138,32 @@ def test_a_stream_waits_for_an_event_of_another_device():
     torch.spyre.synchronize(0)
     assert e1.query()
     torch.testing.assert_close(y1.cpu(), x @ x, rtol=1e-3, atol=1e-2)
+
+
+def test_conjugate_and_negative_views_copy_and_compute():
+    # Any tensor with the conjugate or negative bit crashed the process (an endless
+    # clone -> copy_ -> _copy_from recursion through PyTorch's Conjugate fallback).
+    x = torch.randn(4, 5, dtype=torch.cfloat)
+    d = x.to("spyre")
+    assert torch.equal(d.conj().cpu(), x.conj())
+    assert torch.equal(d.conj().resolve_conj().cpu(), x.conj())
+    assert torch.equal(d.conj().t().cpu(), x.conj().t())  # strided, with the bit
+    assert torch.equal((d.conj() * 2).cpu(), x.conj() * 2)
+    # Writing through a conjugate view stores the conjugate.
+    y = torch.randn(4, 5, dtype=torch.cfloat)
+    e = torch.zeros(4, 5, dtype=torch.cfloat, device="spyre")
+    e.conj().copy_(y.to("spyre"))
+    assert torch.equal(e.cpu(), y.conj())
+    e.conj().copy_(y)  # from the CPU
+    assert torch.equal(e.cpu(), y.conj())
+    # The negative bit, on plain floats.
+    r = torch.randn(3)
+    n = torch._neg_view(r.to("spyre"))
+    assert n.is_neg()
+    assert torch.equal(n.cpu(), -r)
+    assert torch.equal((n + 1).cpu(), -r + 1)
+    f = torch.zeros(3, device="spyre")
+    torch._neg_view(f).copy_(r)
+    assert torch.equal(f.cpu(), -r)
+    # A conjugate view moved to the CPU in another dtype.
+    assert torch.equal(d.conj().to(torch.complex128).cpu(), x.conj().to(torch.complex128))
