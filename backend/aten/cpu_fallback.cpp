@@ -29,6 +29,14 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   std::string name = schema.name();
   if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  // A CPU run returns a copy: for an op whose schema says its result aliases an input
+  // (a view), writes through the result would silently miss the input. Refuse instead.
+  for (const auto& r : schema.returns()) {
+    TORCH_CHECK_NOT_IMPLEMENTED(!r.alias_info() || r.alias_info()->isWrite(), "spyre: ", name,
+                                " returns a view of its input but has no spyre kernel; on the CPU it would return a "
+                                "copy that does not alias the input, so it is refused (move the tensor to the CPU "
+                                "first)");
+  }
   count(name);
   at::native::cpu_fallback(op, stack);
 }

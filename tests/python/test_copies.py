@@ -167,3 +167,49 @@ def test_conjugate_and_negative_views_copy_and_compute():
     assert torch.equal(f.cpu(), -r)
     # A conjugate view moved to the CPU in another dtype.
     assert torch.equal(d.conj().to(torch.complex128).cpu(), x.conj().to(torch.complex128))
+
+
+def test_view_ops_are_views_on_the_device():
+    # unfold, view_as_real/view_as_complex (and real/imag, repeat built on them) ran on
+    # the CPU and returned copies: writes through them were lost, repeat gave zeros.
+    t = torch.arange(10.0).to("spyre")
+    u = t.unfold(0, 3, 2)
+    assert u._base is t or u.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+    u[1, 0] = 0
+    expect = torch.arange(10.0)
+    expect[2] = 0
+    assert torch.equal(t.cpu(), expect)
+    assert torch.equal(torch.arange(5.0).to("spyre").repeat(2, 1).cpu(), torch.arange(5.0).repeat(2, 1))
+    z = torch.randn(3, 4, dtype=torch.cfloat)
+    d = z.to("spyre")
+    d.real = torch.ones(3, 4).to("spyre")
+    d.imag.fill_(2.0)
+    assert torch.equal(d.cpu(), torch.complex(torch.ones(3, 4), torch.full((3, 4), 2.0)))
+    r = torch.view_as_real(d)
+    r[0, 0, 0] = 7.0
+    assert d.cpu()[0, 0].real == 7.0
+    assert torch.equal(torch.view_as_complex(r).cpu(), d.cpu())
+    # expand, diagonal and as_strided alias too.
+    m = torch.zeros(3, 3).to("spyre")
+    m.diagonal().fill_(1.0)
+    assert torch.equal(m.cpu(), torch.eye(3))
+    s = m.as_strided((3,), (4,))
+    s.fill_(5.0)
+    assert torch.equal(m.cpu(), 5 * torch.eye(3))
+    assert m[0].expand(2, 3).untyped_storage().data_ptr() == m.untyped_storage().data_ptr()
+
+
+def test_a_view_op_without_a_device_kernel_is_refused_not_copied():
+    # An op whose schema says its result aliases its input, with only a CPU kernel: the
+    # CPU fallback would return a copy; it must refuse instead, naming the op.
+    import pytest
+    lib = torch.library.Library("spyre_view_test", "DEF")
+    lib.define("flat(Tensor(a) x) -> Tensor(a)")
+    lib.impl("flat", lambda x: x.view(-1), "CPU")
+    lib.impl("flat", torch.library.fallthrough_kernel, "AutogradPrivateUse1")
+    assert torch.ops.spyre_view_test.flat(torch.ones(2, 2)).shape == (4,)
+    with pytest.raises(NotImplementedError, match="spyre_view_test::flat returns a view of its input"):
+        torch.ops.spyre_view_test.flat(torch.ones(2, 2, device="spyre"))
+    # An ordinary op still falls back (and is counted).
+    torch.spyre.reset_fallback_counts()
+    assert torch.equal(torch.ones(3, device="spyre").cumsum(0).cpu(), torch.tensor([1.0, 2.0, 3.0]))
