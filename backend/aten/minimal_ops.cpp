@@ -49,6 +49,12 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   auto* impl = self.unsafeGetTensorImpl();
+  // As on the CPU: the same sizes keep the strides (an out= tensor that is a strided
+  // view keeps addressing the same elements; it became contiguous before).
+  if (self.sizes() == size) {
+    if (memory_format && *memory_format != c10::MemoryFormat::Preserve) impl->empty_tensor_restride(*memory_format);
+    return self;
+  }
   impl->set_sizes_contiguous(size);
   const std::size_t needed =
       static_cast<std::size_t>((self.storage_offset() + self.numel()) * static_cast<std::int64_t>(self.itemsize()));

@@ -213,3 +213,22 @@ def test_a_view_op_without_a_device_kernel_is_refused_not_copied():
     # An ordinary op still falls back (and is counted).
     torch.spyre.reset_fallback_counts()
     assert torch.equal(torch.ones(3, device="spyre").cumsum(0).cpu(), torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_resize_to_the_same_size_keeps_a_strided_view():
+    # arange(10.)[::2].resize_(5) gave [0, 1, 2, 3, 4] (made contiguous); out= tensors
+    # that are strided views rely on this (PyTorch's test_out_softmax).
+    t = torch.arange(10.0).to("spyre")[::2]
+    t.resize_(5)
+    assert t.stride() == (2,)
+    assert torch.equal(t.cpu(), torch.arange(10.0)[::2])
+    base = torch.zeros(4, 6).to("spyre")
+    out = base[:, ::2]
+    torch.add(torch.ones(4, 3).to("spyre"), 1, out=out)
+    expect = torch.zeros(4, 6)
+    expect[:, ::2] = 2.0
+    assert torch.equal(base.cpu(), expect)
+    # A real resize still works and grows the storage.
+    g = torch.ones(2).to("spyre")
+    g.resize_(3, 3)
+    assert g.shape == (3, 3) and g.is_contiguous()
