@@ -55,8 +55,10 @@ at::Tensor reduce(const char* name, isa::ReduceOp op, bool mean, at::Tensor out,
     result_type = at::kLong;
   }
   if (mean) {
-    TORCH_CHECK(at::isFloatingType(result_type), "mean(): could not infer output dtype. Input dtype must be either a "
-                "floating point or complex dtype. Got: ", result_type);
+    // (Complex means have no device kernel: they take the CPU path below, counted.)
+    TORCH_CHECK(at::isFloatingType(result_type) || at::isComplexType(result_type),
+                "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. "
+                "Got: ", result_type);
   }
   const std::int64_t ndim = self.dim();
   const auto mask = at::native::make_dim_mask(dims, std::max<std::int64_t>(ndim, 1));
@@ -253,6 +255,10 @@ at::Tensor any_all(const char* name, bool all, const at::Tensor& self, at::Optio
     return deliver((all ? at::all(c, dims, keepdim) : at::any(c, dims, keepdim)).to(self.device()), out);
   }
   const bool boolean = self.scalar_type() == at::kBool;
+  if (dims && dims->empty()) {
+    // dim=[] reduces nothing (unlike sum's): each element's truth, in the input's shape.
+    return deliver(boolean ? self.clone() : at::ne(self, 0), out);
+  }
   const at::Tensor hit = all ? at::logical_not(self) : boolean ? self : at::ne(self, 0);
   const at::Tensor count = at::sum(hit.view(at::kChar), dims, keepdim, at::kInt);
   return deliver(all ? at::eq(count, 0) : at::ne(count, 0), out);

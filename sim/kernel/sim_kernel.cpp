@@ -13,7 +13,9 @@ void spawn_recycling_name(std::function<void()> body, const std::string& base) {
   // Names in use are looked up by their full (hierarchical) name, so pools are per
   // parent process. A terminated process lingers until SystemC deletes it: a name is
   // free only once no object has it.
-  static std::map<std::string, std::vector<std::string>> pools;  // (parent.base) -> names
+  // (parent.base) -> names. Never destroyed: launches still run from the driver's exit
+  // handler, after function-local statics made later than it are gone.
+  static auto& pools = *new std::map<std::string, std::vector<std::string>>();
   const sc_core::sc_process_handle parent = sc_core::sc_get_current_process_handle();
   const std::string prefix = parent.valid() ? std::string(parent.name()) + "." : std::string();
   auto& names = pools[prefix + base];

@@ -114,3 +114,19 @@ def test_host_memory_stays_flat_over_many_cached_launches():
     # The report holds the latest 1024 launch records (it added 186 MB after 40k before).
     assert len(torch.spyre.report()["launch_records"]) == 1024
     assert rss_mb() - after < 8.0
+
+
+def test_a_process_that_exits_with_launches_in_flight_exits_cleanly():
+    # The driver finishes submitted work at exit; that work crashed the process when it
+    # reached state already destroyed by static destructors.
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import torch, spyre_sim\n"
+        "a = torch.randn(4096, device='spyre')\n"
+        "for _ in range(200):\n"
+        "    a = a * 1.0001 + 0.5\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -206,3 +206,29 @@ def test_any_and_all_over_dims(dtype):
         check(lambda t: fn(t, (0, 2)), x)
         check(lambda t: fn(t[:, :0]), x)         # empty: any False, all True
         check(lambda t: fn(t.transpose(0, 2), 0), x)
+
+
+def test_complex_abs_and_mean_follow_the_cpu():
+    # abs of complex gave complex64 (so comparisons of complex spyre tensors failed) and
+    # mean of complex raised "could not infer output dtype".
+    z = torch.randn(3, 4, dtype=torch.cfloat)
+    d = z.to("spyre")
+    a = d.abs()
+    assert a.dtype == torch.float32 and a.device.type == "spyre"
+    torch.testing.assert_close(a.cpu(), z.abs())
+    torch.testing.assert_close(d.mean().cpu(), z.mean())
+    torch.testing.assert_close(d.mean(1).cpu(), z.mean(1))
+    torch.testing.assert_close(d.cpu(), z)  # assert_close itself takes abs of the difference
+    out = torch.empty(3, 4, device="spyre")
+    torch.abs(d, out=out)
+    torch.testing.assert_close(out.cpu(), z.abs())
+
+
+@pytest.mark.parametrize("fn", [torch.all, torch.any])
+def test_all_and_any_over_no_dims_keep_the_shape(fn):
+    # dim=[] reduces nothing: each element's truth (it reduced everything before).
+    x = torch.tensor([[0.0, 1.0, -2.0], [3.0, 0.0, 0.5]])
+    for t in (x, x > 0):
+        r = fn(t.to("spyre"), dim=[])
+        assert r.shape == t.shape and r.dtype == torch.bool
+        assert torch.equal(r.cpu(), fn(t, dim=[]))
