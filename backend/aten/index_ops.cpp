@@ -28,11 +28,11 @@ at::Tensor index_select_impl(const char* name, const at::Tensor& self, std::int6
   if (self.dim() == 0) {
     // A 0-d source: PyTorch's index_select takes its one element for index 0.
     count_fallback(name);
-    return deliver(at::index_select(self.cpu(), 0, index.cpu()).to(self.device()), out);
+    return deliver(at::index_select(self.cpu(), 0, index.cpu()).to(self.device()), out, OutDtype::exact);
   }
   sizes[static_cast<std::size_t>(d)] = index.numel();
   at::Tensor result = at::empty(sizes, self.options());
-  if (result.numel() == 0) return deliver(result, out);
+  if (result.numel() == 0) return deliver(result, out, OutDtype::exact);
   TORCH_CHECK_INDEX(self.size(d) > 0, "index_select(): self indexing axis dim should be positive");
 
   // Rows along dim d: move it first, contiguous (a view when d == 0 and self is).
@@ -57,7 +57,7 @@ at::Tensor index_select_impl(const char* name, const at::Tensor& self, std::int6
   const auto address = [](const at::Tensor& t) { return reinterpret_cast<std::uint64_t>(t.data_ptr()); };
   launch(device, program, {address(table), address(index), address(gathered)}, name);
   if (d != 0) result.copy_(gathered.movedim(0, d));
-  return deliver(result, out);
+  return deliver(result, out, OutDtype::exact);
 }
 
 at::Tensor index_select(const at::Tensor& self, std::int64_t dim, const at::Tensor& index) {

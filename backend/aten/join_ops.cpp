@@ -28,7 +28,7 @@ at::Tensor triangle(const char* name, bool lower, const at::Tensor& self, std::i
   TORCH_CHECK(self.dim() >= 2, name, ": input tensor must have at least 2 dimensions");
   const at::Tensor x = self.contiguous();
   at::Tensor result = at::empty(self.sizes(), self.options().memory_format(c10::MemoryFormat::Contiguous));
-  if (result.numel() == 0) return deliver(result, out);
+  if (result.numel() == 0) return deliver(result, out, OutDtype::exact);
   compiler::TriangleShape s;
   s.rows = static_cast<std::uint64_t>(self.size(-2));
   s.cols = static_cast<std::uint64_t>(self.size(-1));
@@ -45,7 +45,7 @@ at::Tensor triangle(const char* name, bool lower, const at::Tensor& self, std::i
       cached_program(device, key, [&] { return compiler::compile_triangle(s, target(device), name); }, name);
   launch(device, program,
          {reinterpret_cast<std::uint64_t>(x.data_ptr()), reinterpret_cast<std::uint64_t>(result.data_ptr())}, name);
-  return deliver(result, out);
+  return deliver(result, out, OutDtype::exact);
 }
 
 at::Tensor tril(const at::Tensor& self, std::int64_t diagonal) { return triangle("aten::tril", true, self, diagonal, {}); }
@@ -81,6 +81,8 @@ at::Tensor& cat_into(const at::ITensorListRef& list, std::int64_t dim, at::Tenso
   c10::ScalarType dtype = tensors[0].scalar_type();
   for (std::size_t i = 1; i < tensors.size(); ++i) dtype = at::promote_types(dtype, tensors[i].scalar_type());
   if (out_or_null != nullptr) {
+    TORCH_CHECK(out_or_null->device() == tensors[0].device(), "torch.cat(): expected out tensor on device ",
+                tensors[0].device(), ", but got device ", out_or_null->device());
     TORCH_CHECK(at::canCast(dtype, out_or_null->scalar_type()), "torch.cat(): input types can't be cast to the desired output type ",
                 out_or_null->scalar_type());
   }
@@ -107,7 +109,13 @@ at::Tensor& cat_into(const at::ITensorListRef& list, std::int64_t dim, at::Tenso
     }
   }
   if (out_or_null == nullptr) {
-    result = at::empty(sizes, tensors[0].options().dtype(dtype));
+    // The inputs' memory format when they all share one (as PyTorch's cat keeps
+    // channels_last), else contiguous.
+    c10::MemoryFormat format = ref != nullptr ? ref->suggest_memory_format() : c10::MemoryFormat::Contiguous;
+    for (const auto& t : tensors) {
+      if (!skipped(t) && t.suggest_memory_format() != format) format = c10::MemoryFormat::Contiguous;
+    }
+    result = at::empty(sizes, tensors[0].options().dtype(dtype).memory_format(format));
   } else {
     at::assert_no_internal_overlap(result);
     for (const auto& t : tensors) at::assert_no_overlap(result, t);

@@ -142,12 +142,12 @@ at::Tensor with_bias(at::Tensor prod, const at::Tensor& self, const c10::Scalar&
 
 at::Tensor mm(const at::Tensor& a, const at::Tensor& b) { return product("aten::mm", a, b); }
 at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  deliver(product("aten::mm.out", a, b), out);
+  deliver(product("aten::mm.out", a, b), out, OutDtype::exact);
   return out;
 }
 at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) { return product("aten::bmm", a, b); }
 at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  deliver(product("aten::bmm.out", a, b), out);
+  deliver(product("aten::bmm.out", a, b), out, OutDtype::exact);
   return out;
 }
 
@@ -160,9 +160,9 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& a, const at::Tensor& 
 at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
                       const c10::Scalar& alpha, at::Tensor& out) {
   if (fusable_bias(self, a, b, beta, alpha)) {
-    deliver(product("aten::addmm.out", a, b, {.bias = &self}), out);
+    deliver(product("aten::addmm.out", a, b, {.bias = &self}), out, OutDtype::exact);
   } else {
-    deliver(with_bias(product("aten::addmm.out", a, b), self, beta, alpha), out);
+    deliver(with_bias(product("aten::addmm.out", a, b), self, beta, alpha), out, OutDtype::exact);
   }
   return out;
 }
@@ -177,7 +177,7 @@ at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& a, const at::Tensor
 }
 at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
                         const c10::Scalar& alpha, at::Tensor& out) {
-  deliver(with_bias(product("aten::baddbmm.out", a, b), self, beta, alpha), out);
+  deliver(with_bias(product("aten::baddbmm.out", a, b), self, beta, alpha), out, OutDtype::exact);
   return out;
 }
 at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
@@ -195,7 +195,7 @@ at::Tensor addmv_fn(const at::Tensor& self, const at::Tensor& mat, const at::Ten
 }
 at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const c10::Scalar& beta,
                       const c10::Scalar& alpha, at::Tensor& out) {
-  deliver(addmv_fn(self, mat, vec, beta, alpha), out);
+  deliver(addmv_fn(self, mat, vec, beta, alpha), out, OutDtype::exact);
   return out;
 }
 

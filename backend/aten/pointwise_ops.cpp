@@ -14,6 +14,7 @@
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
+#include "aten/out.h"
 #include "aten/pointwise.h"
 
 namespace spyre::backend {
@@ -175,6 +176,7 @@ at::Tensor where(at::Tensor out, const at::Tensor& cond_in, const at::Tensor& a_
   TORCH_CHECK(cond.scalar_type() == at::kBool, "where expected condition to be a boolean tensor, but got a tensor with dtype ",
               cond.scalar_type());
   const c10::ScalarType dtype = at::result_type(a, b);
+  if (out.defined()) check_out(out, device, dtype, OutDtype::exact);  // as the CPU's where
   if (!out.defined()) out = at::empty({0}, a.options().dtype(dtype).device(device));
   auto iter = at::TensorIteratorConfig()
                   .check_all_same_dtype(false)
@@ -205,6 +207,7 @@ at::Tensor clamp_scalar(const char* name, at::Tensor out, const at::Tensor& self
   state = at::native::update_result_type_state(self, state);
   if (lo) state = at::native::update_result_type_state(*lo, state);
   if (hi) state = at::native::update_result_type_state(*hi, state);
+  if (out.defined()) check_out(out, self.device(), at::native::result_type(state), OutDtype::exact);  // as the CPU's clamp
   const c10::ScalarType dtype = out.defined() ? out.scalar_type() : at::native::result_type(state);
   if (!out.defined()) out = at::empty({0}, self.options().dtype(dtype));
   auto iter = at::TensorIteratorConfig().check_all_same_dtype(false).add_output(out).add_const_input(self).build();
@@ -230,6 +233,7 @@ at::Tensor clamp_tensor(const char* name, at::Tensor out, const at::Tensor& self
   if (has_lo) state = at::native::update_result_type_state(*lo, state);
   if (has_hi) state = at::native::update_result_type_state(*hi, state);
   const c10::ScalarType dtype = at::native::result_type(state);
+  if (out.defined()) check_out(out, self.device(), dtype, OutDtype::exact);
   if (!out.defined()) out = at::empty({0}, self.options().dtype(dtype));
   at::TensorIteratorConfig config;
   config.check_all_same_dtype(false).add_output(out).add_const_input(self);

@@ -47,9 +47,12 @@ Run coalesce(const at::Tensor& t, std::int64_t first, std::int64_t last) {
 at::Tensor reduce(const char* name, isa::ReduceOp op, bool mean, at::Tensor out, const at::Tensor& self,
                   at::OptionalIntArrayRef dims, bool keepdim, std::optional<c10::ScalarType> dtype) {
   c10::ScalarType result_type = self.scalar_type();
+  // sum and mean take their dtype from out= when none is given; amax/amin keep the
+  // input's, and out must match it exactly.
+  const OutDtype rule = op == isa::ReduceOp::sum ? (mean ? OutDtype::cast_safely : OutDtype::any) : OutDtype::exact;
   if (dtype) {
     result_type = *dtype;
-  } else if (out.defined()) {
+  } else if (out.defined() && op == isa::ReduceOp::sum) {
     result_type = out.scalar_type();
   } else if (op == isa::ReduceOp::sum && !mean && at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) {
     result_type = at::kLong;
@@ -75,7 +78,8 @@ at::Tensor reduce(const char* name, isa::ReduceOp op, bool mean, at::Tensor out,
     at::Tensor c = self.cpu();
     if (op == isa::ReduceOp::max) return at::amax(c, dims.value_or(at::IntArrayRef{}), keepdim);
     if (op == isa::ReduceOp::min) return at::amin(c, dims.value_or(at::IntArrayRef{}), keepdim);
-    return mean ? at::mean(c, dims, keepdim, dtype) : at::sum(c, dims, keepdim, dtype);
+    // In result_type (from dtype= or out=): the CPU converts the input first, then sums.
+    return mean ? at::mean(c, dims, keepdim, result_type) : at::sum(c, dims, keepdim, result_type);
   };
   const auto in_t = device_dtype(self.scalar_type()), out_t = device_dtype(result_type);
   const bool reducible = in_t && out_t && *in_t != isa::DType::boolean && *out_t != isa::DType::int8 &&
@@ -83,14 +87,14 @@ at::Tensor reduce(const char* name, isa::ReduceOp op, bool mean, at::Tensor out,
                          (isa::is_float(*in_t) == isa::is_float(*out_t));
   if (self.numel() == 0) {
     // Nothing to read: sum is 0, mean NaN; amax/amin raise (or return empty) as on the CPU.
-    if (op != isa::ReduceOp::sum) return deliver(cpu_result().to(self.device()), out);
+    if (op != isa::ReduceOp::sum) return deliver(cpu_result().to(self.device()), out, rule);
     at::Tensor r = at::empty(shape, self.options().dtype(result_type));
     r.fill_(mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
-    return deliver(r, out);
+    return deliver(r, out, rule);
   }
   if (!reducible) {
     count_fallback(name);
-    return deliver(cpu_result().to(self.device()), out);
+    return deliver(cpu_result().to(self.device()), out, rule);
   }
   // Kept dims first, reduced last: one strided 2-D view if the strides coalesce.
   std::vector<std::int64_t> perm = kept;
@@ -127,7 +131,7 @@ at::Tensor reduce(const char* name, isa::ReduceOp op, bool mean, at::Tensor out,
          {reinterpret_cast<std::uint64_t>(static_cast<char*>(v.data_ptr()) + low * v.element_size()),
           reinterpret_cast<std::uint64_t>(result.data_ptr())},
          name);
-  return deliver(result, out);
+  return deliver(result, out, rule);
 }
 
 at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
@@ -190,10 +194,10 @@ at::Tensor softmax(const char* name, SoftmaxKind kind, at::Tensor out, const at:
     at::Tensor r = kind.safe ? at::_safe_softmax(c, dim, kind.dtype)
                    : log     ? at::_log_softmax(c, dim, half_to_float)
                              : at::_softmax(c, dim, half_to_float);
-    return deliver(r.to(self.device()), out);
+    return deliver(r.to(self.device()), out, OutDtype::exact);
   }
   at::Tensor result = at::empty(self.sizes(), self.options().dtype(result_type));
-  if (self.numel() == 0) return deliver(result, out);
+  if (self.numel() == 0) return deliver(result, out, OutDtype::exact);
   // Rows along `dim`, contiguous: move dim last and make that layout dense.
   at::Tensor x = self.dim() == 0 ? self.reshape({1, 1}) : self.movedim(d, -1).contiguous();
   at::Tensor y = self.dim() == 0 ? result.reshape({1, 1}) : at::empty(x.sizes(), x.options().dtype(result_type));
@@ -218,7 +222,7 @@ at::Tensor softmax(const char* name, SoftmaxKind kind, at::Tensor out, const at:
   } else if (self.dim() > 0) {
     result = y;
   }
-  return deliver(result, out);
+  return deliver(result, out, OutDtype::exact);
 }
 
 at::Tensor softmax_fn(const at::Tensor& self, std::int64_t dim, bool half_to_float) {
@@ -252,16 +256,17 @@ at::Tensor any_all(const char* name, bool all, const at::Tensor& self, at::Optio
   if (self.scalar_type() == at::kByte || !device_dtype(self.scalar_type())) {
     count_fallback(name);
     const at::Tensor c = self.cpu();
-    return deliver((all ? at::all(c, dims, keepdim) : at::any(c, dims, keepdim)).to(self.device()), out);
+    return deliver((all ? at::all(c, dims, keepdim) : at::any(c, dims, keepdim)).to(self.device()), out,
+                   OutDtype::exact);
   }
   const bool boolean = self.scalar_type() == at::kBool;
   if (dims && dims->empty()) {
     // dim=[] reduces nothing (unlike sum's): each element's truth, in the input's shape.
-    return deliver(boolean ? self.clone() : at::ne(self, 0), out);
+    return deliver(boolean ? self.clone() : at::ne(self, 0), out, OutDtype::exact);
   }
   const at::Tensor hit = all ? at::logical_not(self) : boolean ? self : at::ne(self, 0);
   const at::Tensor count = at::sum(hit.view(at::kChar), dims, keepdim, at::kInt);
-  return deliver(all ? at::eq(count, 0) : at::ne(count, 0), out);
+  return deliver(all ? at::eq(count, 0) : at::ne(count, 0), out, OutDtype::exact);
 }
 
 at::Tensor any_fn(const at::Tensor& self) { return any_all("aten::any", false, self, std::nullopt, false, {}); }
