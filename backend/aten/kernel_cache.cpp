@@ -1,5 +1,7 @@
 #include "aten/kernel_cache.h"
 
+#include <set>
+
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -50,8 +52,14 @@ const DeviceInfo& info(c10::DeviceIndex device) {
 const compiler::Target& target(c10::DeviceIndex device) { return info(device).target; }
 const std::string& config_hash(c10::DeviceIndex device) { return info(device).hash; }
 
-spyre_program_t cached_program(c10::DeviceIndex device, const std::string& key,
-                               const std::function<std::vector<std::uint8_t>()>& compile, const std::string& name) {
+namespace {
+
+// Keys whose compile found no tiling that fits (cached_program_if_fits's nullptr).
+std::set<std::pair<c10::DeviceIndex, std::string>> g_unfit;
+
+spyre_program_t lookup_or_compile(c10::DeviceIndex device, const std::string& key,
+                                  const std::function<std::vector<std::uint8_t>()>& compile, const std::string& name,
+                                  bool unfit_is_null) {
   const std::string full_key = key + "|" + config_hash(device);
   const std::lock_guard lock(g_mutex);
   auto it = g_programs.find({device, full_key});
@@ -59,11 +67,16 @@ spyre_program_t cached_program(c10::DeviceIndex device, const std::string& key,
     ++g_stats.hits;
     return it->second;
   }
+  if (unfit_is_null && g_unfit.count({device, full_key}) != 0) return nullptr;
   ++g_stats.misses;
   std::vector<std::uint8_t> blob;
   try {
     blob = compile();
   } catch (const std::invalid_argument& e) {
+    if (unfit_is_null) {
+      g_unfit.insert({device, full_key});
+      return nullptr;
+    }
     TORCH_CHECK(false, "spyre: cannot compile ", name, ": ", e.what());
   }
   const char* dump = std::getenv("SPYRE_DUMP_KERNELS");
@@ -74,6 +87,19 @@ spyre_program_t cached_program(c10::DeviceIndex device, const std::string& key,
   SPYRE_CHECK(spyreProgramLoad(driver_device(device), blob.data(), blob.size(), name.c_str(), &program));
   g_programs.emplace(std::make_pair(device, full_key), program);
   return program;
+}
+
+}  // namespace
+
+spyre_program_t cached_program(c10::DeviceIndex device, const std::string& key,
+                               const std::function<std::vector<std::uint8_t>()>& compile, const std::string& name) {
+  return lookup_or_compile(device, key, compile, name, false);
+}
+
+spyre_program_t cached_program_if_fits(c10::DeviceIndex device, const std::string& key,
+                                       const std::function<std::vector<std::uint8_t>()>& compile,
+                                       const std::string& name) {
+  return lookup_or_compile(device, key, compile, name, true);
 }
 
 KernelCacheStats kernel_cache_stats() {

@@ -134,7 +134,12 @@ bool fusable_bias(const at::Tensor& self, const at::Tensor& a, const at::Tensor&
 }
 
 // beta * self + alpha * product, with PyTorch's rule that beta == 0 ignores self.
-at::Tensor with_bias(at::Tensor prod, const at::Tensor& self, const c10::Scalar& beta, const c10::Scalar& alpha) {
+at::Tensor with_bias(at::Tensor prod, const at::Tensor& self, c10::Scalar beta, c10::Scalar alpha) {
+  if (at::isIntegralType(prod.scalar_type(), /*includeBool=*/true)) {
+    // As the CPU: integer products take alpha and beta truncated to integers.
+    alpha = alpha.toLong();
+    beta = beta.toLong();
+  }
   if (!alpha.equal(1)) prod.mul_(alpha);
   if (beta.equal(0)) return prod;
   return beta.equal(1) ? prod.add_(self) : prod.add_(self, beta);

@@ -60,14 +60,17 @@ Result native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_sha
                          (!bias.defined() || device_float_dtype(bias.scalar_type()));
   const bool same_device = (!weight.defined() || weight.device() == input.device()) &&
                            (!bias.defined() || bias.device() == input.device());
-  if (input.numel() == 0 || !in_t || !stat_t || !params_ok || !same_device) {
+  const auto on_cpu = [&] {
     // Zero elements need no device work (PyTorch's results, e.g. NaN statistics for
-    // empty rows, come from its own kernel); other dtypes fall back, counted.
+    // empty rows, come from its own kernel); other dtypes, and rows too long for the
+    // scratchpad, fall back, counted.
     if (input.numel() != 0) count_fallback(kName);
     const auto cpu = [](const at::Tensor& t) { return t.defined() ? t.cpu() : t; };
     auto [o, m, r] = at::native_layer_norm(input.cpu(), normalized_shape, cpu(weight), cpu(bias), eps);
-    return {o.to(input.device()), m.to(input.device()), r.to(input.device())};
-  }
+    return std::tuple<at::Tensor, at::Tensor, at::Tensor>{o.to(input.device()), m.to(input.device()),
+                                                          r.to(input.device())};
+  };
+  if (input.numel() == 0 || !in_t || !stat_t || !params_ok || !same_device) return on_cpu();
 
   compiler::LayerNormShape s;
   s.cols = static_cast<std::uint64_t>(c10::multiply_integers(normalized_shape));
@@ -90,8 +93,9 @@ Result native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_sha
   const std::string key = std::string(kName) + "|" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "|" +
                           std::string(isa::to_string(s.in)) + "," + opt(s.weight) + "," + opt(s.bias) + ">" +
                           std::string(isa::to_string(s.stats)) + "|" + eps_text;
-  const spyre_program_t program =
-      cached_program(device, key, [&] { return compiler::compile_layer_norm(s, target(device), kName); }, kName);
+  const spyre_program_t program = cached_program_if_fits(
+      device, key, [&] { return compiler::compile_layer_norm(s, target(device), kName); }, kName);
+  if (program == nullptr) return on_cpu();  // a row longer than the scratchpad holds
   const auto address = [](const at::Tensor& t) { return reinterpret_cast<std::uint64_t>(t.data_ptr()); };
   std::vector<std::uint64_t> args{address(x)};
   at::Tensor w, b;  // kept alive until the launch is queued

@@ -142,3 +142,15 @@ def test_a_batched_gemm_with_single_tile_edge_blocks_matches():
     # core; the ring messages must pair up (tests/compiler: "every ring message sent").
     a, b = rand((3, 768, 2200), torch.float16, 41), rand((3, 2200, 512), torch.float16, 42)
     run(torch.bmm, a, b, k=2200)
+
+
+def test_integer_products_truncate_float_alpha_and_beta_as_the_cpu():
+    # addmm/addmv/baddbmm of integers with alpha 2.5 and beta 1.5 raised before.
+    g = torch.Generator().manual_seed(5)
+    a = torch.randint(-5, 5, (3, 3), generator=g)
+    v = torch.randint(-5, 5, (3,), generator=g)
+    for fn, args in [(torch.addmm, (a, a, a)), (torch.addmv, (v, a, v)), (torch.baddbmm, (a[None], a[None], a[None]))]:
+        expect = fn(*args, beta=1.5, alpha=2.5)
+        got = fn(*(t.to("spyre") for t in args), beta=1.5, alpha=2.5)
+        assert got.dtype == expect.dtype
+        assert torch.equal(got.cpu(), expect)

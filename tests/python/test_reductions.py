@@ -232,3 +232,12 @@ def test_all_and_any_over_no_dims_keep_the_shape(fn):
         r = fn(t.to("spyre"), dim=[])
         assert r.shape == t.shape and r.dtype == torch.bool
         assert torch.equal(r.cpu(), fn(t, dim=[]))
+
+
+def test_a_layer_norm_row_longer_than_the_scratchpad_runs_on_the_cpu():
+    # A 9.4M-element row needed 377 MB of scratchpad and raised; it now falls back, counted.
+    x = torch.randn(1, 9_400_000)
+    torch.spyre.reset_fallback_counts()
+    y = torch.nn.functional.layer_norm(x.to("spyre"), (9_400_000,))
+    torch.testing.assert_close(y.cpu(), torch.nn.functional.layer_norm(x, (9_400_000,)))
+    assert torch.spyre.fallback_counts().get("aten::native_layer_norm") == 1
