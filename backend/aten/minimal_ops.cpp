@@ -1,6 +1,7 @@
 // The minimal kernels every PrivateUse1 backend registers: tensor creation, views,
 // resizing, copies between CPU and spyre, fills and scalar reads. Everything else runs
 // through the CPU fallback (aten/cpu_fallback.cpp) until it has a device kernel.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -11,6 +12,7 @@
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 
+#include "aten/cpu_fallback.h"
 #include "aten/pointwise.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/driver.h"
@@ -222,6 +224,22 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   return download(self).item();
 }
 
+// Runs `f` on a CPU view with self's sizes and strides over a copy of self's storage
+// span, then writes the span back: in-place work the device cannot do, on any layout.
+template <class F>
+void on_storage_span(const at::Tensor& self, F&& f) {
+  if (self.numel() == 0) return;
+  const c10::DeviceGuard guard(self.device());
+  const std::int64_t extent = storage_extent(self);
+  auto span = at::empty({extent}, self.options().device(c10::kCPU));
+  auto* base = static_cast<char*>(self.storage().mutable_data()) + self.storage_offset() * self.itemsize();
+  const std::size_t bytes = static_cast<std::size_t>(extent) * self.itemsize();
+  raw_copy(span.data_ptr(), base, bytes, queue_for(self), true);
+  at::Tensor view = span.as_strided(self.sizes(), self.strides(), 0);
+  f(view);
+  raw_copy(base, span.data_ptr(), bytes, queue_for(self), false);
+}
+
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   if (self.numel() == 0) return self;
   const std::size_t size = self.itemsize();
@@ -233,11 +251,33 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
                                   static_cast<std::size_t>(self.numel()) * size));
     return self;
   }
+  if (at::has_internal_overlap(self) == at::MemOverlap::Yes) {
+    // Elements sharing memory (an expanded tensor): filling them is still well defined,
+    // and the CPU allows it; copy_ would refuse the overlap.
+    on_storage_span(self, [&](at::Tensor& view) { view.fill_(value); });
+    return self;
+  }
   self.copy_(at::full(self.sizes(), value, self.options().device(c10::kCPU)));
   return self;
 }
 
 at::Tensor& zero(at::Tensor& self) { return fill_scalar(self, 0); }
+
+// masked_fill_ has no device kernel: on the CPU over self's storage span, so it works on
+// tensors whose elements share memory (expanded ones) as the CPU's does; the boxed
+// fallback's copy back would refuse them.
+at::Tensor& masked_fill_scalar(at::Tensor& self, const at::Tensor& mask, const c10::Scalar& value) {
+  count_fallback("aten::masked_fill_.Scalar");
+  const at::Tensor m = mask.cpu();
+  on_storage_span(self, [&](at::Tensor& view) { view.masked_fill_(m, value); });
+  return self;
+}
+at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
+  count_fallback("aten::masked_fill_.Tensor");
+  const at::Tensor m = mask.cpu(), v = value.cpu();
+  on_storage_span(self, [&](at::Tensor& view) { view.masked_fill_(m, v); });
+  return self;
+}
 
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<std::int64_t> storage_offset) {
@@ -287,6 +327,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("fill_.Scalar", fill_scalar);
   m.impl("zero_", zero);
+  m.impl("masked_fill_.Scalar", masked_fill_scalar);
+  m.impl("masked_fill_.Tensor", masked_fill_tensor);
 }
 
 }  // namespace spyre::backend

@@ -232,3 +232,28 @@ def test_resize_to_the_same_size_keeps_a_strided_view():
     g = torch.ones(2).to("spyre")
     g.resize_(3, 3)
     assert g.shape == (3, 3) and g.is_contiguous()
+
+
+@pytest.mark.parametrize("op", ["fill_", "zero_", "masked_fill_", "add_", "copy_"])
+def test_in_place_ops_on_expanded_tensors_match_the_cpu(op):
+    # The CPU fills tensors whose elements share memory (fill_, zero_, masked_fill_) and
+    # refuses arithmetic on them; spyre raised for all of them before.
+    fns = {
+        "fill_": lambda t: t.fill_(2.0),
+        "zero_": lambda t: t.zero_(),
+        "masked_fill_": lambda t: t.masked_fill_(torch.ones(3, 3, dtype=torch.bool, device=t.device), 3.0),
+        "add_": lambda t: t.add_(1),
+        "copy_": lambda t: t.copy_(torch.ones(3, 3)),
+    }
+    results = []
+    for device in ("cpu", "spyre"):
+        base = torch.full((1, 3), 5.0, device=device)
+        try:
+            fns[op](base.expand(3, 3))
+            results.append(base.cpu())
+        except RuntimeError as e:
+            results.append(type(e))
+    if isinstance(results[0], torch.Tensor):
+        assert isinstance(results[1], torch.Tensor) and torch.equal(results[0], results[1])
+    else:
+        assert results[1] is results[0]
