@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "compiler/does_not_fit.h"
+
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -72,11 +74,13 @@ spyre_program_t lookup_or_compile(c10::DeviceIndex device, const std::string& ke
   std::vector<std::uint8_t> blob;
   try {
     blob = compile();
-  } catch (const std::invalid_argument& e) {
+  } catch (const compiler::DoesNotFit& e) {
     if (unfit_is_null) {
       g_unfit.insert({device, full_key});
       return nullptr;
     }
+    TORCH_CHECK(false, "spyre: cannot compile ", name, ": ", e.what());
+  } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, "spyre: cannot compile ", name, ": ", e.what());
   }
   const char* dump = std::getenv("SPYRE_DUMP_KERNELS");

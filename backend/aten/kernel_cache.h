@@ -27,8 +27,9 @@ struct KernelCacheStats {
 spyre_program_t cached_program(c10::DeviceIndex device, const std::string& key,
                                const std::function<std::vector<std::uint8_t>()>& compile, const std::string& name);
 
-// As cached_program, but nullptr when no tiling fits the device (the caller then runs
-// the op another way, e.g. on the CPU, counted); the refusal is remembered per key.
+// As cached_program, but nullptr when no tiling fits the device (compiler::DoesNotFit;
+// the caller then runs the op another way, e.g. on the CPU, counted); the refusal is
+// remembered per key. Any other compile error is still a c10::Error.
 spyre_program_t cached_program_if_fits(c10::DeviceIndex device, const std::string& key,
                                        const std::function<std::vector<std::uint8_t>()>& compile,
                                        const std::string& name);

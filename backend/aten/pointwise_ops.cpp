@@ -330,7 +330,12 @@ at::Tensor& abs_(at::Tensor& self) {
   return self;
 }
 at::Tensor& abs_out(const at::Tensor& self, at::Tensor& out) {
-  SPYRE_COMPLEX_ABS_ON_CPU(out.copy_(at::abs(self.cpu())))
+  if (self.is_complex()) {
+    count_fallback("aten::abs.out");
+    const c10::DeviceGuard guard(self.device());
+    deliver(at::abs(self.cpu()).to(self.device()), out);  // out= checks, resize, write
+    return out;
+  }
   unary("aten::abs.out", UnaryOp::abs, false, out, self, [](const at::Tensor& t) { return at::abs(t); });
   return out;
 }

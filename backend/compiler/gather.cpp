@@ -1,4 +1,5 @@
 #include "compiler/gather.h"
+#include "compiler/does_not_fit.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -20,7 +21,7 @@ std::vector<std::uint8_t> compile_gather(const GatherShape& s, const Target& tar
   const std::uint64_t per_core = (s.count + cores - 1) / cores;
   const std::uint64_t room = target.scratchpad_bytes;
   if (room < 2 * index_size + 2 * stick) {
-    throw std::invalid_argument(name + ": a gather needs at least " + std::to_string(2 * index_size + 2 * stick) +
+    throw DoesNotFit(name + ": a gather needs at least " + std::to_string(2 * index_size + 2 * stick) +
                                 " bytes of scratchpad, the device has " + std::to_string(room));
   }
   // Row pieces: whole rows when two fit beside a few indices, else stick multiples.
@@ -34,7 +35,7 @@ std::vector<std::uint8_t> compile_gather(const GatherShape& s, const Target& tar
   const auto idx_bytes = static_cast<std::uint32_t>((block * index_size + 63) / 64 * 64);
   const std::uint32_t sp_rows[2] = {idx_bytes, static_cast<std::uint32_t>(idx_bytes + block * piece)};
   if (idx_bytes + 2 * block * piece > room) {
-    throw std::invalid_argument(name + ": the gather's buffers need " + std::to_string(idx_bytes + 2 * block * piece) +
+    throw DoesNotFit(name + ": the gather's buffers need " + std::to_string(idx_bytes + 2 * block * piece) +
                                 " bytes of scratchpad, the device has " + std::to_string(room));
   }
   const std::uint64_t used_cores = std::min<std::uint64_t>(cores, (s.count + block - 1) / block);

@@ -1,4 +1,5 @@
 #include "compiler/matmul.h"
+#include "compiler/does_not_fit.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -128,7 +129,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   const std::uint64_t size = isa::dtype_size(s.dtype);
   const MatmulPlan p = plan_matmul(s, target);
   if (p.tm == 0) {
-    throw std::invalid_argument(name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+    throw DoesNotFit(name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
                                 std::to_string(s.k) + ": the smallest tiling needs " +
                                 std::to_string(footprint(std::min<std::uint64_t>(8, s.m), std::min<std::uint64_t>(8, s.n),
                                                          std::min<std::uint64_t>(8, s.k), size)) +

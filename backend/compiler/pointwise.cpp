@@ -1,4 +1,5 @@
 #include "compiler/pointwise.h"
+#include "compiler/does_not_fit.h"
 
 #include <algorithm>
 #include <array>
@@ -455,7 +456,7 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
     const std::uint64_t bytes = walker.plan(tile);
     if (bytes <= target.scratchpad_bytes) break;
     if (t <= per_stick) {
-      throw std::invalid_argument(name + ": " + std::to_string(elements) + " " + dtype_name(kernel.output.dtype) +
+      throw DoesNotFit(name + ": " + std::to_string(elements) + " " + dtype_name(kernel.output.dtype) +
                                   " elements need at least " + std::to_string(bytes) +
                                   " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
     }
@@ -469,7 +470,7 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
   for (std::size_t d = 3; d < dims; ++d) outer *= shape[d];
   const std::uint64_t units = nb0 * nb1 * nb2 * outer;
   if (units > (1u << 22)) {
-    throw std::invalid_argument(name + ": the shape splits into " + std::to_string(units) +
+    throw DoesNotFit(name + ": the shape splits into " + std::to_string(units) +
                                 " tiles (innermost dimensions too small for the scratchpad tiles)");
   }
   struct Unit {

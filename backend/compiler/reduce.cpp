@@ -1,4 +1,5 @@
 #include "compiler/reduce.h"
+#include "compiler/does_not_fit.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -36,7 +37,7 @@ template <class Bytes>
 std::uint64_t rows_per_tile(const Bytes& bytes, std::uint64_t rows, std::uint64_t cols, isa::DType in,
                             const Target& target, const std::string& name) {
   if (bytes(1) > target.scratchpad_bytes) {
-    throw std::invalid_argument(name + ": a row of " + std::to_string(cols) + " " + std::string(isa::to_string(in)) +
+    throw DoesNotFit(name + ": a row of " + std::to_string(cols) + " " + std::string(isa::to_string(in)) +
                                 " values needs " + std::to_string(bytes(1)) + " bytes of scratchpad, the device has " +
                                 std::to_string(target.scratchpad_bytes));
   }
@@ -84,7 +85,7 @@ std::vector<std::uint8_t> compile_reduce(const ReduceShape& s, const Target& tar
   };
   while (bytes(rc, ac) > target.scratchpad_bytes) {
     if (rc == 1 && ac == 1) {
-      throw std::invalid_argument(name + ": reducing " + std::to_string(s.outer) + "x" + std::to_string(s.reduced) +
+      throw DoesNotFit(name + ": reducing " + std::to_string(s.outer) + "x" + std::to_string(s.reduced) +
                                   " " + std::string(isa::to_string(s.in)) + " needs at least " +
                                   std::to_string(bytes(1, 1)) + " bytes of scratchpad, the device has " +
                                   std::to_string(target.scratchpad_bytes));

@@ -52,7 +52,8 @@ json make_report(const std::string& workload, double flops, const json& device,
   const json records = every_launch ? device.value("launch_records", json::array())
                                     : device.value("kernel_totals", json::array());
   if (!every_launch) {
-    const json span = device.value("activity_ps", json::array({0, 0}));
+    // The launches' span, as the per-launch rows give it (copies excluded).
+    const json span = device.value("launch_span_ps", json::array({0, 0}));
     first = span[0].get<double>();
     last = span[1].get<double>();
   }

@@ -373,9 +373,16 @@ bool Runtime::remove_pinned(void* p) {
 
 bool Runtime::remove(const void* handle) {
   const auto value = reinterpret_cast<std::uintptr_t>(handle);
+  const std::uint32_t kind = static_cast<std::uint32_t>(value >> 56);
+  const std::uint32_t generation = static_cast<std::uint32_t>((value >> 32) & 0xffffffu);
   const std::uint64_t index = value & 0xffffffffu;
   const std::lock_guard lock(objects_mutex_);
-  if (index == 0 || index > slots_.size() || !slots_[index - 1].object) return false;
+  // The whole handle must match, as in lookup(): two threads destroying one handle must
+  // not let the second remove an object that has since taken the slot.
+  if (index == 0 || index > slots_.size() || !slots_[index - 1].object || slots_[index - 1].kind != kind ||
+      (slots_[index - 1].generation & 0xffffffu) != generation) {
+    return false;
+  }
   slots_[index - 1].object.reset();
   // A slot whose generations are used up is retired (a few bytes, once per 2^24
   // reuses), never handed out again.

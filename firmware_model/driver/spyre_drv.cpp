@@ -94,23 +94,33 @@ std::shared_ptr<QueueObject> usable_queue(Runtime& rt, spyre_queue_t handle) {
 
 // Before posting a command to q: with kMaxCommandsInFlight unfinished ones already
 // there (as last seen), wait until one completes, like a full hardware ring.
+// (Compared by adding, never subtracting: with several host threads on one queue,
+// another thread may have seen more completions than this command's number.)
 void take_ring_slot(Runtime& rt, const std::shared_ptr<QueueObject>& q) {
-  const std::uint64_t n = ++q->host_submitted;  // this command's number; n - 1 are posted
-  if (n - 1 - q->known_completed.load() >= spyre::driver::kMaxCommandsInFlight) {
+  constexpr std::uint64_t kMax = spyre::driver::kMaxCommandsInFlight;
+  const std::uint64_t before = q->host_submitted++;  // commands posted before this one
+  if (before >= q->known_completed.load() + kMax) {
     std::uint64_t completed = 0;
     rt.block_until(q->device, [&] {
       completed = q->queue->completed;
-      return n - 1 - completed < spyre::driver::kMaxCommandsInFlight;
+      return completed + kMax > before;
     });
-    q->known_completed = std::max(q->known_completed.load(), completed);
+    std::uint64_t known = q->known_completed.load();
+    while (known < completed && !q->known_completed.compare_exchange_weak(known, completed)) {
+    }
   }
+}
+
+// Posts a command without taking a ring slot (the caller took one).
+void post_command(Runtime& rt, const std::shared_ptr<QueueObject>& q, firmware::CommandBody body) {
+  rt.post(q->device, [fw = q->device->firmware.get(), queue = q->queue, b = std::move(body)]() mutable {
+    fw->submit(queue, std::move(b));
+  });
 }
 
 void submit(Runtime& rt, const std::shared_ptr<QueueObject>& q, firmware::CommandBody body) {
   take_ring_slot(rt, q);
-  rt.post(q->device, [fw = q->device->firmware.get(), queue = q->queue, b = std::move(body)]() mutable {
-    fw->submit(queue, std::move(b));
-  });
+  post_command(rt, q, std::move(body));
 }
 
 // Blocks until the queue is idle; reports (and remembers) its error state.
@@ -594,7 +604,7 @@ spyre_result_t spyreQueueDestroy(spyre_queue_t queue) {
     Runtime& rt = Runtime::get();
     auto q = rt.lookup<QueueObject>(queue, "queue");
     rt.block_until(q->device, [&] { return q->device->firmware->idle(*q->queue); });
-    rt.remove(queue);
+    if (!rt.remove(queue)) raise(SPYRE_ERROR_INVALID_HANDLE, "queue handle was destroyed meanwhile by another thread");
     rt.post(q->device, [fw = q->device->firmware.get(), fq = q->queue] { fw->remove_queue(fq.get()); });
     return SPYRE_SUCCESS;
   });
@@ -739,7 +749,8 @@ spyre_result_t spyreEventDestroy(spyre_event_t event) {
   return guarded(__func__, [&] {
     Runtime& rt = Runtime::get();
     rt.lookup<EventObject>(event, "event");
-    rt.remove(event);  // queued records keep the state alive until they complete
+    // Queued records keep the state alive until they complete.
+    if (!rt.remove(event)) raise(SPYRE_ERROR_INVALID_HANDLE, "event handle was destroyed meanwhile by another thread");
     return SPYRE_SUCCESS;
   });
 }
@@ -750,7 +761,10 @@ spyre_result_t spyreEventRecord(spyre_event_t event, spyre_queue_t queue) {
     auto e = rt.lookup<EventObject>(event, "event");
     auto q = usable_queue(rt, queue);
     if (e->device != q->device) raise(SPYRE_ERROR_INVALID_ARGUMENT, "the event and the queue are on different devices");
-    submit(rt, q, firmware::EventRecord{e->state, ++e->generation});
+    // The slot first: a generation must not become visible to waiters (another thread's
+    // spyreQueueWaitEvent) while its record still waits for room in a full queue.
+    take_ring_slot(rt, q);
+    post_command(rt, q, firmware::EventRecord{e->state, ++e->generation});
     return SPYRE_SUCCESS;
   });
 }
@@ -858,7 +872,9 @@ spyre_result_t spyreProgramUnload(spyre_program_t program) {
   return guarded(__func__, [&] {
     Runtime& rt = Runtime::get();
     auto p = rt.lookup<ProgramObject>(program, "program");
-    rt.remove(program);
+    if (!rt.remove(program)) {
+      raise(SPYRE_ERROR_INVALID_HANDLE, "program handle was destroyed meanwhile by another thread");
+    }
     wait_device_idle(rt, p->device);  // launches already submitted keep using it
     p->device->chip->memory().free(p->device_copy);
     return SPYRE_SUCCESS;

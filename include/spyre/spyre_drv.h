@@ -130,7 +130,8 @@ typedef struct spyre_driver_config_t {
  * SPYRE_SIM_DEVICES). The config is loaded and checked now.
  * Returns SPYRE_SUCCESS; SPYRE_ERROR_INVALID_ARGUMENT (a bad config, override or
  * count: the message names file, line and key; or the driver is running);
- * SPYRE_ERROR_UNSUPPORTED_VERSION. */
+ * SPYRE_ERROR_INVALID_NULL_POINTER (overrides, or one of them, NULL with
+ * num_overrides > 0); SPYRE_ERROR_UNSUPPORTED_VERSION. */
 SPYRE_API spyre_result_t spyreDriverConfigure(const spyre_driver_config_t* config);
 
 /* Completes all submitted work, stops the simulation and releases every object.

@@ -645,6 +645,8 @@ void Chip::record_launch(const LaunchRecord& r) {
   s.instructions += r.instructions;
   s.dram_read_bytes += r.dram_read_bytes;
   s.dram_write_bytes += r.dram_write_bytes;
+  s.first_launch_ps = s.launches == 0 ? r.start : std::min(s.first_launch_ps, r.start);
+  s.last_launch_ps = s.launches == 0 ? r.end : std::max(s.last_launch_ps, r.end);
   ++s.launches;
   if (r.fault) ++s.faults;
   KernelTotals& k = s.kernel_totals[r.name];
@@ -896,6 +898,7 @@ nlohmann::json Chip::report(Picoseconds elapsed_ps) const {
             {"device_to_host", server_json(impl_->pcie_to_host)}}},
           {"cores", cores},
           {"activity_ps", {stats_.first_activity_ps, stats_.last_activity_ps}},
+          {"launch_span_ps", {stats_.first_launch_ps, stats_.last_launch_ps}},
           {"kernel_totals", kernels},
           {"launch_records", launches},
           {"launch_records_dropped", stats_.launch_records_dropped}};

@@ -98,6 +98,7 @@ struct ChipStats {
   std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0;
   std::uint64_t host_to_device_bytes = 0, device_to_host_bytes = 0;
   Picoseconds first_activity_ps = 0, last_activity_ps = 0;  // span of the recorded work
+  Picoseconds first_launch_ps = 0, last_launch_ps = 0;      // span of the launches alone
   // The most recent launches, at most Chip::launch_record_limit() of them (older ones
   // are dropped and counted; the totals above and per kernel stay exact).
   std::deque<LaunchRecord> launch_records;

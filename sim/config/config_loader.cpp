@@ -408,15 +408,26 @@ void require_shallow(std::string_view text, const std::string& source) {
   std::size_t depth = 0;
   char quote = 0;
   bool comment = false;
+  char before = '\n';  // the last non-blank character (a quote only opens a scalar after one of ":,[{-?\n")
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (comment) {
       comment = c != '\n';
-    } else if (quote) {
-      if (c == quote) quote = 0;
-    } else if (c == '"' || c == '\'') {
+      if (!comment) before = '\n';
+      continue;
+    }
+    if (quote) {
+      if (quote == '"' && c == '\\') {
+        ++i;  // an escaped character
+      } else if (c == quote) {
+        quote = 0;
+        before = c;
+      }
+      continue;
+    }
+    if ((c == '"' || c == '\'') && std::string_view(":,[{-?\n").find(before) != std::string_view::npos) {
       quote = c;
-    } else if (c == '#') {
+    } else if (c == '#' && (before == '\n' || i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
       comment = true;
     } else if (c == '[' || c == '{') {
       if (++depth > kMaxNesting) {
@@ -425,6 +436,11 @@ void require_shallow(std::string_view text, const std::string& source) {
       }
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
+    }
+    if (c == '\n') {
+      before = '\n';
+    } else if (c != ' ' && c != '\t' && c != '\r') {
+      before = c;
     }
   }
 }
@@ -449,6 +465,9 @@ void require_one_document(std::string_view text, const std::string& source) {
         throw ConfigError(position(text, line_start, source), "",
                           "expected one YAML document, found a second (a '---' or '...' line splits the file)");
       }
+      // "--- {name: x}": the first document starts on the marker's line.
+      const std::size_t after = line.find_first_not_of(" \t\r", 3);
+      if (marker("---") && after != std::string_view::npos && line[after] != '#') content = true;
     } else if (marker("...")) {
       ended = content;
     } else if (!blank && line[0] != '%') {

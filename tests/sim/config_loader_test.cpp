@@ -265,6 +265,14 @@ TEST_CASE("given what YAML parsers accept silently, the config is refused with t
     CHECK_THAT(e.where(), StartsWith("test.yaml:1:"));
     CHECK_THAT(e.message(), ContainsSubstring("expected at most 64 nested"));
   }
+  SECTION("nesting after an apostrophe in a plain value is still counted") {
+    const std::string text = "name: Bob's chip\nx: " + std::string(100, '[') + std::string(100, ']') + "\n";
+    CHECK_THAT(load_error(text).message(), ContainsSubstring("expected at most 64 nested"));
+  }
+  SECTION("a second document after a first that starts on its '---' line") {
+    const auto e = load_error("--- {name: x}\n---\nname: y\n");
+    CHECK_THAT(e.message(), ContainsSubstring("found a second"));
+  }
   SECTION("an unknown section made by an override is blamed on the override") {
     const auto e = load_error(std::string(embedded_default_config()), {"bogus.key=1"});
     CHECK(e.where() == "--set bogus.key=1");

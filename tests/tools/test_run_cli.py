@@ -281,3 +281,18 @@ def test_a_stopped_sweep_waits_for_its_points_and_resumes(tmp_path):
     r = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert len(list(csv.DictReader(open(out / "sweep.csv")))) == 6
+
+
+def test_a_report_from_kernel_totals_matches_one_from_every_launch_record():
+    # Long runs keep only the latest launch records; the report then comes from exact
+    # per-kernel totals and must give the same metrics.
+    import os
+    args = ["run", "--workload", "block:64,256,4,512", "--config", CI, "--json"]
+    full = json.loads(spyre_sim(*args).stdout)
+    env = dict(os.environ, SPYRE_SIM_LAUNCH_RECORDS="2")
+    r = subprocess.run(["spyre-sim", *args], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    few = json.loads(r.stdout)
+    for key in ("time_us", "cycles", "kernels", "macs", "dram_read_bytes", "dram_write_bytes", "ring_link_bytes"):
+        assert few["metrics"][key] == pytest.approx(full["metrics"][key], rel=1e-9), key
+    assert sum(k["launches"] for k in few["kernels"]) == full["metrics"]["kernels"]

@@ -1,10 +1,13 @@
 // spyre-sim run: a named workload on the simulated device through the real stack
 // (PyTorch backend, driver, firmware, SystemC model), reported from the device's own
 // statistics; plus the golden check (--expect-json) and spyre-sim diff.
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -249,10 +252,19 @@ json read_report(const std::string& path) {
   return j;
 }
 
-// Opens `path` for writing now (so a bad path fails before the run, not after it).
+// Checks now that `path` can be written (so a bad path fails before the run, not after
+// it), without creating or changing the file: the folder must exist and be writable, and
+// an existing file writable.
 void require_writable(const std::string& path, const char* option) {
-  std::ofstream probe(path, std::ios::app);
-  if (!probe) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw UsageError(fmt::format("{}: cannot write {} (no folder {})", option, path, dir.string()));
+  }
+  const bool exists = fs::exists(p, ec);
+  if (::access((exists ? p : dir).c_str(), W_OK) != 0) {
     throw UsageError(fmt::format("{}: cannot write {} ({})", option, path, std::strerror(errno)));
   }
 }
@@ -284,9 +296,13 @@ int run(const RunOptions& o) {
   if (!o.trace.empty()) spyreTraceStart(device_handle());
   w.run();
   const spyre_result_t sync = spyreDeviceSynchronize(device_handle());
-  if (sync != SPYRE_SUCCESS) throw DeviceFault(spyreGetLastErrorMessage());
+  const std::string fault = sync != SPYRE_SUCCESS ? spyreGetLastErrorMessage() : "";
+  // The trace is written even when the run faulted: that is when it is wanted most.
   if (!o.trace.empty() && spyreTraceStop(device_handle(), o.trace.c_str()) != SPYRE_SUCCESS) {
     throw UsageError(fmt::format("--trace: {}", spyreGetLastErrorMessage()));
+  }
+  if (sync != SPYRE_SUCCESS) {
+    throw DeviceFault(o.trace.empty() ? fault : fmt::format("{} (trace of the run: {})", fault, o.trace));
   }
   const json result =
       make_report(o.model.empty() ? o.workload : "model:" + o.model, w.flops, device_report(), backend::fallback_counts());

@@ -68,7 +68,8 @@ std::string point_name(std::size_t i) { return fmt::format("p{:04}", i); }
 // Writes `text` to `path` through a temporary file in the same folder and a rename, so
 // a reader (or a crash) never sees half a file.
 void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.parent_path() / (path.filename().string() + ".tmp");
+  // (The process id in the temporary name: sweeps of several machines may share a folder.)
+  const fs::path tmp = path.parent_path() / fmt::format("{}.{}.tmp", path.filename().string(), ::getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << text;
@@ -169,6 +170,28 @@ struct SweepOptions {
 };
 
 volatile std::sig_atomic_t g_stop = 0;  // the signal that stopped the sweep, or 0
+
+// SIGINT/SIGTERM/SIGHUP only record themselves (g_stop) while a sweep runs; the previous
+// handlers come back when it ends, however it ends.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    g_stop = 0;
+    struct sigaction action {};
+    action.sa_handler = [](int sig) { g_stop = sig; };
+    sigemptyset(&action.sa_mask);
+    for (int k = 0; k < 3; ++k) sigaction(kSignals[k], &action, &previous_[k]);
+  }
+  ~SignalGuard() {
+    for (int k = 0; k < 3; ++k) sigaction(kSignals[k], &previous_[k], nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+
+ private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction previous_[3];
+};
 
 struct Running {
   pid_t pid;
@@ -276,13 +299,22 @@ int sweep(const SweepOptions& o) {
   };
   // SIGINT/SIGTERM/SIGHUP: stop starting points, pass the signal on to the running
   // ones, wait for them, record what finished, write the CSV, exit 130.
-  g_stop = 0;
-  struct sigaction action {};
-  action.sa_handler = [](int sig) { g_stop = sig; };
-  sigemptyset(&action.sa_mask);
-  struct sigaction previous[3];
-  const int signals[3] = {SIGINT, SIGTERM, SIGHUP};
-  for (int k = 0; k < 3; ++k) sigaction(signals[k], &action, &previous[k]);
+  // Both undone on every way out (an exception included): the handlers restored, and
+  // children still running stopped and reaped, their partial output removed.
+  const SignalGuard signals;
+  struct Reaper {
+    std::vector<Running>& running;
+    const fs::path& dir;
+    ~Reaper() {
+      for (const auto& r : running) kill(r.pid, SIGTERM);
+      for (const auto& r : running) {
+        int status = 0;
+        waitpid(r.pid, &status, 0);
+        std::error_code ec;
+        fs::remove(dir / (point_name(r.index) + ".out"), ec);
+      }
+    }
+  } reaper{running, dir};
   while (done < todo.size() && !(g_stop != 0 && running.empty())) {
     while (g_stop == 0 && next < todo.size() && running.size() < static_cast<std::size_t>(o.jobs)) {
       const std::size_t idx = todo[next++];
@@ -336,7 +368,6 @@ int sweep(const SweepOptions& o) {
       }
     }
   }
-  for (int k = 0; k < 3; ++k) sigaction(signals[k], &previous[k], nullptr);
   write_csv(dir);
   if (g_stop != 0) {
     std::fprintf(stderr, "spyre-sim sweep: stopped by signal %d after %zu of %zu points; rerun the same command to "
