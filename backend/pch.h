@@ -1,5 +1,5 @@
 // Precompiled for every translation unit of spyre_torch: the torch headers they share
-// (DESIGN.md §2: a TU including these costs ~25 s and >1 GB when not precompiled).
+// (docs/ARCHITECTURE.md §2: a TU including these costs ~25 s and >1 GB when not precompiled).
 #pragma once
 
 #include <ATen/ATen.h>

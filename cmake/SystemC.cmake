@@ -7,5 +7,5 @@ set_target_properties(SystemC::systemc PROPERTIES
   IMPORTED_LOCATION "${SYSTEMC_LIBRARY}"
   INTERFACE_INCLUDE_DIRECTORIES "${SYSTEMC_INCLUDE_DIR}"
   # Debian builds SystemC 3.0.1 as C++17; C++20 code must say so or it fails to link
-  # (DESIGN.md §2).
+  # (docs/ARCHITECTURE.md §2).
   INTERFACE_COMPILE_DEFINITIONS "SC_CPLUSPLUS=201703L")

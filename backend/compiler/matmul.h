@@ -3,7 +3,7 @@
 // transpose of a [K x M] one; B is [K x N] row-major or the transpose of an [N x K] one
 // (linear's weights); C is contiguous [batch, M, N].
 //
-// Panel sharing (DESIGN.md §4): cores form groups laid out as a Gr x Gc grid. A group
+// Panel sharing (docs/ARCHITECTURE.md §9): cores form groups laid out as a Gr x Gc grid. A group
 // computes a super-block of Gr x Gc output tiles: along K, the first core of each grid
 // row reads the row's A panel from DRAM and it travels core to core along the row
 // over the ring (ring_recv with forwarding); the first core of each grid column does

@@ -8,7 +8,7 @@
 // thread delivers each action at exactly that simulated time. While no host thread is
 // blocked the simulation only runs up to just before the host clock; a blocking call
 // registers a condition, the simulation runs until it holds, and the host clock jumps
-// to that instant (DESIGN.md §8).
+// to that instant (docs/ARCHITECTURE.md §8).
 #pragma once
 
 #include <atomic>

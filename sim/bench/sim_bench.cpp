@@ -1,5 +1,5 @@
 // spyre-sim-bench: how fast the device model simulates, against the host's own time
-// for the same math (DESIGN.md §2). Prints figures; asserts nothing about speed.
+// for the same math (docs/ARCHITECTURE.md §5). Prints figures; asserts nothing about speed.
 //
 //   GEMM: fp16 M x N x K tiled over every core (256x256 output tiles, K in steps of
 //   256, double-buffered DMA), against OpenBLAS cblas_sgemm fp32 of the same size.

@@ -22,7 +22,7 @@ def info_json(*args):
 def test_default_chip_matches_public_figures():
     info = info_json()
     derived = info["derived"]
-    # DESIGN.md §3: ~98 TFLOPS fp16, ~204 GB/s LPDDR5; within 10%.
+    # docs/ARCHITECTURE.md §3: ~98 TFLOPS fp16, ~204 GB/s LPDDR5; within 10%.
     assert derived["peak_ops_per_s"]["fp16"] == pytest.approx(98e12, rel=0.10)
     assert derived["dram_peak_bytes_per_s"] == pytest.approx(204e9, rel=0.10)
     assert info["config"]["source"] == "<embedded spyre.yaml>"
