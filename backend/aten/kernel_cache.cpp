@@ -43,6 +43,12 @@ const DeviceInfo& info(c10::DeviceIndex device) {
     d.target.stick_bytes = p.stick_bytes;
     d.target.core_macs_per_s = p.cores > 0 ? p.peak_macs_per_s[SPYRE_MAC_FP16] / p.cores : 0;
     d.target.dram_bytes_per_s = p.dram_deliverable_bytes_per_s;
+    d.target.array_rows = p.array_rows;
+    d.target.array_cols = p.array_cols;
+    d.target.simd_depth[static_cast<std::size_t>(isa::DType::fp32)] = p.simd_depth[SPYRE_MAC_FP32];
+    d.target.simd_depth[static_cast<std::size_t>(isa::DType::fp16)] = p.simd_depth[SPYRE_MAC_FP16];
+    d.target.simd_depth[static_cast<std::size_t>(isa::DType::bf16)] = p.simd_depth[SPYRE_MAC_BF16];
+    d.target.simd_depth[static_cast<std::size_t>(isa::DType::int8)] = p.simd_depth[SPYRE_MAC_INT8];
     d.hash = p.config_hash;
     it = infos.emplace(device, std::move(d)).first;
   }

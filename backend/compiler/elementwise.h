@@ -3,6 +3,7 @@
 // compile_pointwise in pointwise.h). Pure ISA code generation: no torch, no driver.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +20,21 @@ struct Target {
   // For cost models (0: unknown, plans then favour using every core).
   double core_macs_per_s = 0;   // one core's fp16 multiply-accumulates per second
   double dram_bytes_per_s = 0;  // the whole device's deliverable DRAM bandwidth
+  // The compute array, from the device properties (0: unknown: no fill/drain cost,
+  // one MAC per PE per cycle). simd_depth is indexed by isa::DType (fp32, fp16, bf16).
+  std::uint32_t array_rows = 0, array_cols = 0;
+  std::array<std::uint32_t, isa::kNumDTypes> simd_depth{};
+
+  // MACs per PE per cycle for matmul operands of `t` (1 when unknown).
+  std::uint32_t depth(isa::DType t) const {
+    const std::uint32_t d = simd_depth[static_cast<std::size_t>(t)];
+    return d == 0 ? 1 : d;
+  }
+  // One core's multiply-accumulates per second for operands of `t` (0: unknown).
+  double macs_per_s(isa::DType t) const {
+    const std::uint32_t fp16 = simd_depth[static_cast<std::size_t>(isa::DType::fp16)];
+    return fp16 == 0 ? core_macs_per_s : core_macs_per_s * depth(t) / fp16;
+  }
 };
 
 // out[i] = a[i] <op> b[i] for `count` elements of `dtype`. Arguments at launch:

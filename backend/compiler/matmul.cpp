@@ -93,21 +93,26 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
           const std::uint64_t sb = s.batch * ceil_div(row_blocks, gr) * ceil_div(tiles_n, gc);
           const std::uint64_t waves = ceil_div(sb, groups);
           // Per wave every core multiplies rt tm x tn tiles over K; the systolic array's
-          // fill and drain cost (R + C - 2 = 14 cycles per fold on 8x8) against
-          // ceil(tk / 8) cycles of streaming makes short K chunks slower.
-          const double stream = static_cast<double>(ceil_div(tk, 8));
-          const double compute = static_cast<double>(waves * rt * tm * tn * s.k) * (stream + 14) / stream;
+          // fill and drain (R + C - 2 cycles per fold, the target's array) against
+          // ceil(tk / depth) cycles of streaming makes short K chunks slower (on the
+          // default chip's 8 x 8 fp16 arrays of depth 8: 14 against ceil(tk / 8)).
+          const double stream = static_cast<double>(ceil_div(tk, target.depth(s.dtype)));
+          const double fill = static_cast<double>(target.array_rows + target.array_cols >= 2
+                                                      ? target.array_rows + target.array_cols - 2
+                                                      : 0);
+          const double compute = static_cast<double>(waves * rt * tm * tn * s.k) * (stream + fill) / stream;
           // Two tiles a K step apart load each block's first B panel twice.
           const std::uint64_t b_extra = rt == 2 && ceil_div(s.k, tk) >= kRotateSteps ? tk : 0;
           const std::uint64_t read = sb * (std::min<std::uint64_t>(gr * rt * tm, s.m) * s.k +
                                            std::min<std::uint64_t>(gc * tn, s.n) * (s.k + b_extra)) * size;
           const std::uint64_t bytes = read + s.batch * s.m * s.n * size;
           double time = compute;
-          if (target.core_macs_per_s > 0 && target.dram_bytes_per_s > 0) {
+          const double macs_per_s = target.macs_per_s(s.dtype);  // the operands' rate, not always fp16's
+          if (macs_per_s > 0 && target.dram_bytes_per_s > 0) {
             // Overlap is never perfect: charge a part of the shorter of the two as well,
             // so among compute-bound plans the one moving fewer bytes wins. In-place
             // accumulators (rt 2) wait for their stores between waves.
-            const double c = compute / target.core_macs_per_s;
+            const double c = compute / macs_per_s;
             const double d = static_cast<double>(bytes) / target.dram_bytes_per_s;
             const double stall = rt == 2 ? static_cast<double>((waves - 1) * std::min<std::uint64_t>(groups, sb) * gr *
                                                                gc * tm * tn * size) / target.dram_bytes_per_s

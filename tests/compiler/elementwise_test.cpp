@@ -97,7 +97,8 @@ TEST_CASE("given a row-broadcast operand, only its row is loaded and the vector 
 TEST_CASE("given a 2048-cubed fp16 GEMM on the default chip, panels are shared so DRAM reads A and B once") {
   // 32 cores, 1638 KiB usable scratchpad, 1536 fp16 MAC/ns per core, 149.5 GB/s.
   const compiler::Target target{.cores = 32, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
-                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9};
+                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
   const compiler::MatmulShape shape{.m = 2048, .n = 2048, .k = 2048, .dtype = isa::DType::fp16};
   const compiler::MatmulPlan plan = compiler::plan_matmul(shape, target);
   // 256x256 tiles, two per core stacked along M: a 4x8 grid covers 2048x2048 at once,
@@ -124,7 +125,8 @@ TEST_CASE("given two tiles per core and at least four K steps, the second tile r
   // CPU: 2 tiles per core and K = 2200 in steps of 512 (4 full and a ragged 152).
   // (The plan: 64x64 tiles, a 1x4 grid, 27 super-blocks.)
   const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
-                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9};
+                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
   const compiler::MatmulShape shape{.m = 1152, .n = 700, .k = 2200, .dtype = isa::DType::fp16};
   const compiler::MatmulPlan plan = compiler::plan_matmul(shape, target);
   REQUIRE(plan.rows_per_core == 2);
@@ -193,9 +195,11 @@ TEST_CASE("given GEMMs of many shapes, every ring message sent is received, in o
   // a message behind or takes the wrong one. Per (source, destination, tag), the byte
   // counts of the sends (and forwards) must equal those of the receives, in order.
   const compiler::Target ci{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
-                            .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 37.376e9};
+                            .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 37.376e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
   const compiler::Target chip{.cores = 32, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
-                              .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9};
+                              .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
   for (const auto& target : {ci, chip}) {
     for (const std::uint64_t m : {768ull, 1280ull, 700ull, 2048ull}) {
       for (const std::uint64_t n : {512ull, 2048ull, 300ull}) {
@@ -233,10 +237,12 @@ TEST_CASE("given twice the scratchpad, a 4096-cubed GEMM takes K chunks of 1024,
   // 2 x (256x1024 + 1024x256) x 2 B + 2 x 256x256 x 4 B = 2.5 MiB fits; K = 4096 is 4
   // chunks of 1024 (fold: 128 + 14 cycles instead of 64 + 14), K = 2048 would be only 2.
   const compiler::Target big{.cores = 32, .scratchpad_bytes = 3276 * 1024, .stick_bytes = 128,
-                             .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9};
+                             .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
   CHECK(compiler::plan_matmul({.m = 4096, .n = 4096, .k = 4096, .dtype = isa::DType::fp16}, big).tk == 1024);
   CHECK(compiler::plan_matmul({.m = 2048, .n = 2048, .k = 2048, .dtype = isa::DType::fp16}, big).tk == 512);
   const compiler::Target chip{.cores = 32, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
-                              .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9};
+                              .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
   CHECK(compiler::plan_matmul({.m = 4096, .n = 4096, .k = 4096, .dtype = isa::DType::fp16}, chip).tk == 512);
 }
