@@ -1,0 +1,146 @@
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "compiler/matmul.h"
+#include "compiler/elementwise.h"
+#include "spyre/isa/program.h"
+
+using namespace spyre;
+using Catch::Matchers::ContainsSubstring;
+
+TEST_CASE("given a matmul, tiles fit the scratchpad and too small a scratchpad is a clear error") {
+  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128};
+  const compiler::MatmulShape shape{.m = 300, .n = 513, .k = 17, .dtype = isa::DType::fp16, .b_transposed = false};
+  const isa::Program p(compiler::compile_matmul(shape, target, "aten::mm"));
+  CHECK(p.num_streams() == 4);
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 4}));
+  const compiler::Target tiny{.cores = 1, .scratchpad_bytes = 256, .stick_bytes = 128};
+  // The smallest tiling, 8x8x8 fp16: 2 x (64 + 64) x 2 + 64 x 4 + 64 x 2 = 896 bytes.
+  CHECK_THROWS_WITH(compiler::compile_matmul(shape, tiny, "aten::mm"),
+                    ContainsSubstring("aten::mm 300x513x17: the smallest tiling needs 896 bytes of scratchpad, the "
+                                      "device has 256"));
+}
+
+TEST_CASE("given a 2048-cubed fp16 GEMM on the default chip, panels are shared so DRAM reads A and B once") {
+  // 32 cores, 1638 KiB usable scratchpad, 1536 fp16 MAC/ns per core, 149.5 GB/s.
+  const compiler::Target target{.cores = 32, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  const compiler::MatmulShape shape{.m = 2048, .n = 2048, .k = 2048, .dtype = isa::DType::fp16};
+  const compiler::MatmulPlan plan = compiler::plan_matmul(shape, target);
+  // 256x256 tiles, two per core stacked along M: a 4x8 grid covers 2048x2048 at once,
+  // so A and B are each read once, 2 x 2048 x 2048 x 2 bytes, plus the first K step's
+  // B panels again (the second tile runs a step behind): 2048 x 512 x 2 bytes.
+  CHECK(plan.tm == 256);
+  CHECK(plan.rows_per_core == 2);
+  CHECK(plan.grid_rows * plan.grid_cols == 32);
+  CHECK(plan.super_blocks == 1);
+  CHECK(plan.tk == 512);
+  CHECK(plan.dram_read_bytes == 2ull * 2048 * 2048 * 2 + 2048ull * 512 * 2);
+  const isa::Program p(compiler::compile_matmul(shape, target, "aten::mm"));
+  CHECK(p.num_streams() == 32);
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 32}));
+  std::uint32_t receives = 0;
+  for (std::uint32_t pc = 0; pc < p.stream_length(31); ++pc) {
+    receives += std::holds_alternative<isa::RingRecv>(*p.decode_at(31, pc).inst) ? 1 : 0;
+  }
+  CHECK(receives > 0);  // the last core of the grid gets its panels over the ring
+}
+
+TEST_CASE("given two tiles per core and at least four K steps, the second tile runs a K step behind") {
+  // The CI chip (4 cores) and the shape tests/python/test_matmul.py checks against the
+  // CPU: 2 tiles per core and K = 2200 in steps of 512 (4 full and a ragged 152).
+  // (The plan: 64x64 tiles, a 1x4 grid, 27 super-blocks.)
+  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  const compiler::MatmulShape shape{.m = 1152, .n = 700, .k = 2200, .dtype = isa::DType::fp16};
+  const compiler::MatmulPlan plan = compiler::plan_matmul(shape, target);
+  REQUIRE(plan.rows_per_core == 2);
+  REQUIRE(plan.tk == 512);
+  REQUIRE(shape.m % (2 * plan.tm) == 0);  // every block has two whole tiles
+  REQUIRE(plan.tm >= 32);                   // the last matmul splits into 4 pieces of 8-row folds
+  const isa::Program p(compiler::compile_matmul(shape, target, "aten::mm"));
+  // Stream 0's first block: tile 0 alone on K step 0, both tiles on steps 1..4, tile 1
+  // on step 0 last; each tile's first matmul starts its accumulator.
+  std::vector<std::pair<std::uint32_t, bool>> matmuls;  // (k, accumulate)
+  std::string tail;  // M for each matmul, S for each store, in order
+  for (std::uint32_t pc = 0; pc < p.stream_length(0); ++pc) {
+    const isa::Decoded d = p.decode_at(0, pc);
+    if (const auto* mm = std::get_if<isa::Matmul>(&*d.inst)) matmuls.emplace_back(mm->k, mm->accumulate);
+    if (std::holds_alternative<isa::Matmul>(*d.inst)) tail += 'M';
+    if (std::holds_alternative<isa::DmaStore>(*d.inst)) tail += 'S';
+  }
+  REQUIRE(matmuls.size() >= 10);
+  const std::vector<std::pair<std::uint32_t, bool>> first_block = {
+      {512, false}, {512, true}, {512, false}, {512, true}, {512, true},
+      {512, true},  {512, true}, {152, true},  {152, true}, {512, true}};
+  CHECK(std::vector(matmuls.begin(), matmuls.begin() + 10) == first_block);
+  // The core's last matmul runs in 4 row pieces, each stored before the next computes.
+  REQUIRE(tail.size() >= 8);
+  CHECK(tail.substr(tail.size() - 8) == "MSMSMSMS");
+}
+
+TEST_CASE("given GEMMs of many shapes, every ring message sent is received, in order and size") {
+  // B panels travel down grid columns and A panels along grid rows; a core that skips
+  // or adds one (e.g. a single-tile edge block under a two-tile K-step schedule) leaves
+  // a message behind or takes the wrong one. Per (source, destination, tag), the byte
+  // counts of the sends (and forwards) must equal those of the receives, in order.
+  const compiler::Target ci{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                            .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 37.376e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  const compiler::Target chip{.cores = 32, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                              .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  for (const auto& target : {ci, chip}) {
+    for (const std::uint64_t m : {768ull, 1280ull, 700ull, 2048ull}) {
+      for (const std::uint64_t n : {512ull, 2048ull, 300ull}) {
+        for (const std::uint64_t batch : {1ull, 3ull}) {
+          compiler::MatmulShape shape{.m = m, .n = n, .k = 2200, .dtype = isa::DType::fp16};
+          shape.batch = batch;
+          shape.a_batch_stride = m * 2200;
+          shape.b_batch_stride = 2200 * n;
+          const isa::Program p(compiler::compile_matmul(shape, target, "aten::bmm"));
+          using Key = std::tuple<std::uint32_t, std::uint32_t, std::uint16_t>;  // (from, to, tag)
+          std::map<Key, std::vector<std::uint32_t>> sent, received;
+          for (std::uint32_t st = 0; st < p.num_streams(); ++st) {
+            for (std::uint32_t pc = 0; pc < p.stream_length(st); ++pc) {
+              const isa::Decoded d = p.decode_at(st, pc);
+              if (const auto* send = std::get_if<isa::RingSend>(&*d.inst)) {
+                sent[{st, send->dst_core, send->tag}].push_back(send->bytes);
+              } else if (const auto* recv = std::get_if<isa::RingRecv>(&*d.inst)) {
+                received[{recv->src_core, st, recv->tag}].push_back(recv->bytes);
+                if (recv->forward_to != isa::RingRecv::kNoForward) {
+                  sent[{st, recv->forward_to, recv->tag}].push_back(recv->bytes);
+                }
+              }
+            }
+          }
+          INFO("m=" << m << " n=" << n << " batch=" << batch << " cores=" << target.cores);
+          CHECK(sent == received);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("given twice the scratchpad, a 4096-cubed GEMM takes K chunks of 1024, a 2048-cubed one keeps 512") {
+  // configs/whatif-big-scratchpad.yaml: 3276 KiB usable. 256x256 tiles, two per core:
+  // 2 x (256x1024 + 1024x256) x 2 B + 2 x 256x256 x 4 B = 2.5 MiB fits; K = 4096 is 4
+  // chunks of 1024 (fold: 128 + 14 cycles instead of 64 + 14), K = 2048 would be only 2.
+  const compiler::Target big{.cores = 32, .scratchpad_bytes = 3276 * 1024, .stick_bytes = 128,
+                             .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  CHECK(compiler::plan_matmul({.m = 4096, .n = 4096, .k = 4096, .dtype = isa::DType::fp16}, big).tk == 1024);
+  CHECK(compiler::plan_matmul({.m = 2048, .n = 2048, .k = 2048, .dtype = isa::DType::fp16}, big).tk == 512);
+  const compiler::Target chip{.cores = 32, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                              .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  CHECK(compiler::plan_matmul({.m = 4096, .n = 4096, .k = 4096, .dtype = isa::DType::fp16}, chip).tk == 512);
+}
