@@ -1,5 +1,6 @@
 #include "compiler/matmul.h"
 #include "compiler/does_not_fit.h"
+#include "spyre/checked.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,7 +14,7 @@
 namespace spyre::compiler {
 namespace {
 
-std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+using spyre::ceil_div;
 
 // A 2-D DMA: `rows` rows of `cols` elements, rows `row_stride` elements apart.
 template <class T>

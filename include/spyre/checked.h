@@ -7,6 +7,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstdint>
 #include <optional>
 
 namespace spyre::checked {
@@ -54,3 +55,10 @@ constexpr std::optional<T> narrow(U v) {
 }
 
 }  // namespace spyre::checked
+
+namespace spyre {
+
+// ceil(a / b) for b > 0, without the overflow of (a + b - 1) / b near 2^64.
+constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
+}  // namespace spyre

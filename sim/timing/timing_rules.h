@@ -8,12 +8,13 @@
 
 #include "config/chip_config.h"
 #include "config/derived_figures.h"
+#include "spyre/checked.h"
 
 namespace spyre::timing {
 
 using Picoseconds = std::uint64_t;
 
-constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+using spyre::ceil_div;  // include/spyre/checked.h (one definition for the model and the compiler)
 
 // Cycles for one R x C systolic array computing an M x N x K product with SIMD depth s
 // (the SCALE-Sim analytic model with operands resident; K becomes ceil(K/s)):
