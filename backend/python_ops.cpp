@@ -7,6 +7,7 @@
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
+#include "aten/pointwise.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/launch.h"
 #include "report/run_report.h"
@@ -83,6 +84,7 @@ TORCH_LIBRARY(spyre, m) {
   m.def("empty_cache() -> ()", [] { empty_cache(); });
   m.def("fallback_counts() -> Dict(str, int)", [] { return to_dict(fallback_counts()); });
   m.def("reset_fallback_counts() -> ()", [] { reset_fallback_counts(); });
+  m.def("pow_exponents() -> float[]", [] { return pow_device_exponents(); });
   m.def("manual_seed_all(int seed) -> ()", manual_seed_all);
   m.def("device_report(int device) -> str", device_report);
   m.def("driver_api_version() -> int", [] { return static_cast<std::int64_t>(driver_api_version()); });

@@ -35,4 +35,7 @@ void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::ve
 // device dtype (the caller copies another way).
 bool device_copy(const at::Tensor& dst, const at::Tensor& src);
 
+// The scalar exponents pow(Tensor, Scalar) runs on the device (others on the CPU).
+std::vector<double> pow_device_exponents();
+
 }  // namespace spyre::backend

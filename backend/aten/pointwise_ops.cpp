@@ -4,6 +4,7 @@
 // the kernel (compiler/pointwise.h) reads every operand through its own strides and
 // converts dtypes on the device. Operands in dtypes the device does not compute
 // (int64, float64, ...) run the op on CPU copies, counted as fallbacks.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -431,7 +432,14 @@ SPYRE_COMPARE_SELF(logical_not, CompareOp::eq, Value::constant(0), false)
 // x ** e for the exponents models use (squares in norms, square roots, reciprocals),
 // as steps of exact device operations; other exponents (and integer bases with
 // negative ones, which PyTorch refuses) run on the CPU, counted.
+// The one list of exponents with device steps: torch.compile's fusion reads it
+// (torch.ops.spyre.pow_exponents) instead of keeping a copy.
+constexpr double kPowExponents[] = {1, 2, 3, 0.5, -0.5, -1, -2};
+
 std::optional<Steps> pow_steps(double e, isa::DType c) {
+  if (std::find(std::begin(kPowExponents), std::end(kPowExponents), e) == std::end(kPowExponents)) {
+    return std::nullopt;
+  }
   const Value x = Value::input(0);
   if (e == 1) return Steps{Step::unary(UnaryOp::copy, c, x)};
   if (e == 2) return Steps{Step::binary(BinaryOp::mul, c, x, x)};
@@ -443,6 +451,12 @@ std::optional<Steps> pow_steps(double e, isa::DType c) {
   if (e == -2) return Steps{Step::binary(BinaryOp::mul, c, x, x), Step::unary(UnaryOp::reciprocal, c, Value::step(0))};
   return std::nullopt;
 }
+
+}  // namespace
+
+std::vector<double> pow_device_exponents() { return {std::begin(kPowExponents), std::end(kPowExponents)}; }
+
+namespace {
 
 at::Tensor pow_scalar(const char* name, at::TensorBase out, const at::Tensor& self, const c10::Scalar& exponent) {
   // PyTorch's promotion for pow(Tensor, Scalar): the result type of the two.

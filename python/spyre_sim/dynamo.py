@@ -99,14 +99,23 @@ def _clamp(p, v, n):
 
 
 def _pow(p, v, n):
+    # Every exponent the eager kernel runs on the device (torch.ops.spyre.pow_exponents,
+    # the C++ list; _fusible admits only those), as the same steps.
     x, e = v(n.args[0]), float(n.args[1])
-    if e == 2.0:
-        return p.emit("binary", "mul", "fp32", x, x)
+    if e == 1.0:
+        return p.emit("unary", "copy", "fp32", x)
+    if e in (2.0, 3.0, -2.0):
+        sq = p.emit("binary", "mul", "fp32", x, x)
+        if e == 3.0:
+            return p.emit("binary", "mul", "fp32", sq, x)
+        return sq if e == 2.0 else p.emit("unary", "reciprocal", "fp32", sq)
     if e == 0.5:
         return p.emit("unary", "sqrt", "fp32", x)
     if e == -0.5:
         return p.emit("unary", "rsqrt", "fp32", x)
-    return p.emit("unary", "reciprocal", "fp32", x)  # e == -1 (see _fusible)
+    if e == -1.0:
+        return p.emit("unary", "reciprocal", "fp32", x)
+    raise ValueError(f"pow exponent {e} has no device steps (torch.ops.spyre.pow_exponents())")
 
 
 def _gelu(p, v, n):
@@ -169,10 +178,14 @@ def _fusible(node: torch.fx.Node) -> bool:
     if node.target is aten._to_copy.default:
         return set(node.kwargs) <= {"dtype"} and node.kwargs.get("dtype") in _FLOATS
     if node.target is aten.pow.Tensor_Scalar:
-        return isinstance(node.args[1], (int, float)) and float(node.args[1]) in (2.0, 0.5, -0.5, -1.0)
+        return isinstance(node.args[1], (int, float)) and float(node.args[1]) in _pow_exponents()
     if node.target in (aten.div.Tensor, aten.div.Scalar):
         return "rounding_mode" not in node.kwargs
     return True
+
+
+def _pow_exponents():
+    return set(torch.ops.spyre.pow_exponents())
 
 
 def _has_device_kernel(op) -> bool:

@@ -191,3 +191,21 @@ def test_new_shapes_recompile_with_dynamic_sizes_and_still_fuse():
             model.to("spyre")
             names, _ = kernels(compiled, x.to("spyre"))
             assert names == ["spyre::matmul[bias,gelu]", "aten::addmm"]
+
+
+def test_every_pow_exponent_of_the_eager_kernel_is_fused_too():
+    # The compile path fused 2, 0.5, -0.5 and -1 while eager ran 1, 2, 3, 0.5, -0.5, -1
+    # and -2 on the device: both now read one C++ list.
+    exponents = sorted(torch.ops.spyre.pow_exponents())
+    assert exponents == [-2.0, -1.0, -0.5, 0.5, 1.0, 2.0, 3.0]
+    x = rand((7, 33), torch.float32, 3).abs() + 0.5
+    for e in exponents:
+        torch._dynamo.reset()
+        fn = lambda t: torch.pow(t * 1.5, e) + 1  # noqa: E731  (a chain: mul, pow, add)
+        torch.spyre.reset_fallback_counts()
+        eager = fn(x.to("spyre"))
+        assert torch.spyre.fallback_counts() == {}, e
+        names, _ = kernels(torch.compile(fn, backend="spyre"), x.to("spyre"))
+        assert len(names) == 1 and names[0].startswith("spyre::fused"), (e, names)  # one fused kernel
+        assert_close(torch.compile(fn, backend="spyre")(x.to("spyre")).cpu(), fn(x), rtol=1e-5, atol=1e-5)
+        assert_close(eager.cpu(), fn(x), rtol=1e-5, atol=1e-5)
