@@ -196,34 +196,6 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   return dst;
 }
 
-void upload_into(const at::Tensor& dst, const at::Tensor& source) {
-  if (dst.is_non_overlapping_and_dense()) {
-    auto staged = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU));
-    staged.copy_(source);
-    raw_copy(dst.data_ptr(), staged.data_ptr(), static_cast<std::size_t>(storage_extent(dst)) * dst.itemsize(),
-             queue_for(dst), false);
-    return;
-  }
-  // A view with gaps: read its storage span, update the viewed elements, write it back.
-  const std::int64_t extent = storage_extent(dst);
-  auto span = at::empty({extent}, dst.options().device(c10::kCPU));
-  auto* base = static_cast<char*>(dst.storage().mutable_data()) + dst.storage_offset() * dst.itemsize();
-  raw_copy(span.data_ptr(), base, static_cast<std::size_t>(extent) * dst.itemsize(), queue_for(dst), true);
-  span.as_strided(dst.sizes(), dst.strides(), 0).copy_(source);
-  raw_copy(base, span.data_ptr(), static_cast<std::size_t>(extent) * dst.itemsize(), queue_for(dst), false);
-}
-
-at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
-  return copy_from(self, dst, false);
-}
-
-c10::Scalar local_scalar_dense(const at::Tensor& self) {
-  TORCH_CHECK(self.numel() == 1, "spyre: a tensor with ", self.numel(), " elements cannot be converted to a scalar");
-  const c10::DeviceGuard guard(self.device());
-  return download(self).item();
-}
-
 // Runs `f` on a CPU view with self's sizes and strides over a copy of self's storage
 // span, then writes the span back: in-place work the device cannot do, on any layout.
 template <class F>
@@ -238,6 +210,29 @@ void on_storage_span(const at::Tensor& self, F&& f) {
   at::Tensor view = span.as_strided(self.sizes(), self.strides(), 0);
   f(view);
   raw_copy(base, span.data_ptr(), bytes, queue_for(self), false);
+}
+
+void upload_into(const at::Tensor& dst, const at::Tensor& source) {
+  if (dst.is_non_overlapping_and_dense()) {
+    auto staged = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU));
+    staged.copy_(source);
+    raw_copy(dst.data_ptr(), staged.data_ptr(), static_cast<std::size_t>(storage_extent(dst)) * dst.itemsize(),
+             queue_for(dst), false);
+    return;
+  }
+  // A view with gaps: read its storage span, update the viewed elements, write it back.
+  on_storage_span(dst, [&](at::Tensor& view) { view.copy_(source); });
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "spyre: a tensor with ", self.numel(), " elements cannot be converted to a scalar");
+  const c10::DeviceGuard guard(self.device());
+  return download(self).item();
 }
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {

@@ -315,14 +315,12 @@ void check_not_bool(const at::Tensor& self, const char* what) {
 SPYRE_UNARY(neg, UnaryOp::neg, false, check_not_bool(self, "Negation, the `-` operator,"))
 // abs: a complex input's magnitude is real (float), which a same-dtype unary kernel
 // cannot produce; complex has no device kernels, so it runs on the CPU (counted).
-#define SPYRE_COMPLEX_ABS_ON_CPU(result)                              \
-  if (self.is_complex()) {                                            \
-    count_fallback("aten::abs");                                      \
-    const c10::DeviceGuard guard(self.device());                      \
-    return result;                                                    \
-  }
 at::Tensor abs(const at::Tensor& self) {
-  SPYRE_COMPLEX_ABS_ON_CPU(at::abs(self.cpu()).to(self.device()))
+  if (self.is_complex()) {
+    count_fallback("aten::abs");
+    const c10::DeviceGuard guard(self.device());
+    return at::abs(self.cpu()).to(self.device());
+  }
   return unary("aten::abs", UnaryOp::abs, false, at::TensorBase(), self, [](const at::Tensor& t) { return at::abs(t); });
 }
 at::Tensor& abs_(at::Tensor& self) {
@@ -340,7 +338,6 @@ at::Tensor& abs_out(const at::Tensor& self, at::Tensor& out) {
   unary("aten::abs.out", UnaryOp::abs, false, out, self, [](const at::Tensor& t) { return at::abs(t); });
   return out;
 }
-#undef SPYRE_COMPLEX_ABS_ON_CPU
 SPYRE_UNARY(exp, UnaryOp::exp, true, (void)0)
 SPYRE_UNARY(log, UnaryOp::log, true, (void)0)
 SPYRE_UNARY(sqrt, UnaryOp::sqrt, true, (void)0)
