@@ -115,69 +115,63 @@ struct Queue {
   std::uint64_t tag = 0;
 };
 
-// How the firmware runs commands: on the SystemC model with timing, or (functional)
-// immediately at submission in the caller's thread, with no SystemC and no timing
-// (event timestamps then come from `clock`, the host clock).
-enum class Mode { timed, functional };
-
+// The firmware: one implementation of every command's semantics (checks, data
+// movement, events, faults, a faulted queue skipping work until acknowledged); how
+// commands meet time is the subclass, picked by the chip's timing (make_firmware):
+// - timed: each queue is a SystemC thread that fetches its commands, a core scheduler
+//   grants launches cores by priority, a watchdog bounds kernels;
+// - immediate (the untimed device): each command runs in the caller's thread at
+//   submission, one at a time, so every earlier command has completed before it and
+//   waits and fences hold by construction; event times come from the chip's clock.
 class Firmware {
  public:
-  // `progress` runs (in simulation context) whenever a command completes.
-  Firmware(sim::Chip& chip, std::function<void()> progress, Mode mode = Mode::timed,
-           std::function<Picoseconds()> clock = {});
-  ~Firmware();
+  virtual ~Firmware();
 
   sim::Chip& chip() { return chip_; }
 
-  // Simulation context: starts serving a queue (its thread starts with its first
-  // command) / stops considering it for fences and idleness (it must be idle).
+  // Starts serving a queue (its thread starts with its first command) / stops
+  // considering it for fences and idleness (it must be idle). Simulation context.
   void add_queue(std::shared_ptr<Queue> queue);
   void remove_queue(const Queue* queue);
 
-  // Simulation context: rings the queue's doorbell with a command.
-  void submit(const std::shared_ptr<Queue>& queue, CommandBody body);
+  // Rings the queue's doorbell with a command. Simulation context.
+  virtual void submit(const std::shared_ptr<Queue>& queue, CommandBody body) = 0;
 
   bool idle(const Queue& queue) const { return queue.completed == queue.submitted && !queue.busy; }
   bool device_idle() const;
   void acknowledge(Queue& queue);
 
   const std::vector<std::shared_ptr<Queue>>& queues() const { return queues_; }
-  // The tag of the queue that launched the chip's launch `id` (0 if unknown).
 
- private:
-  struct CoreRequest {
-    int priority;
-    std::uint64_t sequence;
-    const std::vector<bool>* mask;
-    std::uint32_t count;
-    std::vector<std::uint32_t> granted;
-  };
+ protected:
+  explicit Firmware(sim::Chip& chip);
 
-  void run_queue(std::shared_ptr<Queue> queue);
   // Runs a command to completion: its fault (if any) and the queue's bookkeeping.
   void complete(Queue& queue, std::uint64_t index, CommandBody& body);
-  Picoseconds now() const;
-  // Executes one command; fills `fault` when it fails.
-  void execute(Queue& queue, std::uint64_t index, CommandBody& body, std::optional<FaultRecord>& fault);
-  void execute_copy(Copy& copy, std::optional<FaultRecord>& fault);
-  void execute_fill(const Fill& fill, std::optional<FaultRecord>& fault);
-  void execute_launch(Queue& queue, Launch& launch, std::optional<FaultRecord>& fault);
-  std::vector<std::uint32_t> acquire_cores(int priority, const std::vector<bool>& mask, std::uint32_t count);
-  void release_cores(const std::vector<std::uint32_t>& cores);
-  void schedule();
-  void wait_ps(Picoseconds d);
+
+  // The time hooks. Each blocks the calling command (timed) or returns at once.
+  virtual void wait_until(Picoseconds t) = 0;
+  virtual void await(EventWait& wait) = 0;
+  // Until everything submitted to the device before this fence (on `queue`) is done.
+  virtual void await_fence(Queue& queue) = 0;
+  // Picks cores for the launch, runs it to completion and returns its record.
+  virtual sim::LaunchRecord run_launch(Queue& queue, Launch& launch) = 0;
+
+  std::uint64_t next_launch_id() { return next_launch_id_++; }
 
   sim::Chip& chip_;
-  std::function<void()> progress_;
-  Mode mode_;
-  std::function<Picoseconds()> clock_;
   std::vector<std::shared_ptr<Queue>> queues_;
-  std::vector<bool> core_busy_;
-  std::list<CoreRequest*> requests_;
-  std::uint64_t request_sequence_ = 0;
+
+ private:
+  void execute(Queue& queue, CommandBody& body, std::optional<FaultRecord>& fault);
+  void execute_copy(Copy& copy, std::optional<FaultRecord>& fault);
+  void execute_fill(const Fill& fill, std::optional<FaultRecord>& fault);
+
   std::uint64_t next_launch_id_ = 1;
-  sc_core::sc_event cores_changed_;
-  sc_core::sc_event state_changed_;
 };
+
+// The firmware for `chip`, timed or immediate by chip.timing(). `progress` runs (in
+// simulation context) whenever a timed command completes.
+std::unique_ptr<Firmware> make_firmware(sim::Chip& chip, std::function<void()> progress);
 
 }  // namespace spyre::firmware

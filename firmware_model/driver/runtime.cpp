@@ -148,14 +148,10 @@ void Runtime::start_devices() {
       auto d = std::make_unique<Device>();
       d->index = i;
       d->config = loaded;
-      d->chip = std::make_unique<sim::Chip>(loaded.chip, i);
+      d->chip = std::make_unique<sim::Chip>(loaded.chip, i, functional_ ? sim::Timing::untimed : sim::Timing::timed);
       d->chip->set_launch_record_limit(record_limit);
-      if (functional_) {
-        d->firmware = std::make_unique<firmware::Firmware>(*d->chip, nullptr, firmware::Mode::functional,
-                                                           [this] { return host_time(); });
-      } else {
-        d->firmware = std::make_unique<firmware::Firmware>(*d->chip, [this] { check_waiters(); });
-      }
+      d->chip->set_host_clock([this] { return host_time(); });
+      d->firmware = firmware::make_firmware(*d->chip, [this] { check_waiters(); });
       // A zero overhead would let two calls share an arrival time and race with the
       // simulation; one picosecond keeps every arrival distinct.
       d->call_overhead = std::max<Picoseconds>(1, timing::ns_to_ps(loaded.chip.host.call_overhead_ns));

@@ -22,6 +22,7 @@
 
 #include "config/chip_config.h"
 #include "config/derived_figures.h"
+#include "exec/launch.h"
 #include "memory/device_memory.h"
 #include "spyre/isa/program.h"
 #include "timing/timing_rules.h"
@@ -29,65 +30,6 @@
 namespace spyre::sim {
 
 using timing::Picoseconds;
-
-// A device fault: where, what, and which kernel.
-struct Fault {
-  std::uint32_t device = 0;
-  std::uint32_t core = 0;
-  std::uint32_t stream = 0;
-  std::uint32_t pc = 0;
-  std::string kernel;
-  std::string instruction;  // disassembled, empty if it did not decode
-  std::string reason;
-  std::optional<std::uint64_t> address;  // the faulting device address, if any
-  std::string to_string() const;
-};
-
-// What one launch did.
-struct LaunchRecord {
-  std::uint64_t id = 0;
-  std::string name;
-  std::vector<std::uint32_t> cores;
-  Picoseconds start = 0, end = 0;
-  std::array<std::uint64_t, 6> macs{};  // by config::MacType
-  std::uint64_t vector_elements = 0;
-  std::uint64_t instructions = 0;
-  std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0;  // charged (whole sticks)
-  std::uint64_t ring_bytes = 0;
-  std::optional<Fault> fault;
-  std::uint64_t flow = 0;  // links the host call that launched it in traces (0: none)
-  std::uint64_t queue_tag = 0;  // opaque, from the request: which host queue launched it
-};
-
-// Every launch of one kernel name, summed (bounded by the number of distinct names).
-struct KernelTotals {
-  std::uint64_t launches = 0, faults = 0;
-  Picoseconds time_ps = 0;  // sum of (end - start)
-  std::array<std::uint64_t, 6> macs{};
-  std::uint64_t vector_elements = 0, instructions = 0;
-  std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0, ring_bytes = 0;
-};
-
-struct LaunchRequest {
-  std::shared_ptr<const isa::Program> program;
-  std::vector<std::uint64_t> args;     // the argument table: device addresses or scalars
-  std::vector<std::uint32_t> cores;    // stream i runs on cores[i]
-  std::string name;                    // for records, traces and faults; default: the program's
-  std::uint64_t id = 0;
-  std::uint64_t flow = 0;              // trace link to the host call (trace_host_call)
-  std::uint64_t queue_tag = 0;         // copied into the record
-};
-
-using LaunchCallback = std::function<void(const LaunchRecord&)>;
-
-struct CoreStats {
-  Picoseconds compute_busy_ps = 0;
-  Picoseconds vector_busy_ps = 0;
-  std::uint64_t instructions = 0;
-  std::uint64_t dma_load_bytes = 0, dma_store_bytes = 0;
-  std::uint64_t ring_sent_bytes = 0;
-  std::uint64_t scratchpad_high_water = 0;
-};
 
 struct ChipStats {
   std::array<std::uint64_t, 6> macs{};
@@ -114,7 +56,10 @@ class TraceRecorder;
 
 class Chip {
  public:
-  Chip(const config::ChipConfig& config, std::uint32_t device_index);
+  // `timing` and `data` pick the executor's policies (exec/launch.h): the timed device
+  // (the default), the functional device (untimed), or bookkeeping without data.
+  Chip(const config::ChipConfig& config, std::uint32_t device_index, Timing timing = Timing::timed,
+       Data data = Data::real);
   ~Chip();
   Chip(const Chip&) = delete;
   Chip& operator=(const Chip&) = delete;
@@ -122,14 +67,18 @@ class Chip {
   const config::ChipConfig& config() const { return config_; }
   const config::DerivedFigures& figures() const { return figures_; }
   std::uint32_t device_index() const { return device_; }
+  Timing timing() const { return timing_; }
+  Data data() const { return data_; }
+  // The device's time: the SystemC time on the timed device; untimed, the clock set by
+  // set_host_clock (launch records are stamped with it), or 0.
+  Picoseconds now() const;
+  void set_host_clock(std::function<Picoseconds()> clock) { host_clock_ = std::move(clock); }
   std::uint32_t num_cores() const { return static_cast<std::uint32_t>(config_.cores.count); }
   DeviceMemory& memory() { return memory_; }
   const timing::Clock& clock() const { return clock_; }
 
-  // A core's scratchpad bytes (for the functional device, which runs programs itself).
+  // A core's scratchpad bytes (tests inspect them).
   std::uint8_t* scratchpad(std::uint32_t core);
-  // Adds a launch run elsewhere (the functional device) to the statistics.
-  void record_launch(const LaunchRecord& record);
   // How many launch records stats() keeps (nothing: all of them, memory grows).
   void set_launch_record_limit(std::optional<std::size_t> limit) { record_limit_ = limit; }
   std::optional<std::size_t> launch_record_limit() const { return record_limit_; }
@@ -140,8 +89,9 @@ class Chip {
   // Starts a launch at the current simulated time; `done` runs (in simulation
   // context) when every stream has ended or the launch faulted. A stream whose core
   // is busy with another launch waits for it. Call from SystemC process context or
-  // between sc_start() calls. Throws std::invalid_argument for a malformed request
-  // (no program, bad core index, too few cores).
+  // between sc_start() calls. Untimed, the launch runs to completion inside the call
+  // and `done` runs before it returns. Throws std::invalid_argument for a malformed
+  // request (no program, bad core index, too few cores).
   void launch(LaunchRequest request, LaunchCallback done);
   std::size_t active_launches() const;
 
@@ -155,15 +105,16 @@ class Chip {
   // Returns false when no such launch is running.
   bool abort_launch(std::uint64_t id, const std::string& reason);
 
-  // Timed host-link transfer of `bytes` to/from device memory at `device_address`
-  // starting no earlier than `ready`: occupies the PCIe direction and the DRAM
-  // channels; returns when the last byte lands. The caller moves the data.
+  // Host-link transfer of `bytes` to/from device memory at `device_address` starting
+  // no earlier than `ready`: counts the bytes and (timed) occupies the PCIe direction
+  // and the DRAM channels; returns when the last byte lands (untimed: `ready`). The
+  // caller moves the data.
   enum class HostDirection { to_device, to_host };
   Picoseconds host_transfer(Picoseconds ready, HostDirection direction, std::uint64_t device_address,
                             std::uint64_t bytes);
-  // Timed device-memory to device-memory copy through the DRAM channels.
+  // Device-memory to device-memory copy through the DRAM channels.
   Picoseconds dram_copy(Picoseconds ready, std::uint64_t dst, std::uint64_t src, std::uint64_t bytes);
-  // Timed write of `bytes` at `dst` (a fill) through the DRAM channels.
+  // A write of `bytes` at `dst` (a fill) through the DRAM channels.
   Picoseconds dram_fill(Picoseconds ready, std::uint64_t dst, std::uint64_t bytes);
 
   const ChipStats& stats() const { return stats_; }
@@ -191,10 +142,16 @@ class Chip {
 
  private:
   void note_activity(Picoseconds start, Picoseconds end);
+  // Adds a finished launch to the statistics.
+  void record_launch(const LaunchRecord& record);
+  Picoseconds occupy_channels(Picoseconds ready, const std::vector<std::uint64_t>& shares);
 
   config::ChipConfig config_;
   config::DerivedFigures figures_;
   std::uint32_t device_;
+  Timing timing_;
+  Data data_;
+  std::function<Picoseconds()> host_clock_;
   timing::Clock clock_;
   DeviceMemory memory_;
   ChipStats stats_;

@@ -52,7 +52,7 @@ std::optional<DmaFault> check_access(const std::string& what, const DeviceMemory
 
 std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t argument, DeviceMemory& memory,
                                  std::uint8_t* sp, DmaResult& result,
-                                 const std::function<void(std::uint64_t, std::uint64_t)>& on_run) {
+                                 const std::function<void(std::uint64_t, std::uint64_t)>& on_run, bool move_bytes) {
   const std::int64_t size = isa::dtype_size(d.dtype);
   const char* what = load ? "DMA load from " : "DMA store to ";
   std::uint64_t base = 0;
@@ -89,8 +89,7 @@ std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t arg
       std::uint8_t* sp_row = sp + d.sp_addr + (i1 * s0 + i2 * s1) * static_cast<std::uint64_t>(size);
       std::uint8_t* mem_row = memory.host(row);
       if (d.mem_stride[0] == 1) {
-        if (load) std::memcpy(sp_row, mem_row, row_bytes);
-        else std::memcpy(mem_row, sp_row, row_bytes);
+        if (move_bytes) std::memcpy(load ? sp_row : mem_row, load ? mem_row : sp_row, row_bytes);
         add_run(row, row_bytes);
         continue;
       }
@@ -98,8 +97,7 @@ std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t arg
         const std::int64_t delta = static_cast<std::int64_t>(i0) * d.mem_stride[0] * size;
         std::uint8_t* m = mem_row + delta;
         std::uint8_t* s = sp_row + static_cast<std::uint64_t>(i0) * size;
-        if (load) std::memcpy(s, m, size);
-        else std::memcpy(m, s, size);
+        if (move_bytes) std::memcpy(load ? s : m, load ? m : s, size);
         if (d.mem_stride[0] != 0 || i0 == 0) add_run(row + static_cast<std::uint64_t>(delta), size);
       }
     }
@@ -112,7 +110,7 @@ std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t arg
 
 std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t argument, DeviceMemory& memory,
                                std::uint8_t* sp, DmaResult& result,
-                               const std::function<void(std::uint64_t, std::uint64_t)>& on_run) {
+                               const std::function<void(std::uint64_t, std::uint64_t)>& on_run, bool move_bytes) {
   std::uint64_t base = 0;
   if (auto f = base_address("DMA gather from ", argument, g.offset, base)) return f;
   const auto index = [&](std::uint32_t i) -> std::int64_t {
@@ -146,7 +144,7 @@ std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t argument, 
   }
   for (std::uint32_t i = 0; i < g.count; ++i) {
     const std::uint64_t row = base + static_cast<std::uint64_t>(indices[i]) * g.row_stride;
-    std::memcpy(sp + g.sp_addr + std::uint64_t{i} * g.row_bytes, memory.host(row), g.row_bytes);
+    if (move_bytes) std::memcpy(sp + g.sp_addr + std::uint64_t{i} * g.row_bytes, memory.host(row), g.row_bytes);
     on_run(row, g.row_bytes);
   }
   result.useful_bytes = std::uint64_t{g.count} * g.row_bytes;

@@ -7,7 +7,6 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
 
-#include "functional/interpreter.h"
 #include "sim_test_support.h"
 
 using namespace spyre;
@@ -247,6 +246,9 @@ TEST_CASE("given addresses that would wrap 64 bits, the timed and functional dev
   sim::Simulation simulation;
   auto& chip = simulation.add_chip(ci_chip());
   const auto buf = *chip.memory().allocate(4096);
+  // The functional device: the same buffer at its own address.
+  sim::Chip untimed(ci_chip(), 0, sim::Timing::untimed);
+  const auto ubuf = *untimed.memory().allocate(4096);
   struct Case {
     const char* name;
     isa::Instruction inst;
@@ -282,12 +284,11 @@ TEST_CASE("given addresses that would wrap 64 bits, the timed and functional dev
     CHECK(timed.fault->pc == 1);
     CHECK(timed.fault->kernel == c.name);
     CHECK_THAT(timed.fault->reason, ContainsSubstring(c.reason));
-    const auto functional = sim::functional::run(
-        chip, {.program = std::make_shared<const isa::Program>(b.build()), .args = {c.arg}, .cores = {0}, .name = {},
-               .id = 0});
+    const auto functional = run(untimed, b, {c.arg == buf ? ubuf : c.arg});
     REQUIRE(functional.fault);
     CHECK(functional.fault->pc == 1);
-    CHECK(functional.fault->reason == timed.fault->reason);
+    CHECK(functional.fault->instruction == timed.fault->instruction);
+    CHECK_THAT(functional.fault->reason, ContainsSubstring(c.reason));
   }
   // The device still works.
   isa::ProgramBuilder ok("ok", 1);
@@ -300,16 +301,19 @@ TEST_CASE("given an offset that walks from its argument's buffer into the next o
   auto& chip = simulation.add_chip(ci_chip());
   const auto a = *chip.memory().allocate(4096), b = *chip.memory().allocate(4096);
   REQUIRE(b > a);
+  sim::Chip untimed(ci_chip(), 0, sim::Timing::untimed);
+  const auto ua = *untimed.memory().allocate(4096), ub = *untimed.memory().allocate(4096);
+  REQUIRE(ub - ua == b - a);
   isa::ProgramBuilder p("walk", 1);
   p.add(0, store(0, 0, b - a, 8)).add(0, wait_for(0));  // lands exactly on b, a live allocation
   const auto r = run(simulation, chip, p, {a});
   REQUIRE(r.fault);
   CHECK(r.fault->address == b);
   CHECK_THAT(r.fault->reason, ContainsSubstring("leaves its argument's 4096-byte allocation"));
-  const auto f = sim::functional::run(
-      chip, {.program = std::make_shared<const isa::Program>(p.build()), .args = {a}, .cores = {0}, .name = {}, .id = 0});
+  const auto f = run(untimed, p, {ua});
   REQUIRE(f.fault);
-  CHECK(f.fault->reason == r.fault->reason);
+  CHECK(f.fault->address == ub);
+  CHECK_THAT(f.fault->reason, ContainsSubstring("leaves its argument's 4096-byte allocation"));
 }
 
 TEST_CASE("given more launches than the record limit, the oldest records go and the totals stay exact") {

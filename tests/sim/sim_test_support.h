@@ -1,6 +1,7 @@
 // Helpers for tests that drive a simulated chip directly.
 #pragma once
 
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,20 @@ inline sim::LaunchRecord run(sim::Simulation& simulation, sim::Chip& chip, const
   simulation.run();
   if (!done) throw std::logic_error("launch did not complete");
   return result;
+}
+
+// The same on an untimed chip (the functional device): the launch completes inside the call.
+inline sim::LaunchRecord run(sim::Chip& chip, const isa::ProgramBuilder& builder, std::vector<std::uint64_t> args,
+                             std::vector<std::uint32_t> cores = {}) {
+  auto program = std::make_shared<const isa::Program>(builder.build());
+  if (cores.empty()) {
+    for (std::uint32_t i = 0; i < program->num_streams(); ++i) cores.push_back(i);
+  }
+  std::optional<sim::LaunchRecord> result;
+  chip.launch({.program = program, .args = std::move(args), .cores = std::move(cores), .name = {}, .id = 0},
+              [&](const sim::LaunchRecord& r) { result = r; });
+  if (!result) throw std::logic_error("an untimed launch did not complete inside launch()");
+  return *result;
 }
 
 inline isa::DmaLoad load(std::uint32_t sp_addr, std::uint16_t arg, std::uint64_t offset, std::uint32_t elements,

@@ -1,0 +1,219 @@
+// The timed device: the executor's timed policy and the SystemC threads that run a
+// launch's streams. Each instruction occupies the chip's resources (timing::Servers)
+// for a computed duration and the stream waits it out; nothing steps a clock.
+#define SC_INCLUDE_DYNAMIC_PROCESSES
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "chip/chip_impl.h"
+#include "chip/trace_recorder.h"
+#include "kernel/sim_kernel.h"
+
+namespace spyre::sim {
+
+namespace {
+
+Picoseconds now_ps() { return sc_core::sc_time_stamp().value(); }
+
+void wait_until(Picoseconds t) {
+  const Picoseconds now = now_ps();
+  if (t > now) sc_core::wait(sc_core::sc_time::from_value(t - now));
+}
+
+Server& least_busy(std::vector<Server>& servers) {
+  return *std::min_element(servers.begin(), servers.end(),
+                           [](const Server& a, const Server& b) { return a.free_at() < b.free_at(); });
+}
+
+// The trace label of a compute or vector instruction.
+std::string label(const isa::Instruction& inst) {
+  if (const auto* mm = std::get_if<isa::Matmul>(&inst)) return fmt::format("matmul {}x{}x{}", mm->m, mm->n, mm->k);
+  if (const auto* u = std::get_if<isa::VUnary>(&inst)) return std::string(isa::to_string(u->op));
+  if (const auto* b = std::get_if<isa::VBinary>(&inst)) return std::string(isa::to_string(b->op));
+  if (const auto* r = std::get_if<isa::VReduce>(&inst)) return "reduce " + std::string(isa::to_string(r->op));
+  if (std::holds_alternative<isa::VFill>(inst)) return "fill";
+  return std::string(isa::to_string(isa::opcode_of(inst)));
+}
+
+}  // namespace
+
+struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunch> {
+  TimedLaunch(Chip::Impl& owner, LaunchRequest req, LaunchCallback callback, isa::Limits limits)
+      : impl(owner), request(std::move(req)), done(std::move(callback)),
+        exec(impl.view(), request, limits, *this), remaining(exec.num_streams()) {
+    exec.record().start = now_ps();
+  }
+
+  Chip::Impl& impl;
+  LaunchRequest request;  // (before exec: the executor keeps a reference)
+  LaunchCallback done;
+  Executor exec;
+  std::uint32_t remaining;
+  std::uint32_t blocked = 0;  // streams waiting for a message or a barrier
+  std::uint32_t waiting_for_core = 0;
+  bool deadlock_check_pending = false;
+  sc_core::sc_event changed;
+
+  std::uint32_t core(std::uint32_t stream) const { return request.cores[stream]; }
+
+  void busy(std::uint32_t stream, bool compute, std::uint64_t cycles, const isa::Instruction& inst) {
+    const Picoseconds start = now_ps();
+    const Picoseconds duration = impl.chip.clock().ps(cycles);
+    CoreStats& stats = impl.core_stats(core(stream));
+    (compute ? stats.compute_busy_ps : stats.vector_busy_ps) += duration;
+    if (TraceRecorder* t = impl.trace()) {
+      t->complete(t->track(fmt::format("core {} {}", core(stream), compute ? "compute" : "vector")), label(inst), start,
+                  start + duration, exec.record().name);
+    }
+    wait_until(start + duration);
+  }
+
+  void compute(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst) override {
+    busy(stream, true, cycles, inst);
+  }
+  void vector(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst) override {
+    busy(stream, false, cycles, inst);
+  }
+
+  // An engine (setup + bytes at its rate), the channels, the ring links between each
+  // memory stop and the core, a scratchpad port; then the latencies.
+  Picoseconds dma(std::uint32_t stream, const DmaCost& cost) override {
+    auto& c = impl.cores[core(stream)];
+    Server& engine = least_busy(c.dma_engines);
+    const Picoseconds now = now_ps();
+    const auto eng =
+        engine.reserve(now, impl.dma_setup_ps + timing::transfer_ps(cost.charged, impl.engine_bytes_per_s), cost.charged);
+    const Picoseconds ready = eng.start + impl.dma_setup_ps;
+    Picoseconds end = std::max(eng.end, impl.reserve_channels(ready, cost.channel_bytes));
+    const Topology& topo = impl.topology;
+    const std::uint32_t me = topo.core_stop(core(stream));
+    std::uint32_t hops = 0;
+    for (std::uint32_t m = 0; m < cost.stop_bytes.size(); ++m) {
+      if (cost.stop_bytes[m] == 0) continue;
+      const std::uint32_t mem = topo.memory_stop(m);
+      const std::uint32_t from = cost.load ? mem : me;
+      const auto p = topo.path(from, cost.load ? me : mem);
+      hops = std::max(hops, p.hops);
+      for (Server* link : impl.links(from, p)) end = std::max(end, link->reserve_bytes(ready, cost.stop_bytes[m]).end);
+    }
+    end = std::max(end, least_busy(c.sp_ports).reserve_bytes(ready, cost.useful).end);
+    end += impl.dram_latency_ps + hops * impl.hop_ps + impl.sp_latency_ps;
+    if (TraceRecorder* t = impl.trace()) {
+      const auto index = static_cast<std::size_t>(&engine - c.dma_engines.data());
+      t->complete(t->track(fmt::format("core {} dma {}", core(stream), index)),
+                  fmt::format("{} {}", cost.load ? "load" : "store", bytes_text(cost.useful)), eng.start, end,
+                  exec.record().name);
+    }
+    return end;
+  }
+
+  Picoseconds ring(std::uint32_t stream, std::uint32_t dst_stream, std::uint64_t bytes) override {
+    const Topology& topo = impl.topology;
+    const std::uint32_t from = topo.core_stop(core(stream));
+    const auto p = topo.path(from, topo.core_stop(core(dst_stream)));
+    const Picoseconds now = now_ps();
+    Picoseconds arrival = now;
+    for (Server* link : impl.links(from, p)) arrival = std::max(arrival, link->reserve_bytes(now, bytes).end);
+    arrival += p.hops * impl.hop_ps;
+    if (TraceRecorder* t = impl.trace()) {
+      t->complete(t->track(fmt::format("core {} ring", core(stream))),
+                  fmt::format("send {} -> core {}", bytes_text(bytes), core(dst_stream)), now, arrival);
+    }
+    return arrival;
+  }
+
+  void wait_until(Picoseconds t) override { sim::wait_until(t); }
+  void wake() override { changed.notify(sc_core::SC_ZERO_TIME); }
+  void high_water(std::uint32_t c, std::uint64_t bytes) override {
+    if (TraceRecorder* t = impl.trace()) t->counter(fmt::format("core {} scratchpad bytes", c), now_ps(), double(bytes));
+  }
+};
+
+void Chip::Impl::start_timed(LaunchRequest request, LaunchCallback done, isa::Limits limits) {
+  auto launch = std::make_shared<TimedLaunch>(*this, std::move(request), std::move(done), limits);
+  launches.push_back(launch);
+  for (std::uint32_t s = 0; s < launch->exec.num_streams(); ++s) {
+    spawn_recycling_name([this, launch, s] { run_stream(launch, s); }, "stream");
+  }
+}
+
+void Chip::Impl::run_stream(std::shared_ptr<TimedLaunch> launch, std::uint32_t stream) {
+  Core& core = cores[launch->core(stream)];
+  while (core.busy && !launch->exec.faulted()) {
+    ++launch->waiting_for_core;
+    sc_core::wait(core.freed | launch->changed);
+    --launch->waiting_for_core;
+  }
+  if (!launch->exec.faulted()) {
+    core.busy = true;
+    while (launch->exec.step(stream) == Executor::Step::blocked) {
+      ++launch->blocked;
+      check_deadlock_soon(*launch);
+      sc_core::wait(launch->changed);
+      --launch->blocked;
+    }
+    core.busy = false;
+    core.freed.notify(sc_core::SC_ZERO_TIME);
+  }
+  finish_stream(launch);
+}
+
+// Every unfinished stream of the launch waits for a message or a barrier: nothing can
+// wake them, a deadlock. Checked 1 ps later, after the delta cycles in which a
+// just-notified stream would have woken up.
+void Chip::Impl::check_deadlock_soon(TimedLaunch& launch) {
+  if (launch.remaining == 0 || launch.blocked < launch.remaining || launch.deadlock_check_pending) return;
+  launch.deadlock_check_pending = true;
+  spawn_recycling_name([this, l = launch.shared_from_this()] {
+    sc_core::wait(sc_core::sc_time::from_value(1));
+    l->deadlock_check_pending = false;
+    if (l->remaining > 0 && l->blocked >= l->remaining && !l->exec.faulted()) abort_deadlocked(*l);
+  }, "deadlock_check");
+}
+
+void Chip::Impl::abort_deadlocked(TimedLaunch& launch) {
+  if (launch.blocked == 0 && launch.waiting_for_core > 0) {
+    launch.exec.abort("deadlock: a stream waits for its core, busy with another launch");
+  } else {
+    launch.exec.abort_deadlocked();
+  }
+}
+
+bool Chip::Impl::abort(std::uint64_t id, const std::string& reason) {
+  for (const auto& launch : launches) {
+    if (launch->exec.record().id != id || launch->exec.faulted()) continue;
+    launch->exec.abort(reason);
+    return true;
+  }
+  return false;
+}
+
+std::size_t Chip::Impl::abort_stalled() {
+  std::size_t aborted = 0;
+  for (const auto& launch : launches) {
+    if (launch->exec.faulted()) continue;
+    abort_deadlocked(*launch);
+    ++aborted;
+  }
+  return aborted;
+}
+
+void Chip::Impl::finish_stream(const std::shared_ptr<TimedLaunch>& launch) {
+  if (--launch->remaining != 0) {
+    check_deadlock_soon(*launch);
+    return;
+  }
+  LaunchRecord& r = launch->exec.record();
+  r.end = now_ps();
+  if (TraceRecorder* t = trace()) {
+    const int kernels = t->track("kernels");
+    t->complete(kernels, r.name, r.start, r.end, r.fault ? "faulted" : "");
+    if (r.flow != 0) t->flow_end(kernels, r.start, r.flow);
+  }
+  chip.record_launch(r);
+  launches.remove(launch);
+  if (launch->done) launch->done(r);
+}
+
+}  // namespace spyre::sim

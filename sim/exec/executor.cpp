@@ -1,0 +1,368 @@
+#include "exec/executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "functional/dma.h"
+#include "functional/numeric.h"
+#include "timing/timing_rules.h"
+
+namespace spyre::sim {
+
+using config::MacType;
+
+namespace {
+
+MacType mac_type(isa::DType t) {
+  switch (t) {
+    case isa::DType::fp32: return MacType::fp32;
+    case isa::DType::fp16: return MacType::fp16;
+    case isa::DType::bf16: return MacType::bf16;
+    default: return MacType::int8;
+  }
+}
+
+// The config's vector-unit cost entry (cores.vector.op_cycles) of each unary op.
+const char* unary_cost_name(isa::UnaryOp op) {
+  using isa::UnaryOp;
+  switch (op) {
+    case UnaryOp::copy: return "copy";
+    case UnaryOp::neg: return "neg";
+    case UnaryOp::abs: return "abs";
+    case UnaryOp::exp: return "exp";
+    case UnaryOp::log: return "log";
+    case UnaryOp::sqrt: return "sqrt";
+    case UnaryOp::rsqrt: return "rsqrt";
+    case UnaryOp::reciprocal: return "reciprocal";
+    case UnaryOp::tanh: return "tanh";
+    case UnaryOp::erf: return "erf";
+    case UnaryOp::sigmoid: return "sigmoid";
+    case UnaryOp::relu: return "relu";
+    case UnaryOp::gelu:
+    case UnaryOp::gelu_tanh: return "gelu";
+    case UnaryOp::silu: return "silu";
+    case UnaryOp::sin: return "sin";
+    case UnaryOp::cos: return "cos";
+  }
+  return "copy";
+}
+
+}  // namespace
+
+Executor::Executor(DeviceView device, const LaunchRequest& request, isa::Limits limits, TimingPolicy& timing)
+    : device_(std::move(device)), request_(request), program_(*request.program), limits_(limits), timing_(timing),
+      streams_(program_.num_streams()) {
+  record_.id = request.id;
+  record_.name = request.name.empty() ? program_.name() : request.name;
+  record_.cores.assign(request.cores.begin(), request.cores.begin() + program_.num_streams());
+  record_.flow = request.flow;
+  record_.queue_tag = request.queue_tag;
+}
+
+Executor::Step Executor::step(std::uint32_t s) {
+  Stream& st = streams_[s];
+  const std::uint32_t length = program_.stream_length(s);
+  while (!faulted()) {
+    if (st.done) return Step::ended;
+    current_ = nullptr;
+    if (st.pc >= length) {
+      fault(s, "ran past the end of its stream without END");
+      break;
+    }
+    const isa::Decoded decoded = program_.decode_at(s, st.pc);
+    if (!decoded.inst) {
+      fault(s, decoded.error);
+      break;
+    }
+    current_ = &*decoded.inst;
+    if (auto reason = isa::check(*current_, limits_)) {
+      fault(s, *reason);
+      break;
+    }
+    const Outcome outcome = std::visit([&](const auto& inst) { return run(s, inst); }, *current_);
+    if (outcome == Outcome::blocked) return Step::blocked;
+    if (outcome == Outcome::faulted) break;
+    st.waiting_for.clear();
+    ++record_.instructions;
+    ++stats(s).instructions;
+    if (outcome == Outcome::ended) {
+      st.done = true;
+      return Step::ended;
+    }
+    ++st.pc;
+  }
+  return Step::faulted;
+}
+
+Executor::Outcome Executor::fault(std::uint32_t s, const std::string& reason, std::optional<std::uint64_t> address) {
+  if (!record_.fault) {
+    Fault f;
+    f.device = device_.device;
+    f.core = request_.cores[s];
+    f.stream = s;
+    f.pc = streams_[s].pc;
+    f.kernel = record_.name;
+    f.instruction = current_ ? isa::disassemble(*current_) : std::string{};
+    f.reason = reason;
+    f.address = address;
+    record_.fault = std::move(f);
+    timing_.wake();
+  }
+  return Outcome::faulted;
+}
+
+void Executor::abort(const std::string& reason) {
+  if (record_.fault) return;
+  Fault f;
+  f.device = device_.device;
+  f.kernel = record_.name;
+  f.reason = reason;
+  if (!record_.cores.empty()) f.core = record_.cores.front();
+  f.pc = streams_.empty() ? 0 : streams_.front().pc;
+  record_.fault = std::move(f);
+  timing_.wake();
+}
+
+void Executor::abort_deadlocked() {
+  if (record_.fault) return;
+  for (std::uint32_t s = 0; s < streams_.size(); ++s) {
+    if (streams_[s].done || streams_[s].waiting_for.empty()) continue;
+    current_ = nullptr;
+    fault(s, "deadlock: the stream waits for " + streams_[s].waiting_for);
+    return;
+  }
+  abort("deadlock: the launch cannot make progress");
+}
+
+void Executor::touch(std::uint32_t s, std::uint64_t end) {
+  CoreStats& c = stats(s);
+  if (end > c.scratchpad_high_water) {
+    c.scratchpad_high_water = end;
+    timing_.high_water(request_.cores[s], end);
+  }
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::End&) {
+  // An END waits for the stream's outstanding DMA and ring transfers.
+  const auto& tokens = streams_[s].tokens;
+  timing_.wait_until(*std::max_element(tokens.begin(), tokens.end()));
+  return Outcome::ended;
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::Wait& w) {
+  Picoseconds until = 0;
+  for (std::uint32_t t = 0; t < isa::kNumTokens; ++t) {
+    if (w.token_mask & (1u << t)) until = std::max(until, streams_[s].tokens[t]);
+  }
+  timing_.wait_until(until);
+  return Outcome::next;
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::Matmul& mm) {
+  const MacType type = mac_type(mm.in);
+  if (config::simd_depth(device_.config.cores.compute_array.simd_depth, type) == 0) {
+    return fault(s, fmt::format("the compute array of this chip does not support {} operands", isa::to_string(mm.in)));
+  }
+  if (real(mm.in)) numeric::matmul(mm, sp(s));
+  record_.macs[static_cast<int>(type)] += std::uint64_t{mm.m} * mm.n * mm.k;
+  touch(s, mm.c + std::uint64_t{isa::dtype_size(mm.out)} * ((std::uint64_t{mm.m} - 1) * mm.ldc + mm.n));
+  timing_.compute(s, timing::core_matmul_cycles(device_.config, type, mm.m, mm.n, mm.k), *current_);
+  return Outcome::next;
+}
+
+Executor::Outcome Executor::vector(std::uint32_t s, const isa::Instruction& inst, const char* cost_name,
+                                   std::uint64_t elements) {
+  record_.vector_elements += elements;
+  const double cost = timing::vector_op_cycles(device_.config.cores.vector.op_cycles, cost_name);
+  timing_.vector(s, timing::vector_cycles(device_.config, cost, elements), inst);
+  return Outcome::next;
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::VUnary& u) {
+  if (real(u.dtype)) numeric::unary(u.op, u.dtype, sp(s) + u.src, sp(s) + u.dst, u.count);
+  touch(s, u.dst + std::uint64_t{u.count} * isa::dtype_size(u.dtype));
+  return vector(s, *current_, unary_cost_name(u.op), u.count);
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::VBinary& b) {
+  if (real(b.dtype)) {
+    if (auto f = numeric::binary(b, sp(s))) return fault(s, *f);
+  }
+  const std::uint64_t n = std::uint64_t{b.rows} * b.cols;
+  touch(s, b.dst + n * isa::dtype_size(b.dtype));
+  const std::string cost_name(isa::to_string(b.op));
+  return vector(s, *current_, cost_name.c_str(), n);
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::VCompare& c) {
+  if (real(c.dtype)) numeric::compare(c, sp(s));
+  const std::uint64_t n = std::uint64_t{c.rows} * c.cols;
+  touch(s, c.dst + n);
+  return vector(s, *current_, "compare", n);
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::VSelect& v) {
+  if (real(v.dtype)) numeric::select(v, sp(s));
+  touch(s, v.dst + std::uint64_t{v.count} * isa::dtype_size(v.dtype));
+  return vector(s, *current_, "select", v.count);
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::VReduce& r) {
+  if (real(r.in)) numeric::reduce(r, sp(s));
+  touch(s, r.dst + std::uint64_t{r.axis == 1 ? r.rows : r.cols} * isa::dtype_size(r.out));
+  return vector(s, *current_, "reduce", std::uint64_t{r.rows} * r.cols);
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::VConvert& c) {
+  if (real(c.from) && real(c.to)) numeric::convert(c.from, c.to, sp(s) + c.src, sp(s) + c.dst, c.count);
+  touch(s, c.dst + std::uint64_t{c.count} * isa::dtype_size(c.to));
+  return vector(s, *current_, "convert", c.count);
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::VFill& f) {
+  if (real(f.dtype)) numeric::fill(f, sp(s));
+  touch(s, f.dst + std::uint64_t{f.count} * isa::dtype_size(f.dtype));
+  return vector(s, *current_, "copy", f.count);
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::DmaLoad& d) {
+  return move(s, d.arg, true, d.token, [&](std::uint64_t argument, functional::DmaResult& moved, const auto& on_run) {
+    return functional::transfer(d, true, argument, device_.memory, sp(s), moved, on_run, real(d.dtype));
+  });
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::DmaStore& d) {
+  return move(s, d.arg, false, d.token, [&](std::uint64_t argument, functional::DmaResult& moved, const auto& on_run) {
+    return functional::transfer(d, false, argument, device_.memory, sp(s), moved, on_run, real(d.dtype));
+  });
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::DmaGather& g) {
+  // The indices are integers, so always real; the rows move only with real data.
+  return move(s, g.arg, true, g.token, [&](std::uint64_t argument, functional::DmaResult& moved, const auto& on_run) {
+    return functional::gather(g, argument, device_.memory, sp(s), moved, on_run, device_.data == Data::real);
+  });
+}
+
+// A DMA-engine transfer: `mover(argument, moved, on_run)` checks and moves the bytes
+// and reports the device runs it touched. The runs are charged to the channels (whole
+// sticks) and, from each channel's memory stop, to the ring links to this core.
+template <class Mover>
+Executor::Outcome Executor::move(std::uint32_t s, std::uint16_t arg, bool load, std::uint8_t token, Mover&& mover) {
+  const auto& args = request_.args;
+  if (arg >= args.size()) {
+    return fault(s, fmt::format("argument {} is used but the launch passed {} argument(s)", arg, args.size()));
+  }
+  const Topology& topo = device_.topology;
+  DmaCost cost;
+  cost.load = load;
+  cost.channel_bytes.assign(topo.channels(), 0);
+  const std::uint64_t base = device_.memory.base();
+  const std::function<void(std::uint64_t, std::uint64_t)> on_run = [&](std::uint64_t a, std::uint64_t n) {
+    topo.charge(a - base, n, cost.channel_bytes, cost.charged);
+  };
+  functional::DmaResult moved;
+  if (auto f = mover(args[arg], moved, on_run)) return fault(s, f->reason, f->address);
+  cost.useful = moved.useful_bytes;
+  if (load) touch(s, moved.sp_end);
+
+  cost.stop_bytes.assign(topo.memory_stops(), 0);
+  for (std::uint32_t c = 0; c < cost.channel_bytes.size(); ++c) {
+    cost.stop_bytes[topo.memory_stop_of_channel(c)] += cost.channel_bytes[c];
+  }
+  const std::uint32_t me = topo.core_stop(request_.cores[s]);
+  for (std::uint32_t m = 0; m < cost.stop_bytes.size(); ++m) {
+    const std::uint32_t mem = topo.memory_stop(m);
+    record_.ring_bytes += cost.stop_bytes[m] * (load ? topo.path(mem, me) : topo.path(me, mem)).hops;
+  }
+  (load ? stats(s).dma_load_bytes : stats(s).dma_store_bytes) += cost.useful;
+  (load ? record_.dram_read_bytes : record_.dram_write_bytes) += cost.charged;
+  auto& done = streams_[s].tokens[token];
+  done = std::max(done, timing_.dma(s, cost));
+  return Outcome::next;
+}
+
+void Executor::send(std::uint32_t s, std::uint32_t dst, std::uint16_t tag, std::vector<std::uint8_t> data,
+                    std::uint8_t token) {
+  const Topology& topo = device_.topology;
+  const auto hops = topo.path(topo.core_stop(request_.cores[s]), topo.core_stop(request_.cores[dst])).hops;
+  stats(s).ring_sent_bytes += data.size();
+  record_.ring_bytes += data.size() * hops;
+  const Picoseconds arrival = timing_.ring(s, dst, data.size());
+  auto& done = streams_[s].tokens[token];
+  done = std::max(done, arrival);
+  mailbox_[std::make_tuple(dst, s, tag)].push_back({arrival, std::move(data)});
+  timing_.wake();
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::RingSend& r) {
+  std::uint8_t* p = sp(s) + r.sp_addr;
+  send(s, r.dst_core, r.tag, std::vector<std::uint8_t>(p, p + r.bytes), r.token);
+  return Outcome::next;
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::RingRecv& r) {
+  auto& queue = mailbox_[std::make_tuple(s, std::uint32_t{r.src_core}, r.tag)];
+  if (queue.empty()) {
+    streams_[s].waiting_for =
+        fmt::format("a ring message with tag {} from stream {} that is never sent", r.tag, r.src_core);
+    return Outcome::blocked;
+  }
+  Message message = std::move(queue.front());
+  queue.pop_front();
+  if (message.data.size() != r.bytes) {
+    return fault(s, fmt::format("received {} bytes from stream {} (tag {}) into a {}-byte buffer",
+                                message.data.size(), r.src_core, r.tag, r.bytes));
+  }
+  timing_.wait_until(message.arrival);
+  std::memcpy(sp(s) + r.sp_addr, message.data.data(), r.bytes);
+  touch(s, r.sp_addr + std::uint64_t{r.bytes});
+  if (r.forward_to != isa::RingRecv::kNoForward) send(s, r.forward_to, r.tag, std::move(message.data), r.token);
+  return Outcome::next;
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::Barrier& b) {
+  Stream& st = streams_[s];
+  auto& [arrived, generation] = barriers_[b.id];
+  if (!st.at_barrier) {
+    st.at_barrier = true;
+    st.barrier_generation = generation;
+    if (++arrived >= b.count) {
+      arrived = 0;
+      ++generation;
+      timing_.wake();
+    }
+  }
+  if (generation == st.barrier_generation) {
+    st.waiting_for = fmt::format("barrier {} ({} of {} streams arrived)", b.id, arrived, b.count);
+    return Outcome::blocked;
+  }
+  st.at_barrier = false;
+  return Outcome::next;
+}
+
+LaunchRecord run_untimed(DeviceView device, const LaunchRequest& request, isa::Limits limits) {
+  NullTiming timing;
+  Executor exec(std::move(device), request, limits, timing);
+  for (;;) {
+    bool progress = false, all_done = true;
+    // Progress is a completed instruction: a message sent, a barrier released, a
+    // stream ended. (A barrier arrival that releases nobody wakes nobody either.)
+    const std::uint64_t before = exec.record().instructions;
+    for (std::uint32_t s = 0; s < exec.num_streams() && !exec.faulted(); ++s) {
+      if (exec.step(s) == Executor::Step::blocked) all_done = false;
+    }
+    progress = exec.record().instructions != before;
+    if (exec.faulted() || all_done) break;
+    if (!progress) {
+      exec.abort_deadlocked();
+      break;
+    }
+  }
+  return std::move(exec.record());
+}
+
+}  // namespace spyre::sim
