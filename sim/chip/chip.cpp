@@ -263,8 +263,8 @@ Simulation::Simulation() {
 
 Simulation::~Simulation() = default;
 
-Chip& Simulation::add_chip(const config::ChipConfig& config) {
-  chips_.push_back(std::make_unique<Chip>(config, static_cast<std::uint32_t>(chips_.size())));
+Chip& Simulation::add_chip(const config::ChipConfig& config, Timing timing, Data data) {
+  chips_.push_back(std::make_unique<Chip>(config, static_cast<std::uint32_t>(chips_.size()), timing, data));
   return *chips_.back();
 }
 

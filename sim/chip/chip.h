@@ -167,7 +167,7 @@ class Simulation {
  public:
   Simulation();
   ~Simulation();
-  Chip& add_chip(const config::ChipConfig& config);
+  Chip& add_chip(const config::ChipConfig& config, Timing timing = Timing::timed, Data data = Data::real);
   Chip& chip(std::uint32_t index) { return *chips_.at(index); }
   // Runs until nothing is left to do. Launches that stall are aborted with a fault.
   void run();

@@ -1,0 +1,338 @@
+// The one executor under its policies: every generator's programs over a set of shapes,
+// and hand-written faults, run on the timed device, the functional (untimed) device and
+// the timed device without data. Results, fault records and counters must be
+// identical; cycles must not depend on the data policy.
+#include <cinttypes>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "compiler/elementwise.h"
+#include "compiler/gather.h"
+#include "compiler/matmul.h"
+#include "compiler/pointwise.h"
+#include "compiler/reduce.h"
+#include "compiler/triangle.h"
+#include "config/derived_figures.h"
+#include "sim_test_support.h"
+
+using namespace spyre;
+using namespace spyre::test;
+using isa::DType;
+
+namespace {
+
+// A launch argument: a device buffer of `bytes` (filled with random bytes, or with
+// valid row indices for a gather's index buffer), or a scalar.
+struct Arg {
+  std::uint64_t bytes = 0;
+  std::uint64_t index_rows = 0;  // > 0: int64 indices in [0, index_rows)
+  bool wide = true;
+};
+
+struct Case {
+  std::string name;
+  std::vector<std::uint8_t> program;
+  std::vector<Arg> args;
+};
+
+// What a device made of a case: the bytes of every buffer after the launch, the record
+// and the per-core counters.
+struct Result {
+  std::vector<std::vector<std::uint8_t>> buffers;
+  sim::LaunchRecord record;
+  std::vector<sim::CoreStats> cores;
+  std::uint64_t base = 0;
+};
+
+compiler::Target target_of(const config::ChipConfig& c) {
+  const auto figures = config::derive(c);
+  compiler::Target t;
+  t.cores = static_cast<std::uint32_t>(c.cores.count);
+  t.scratchpad_bytes = c.cores.scratchpad.usable_bytes;
+  t.stick_bytes = static_cast<std::uint32_t>(c.dma.stick_bytes);
+  t.core_macs_per_s = figures.peak_macs_per_s[static_cast<int>(config::MacType::fp16)] / t.cores;
+  t.dram_bytes_per_s = figures.dram_deliverable_bytes_per_s;
+  t.array_rows = static_cast<std::uint32_t>(c.cores.compute_array.rows);
+  t.array_cols = static_cast<std::uint32_t>(c.cores.compute_array.cols);
+  for (const auto& [dtype, mac] : {std::pair{DType::fp32, config::MacType::fp32}, {DType::fp16, config::MacType::fp16},
+                                  {DType::bf16, config::MacType::bf16}, {DType::int8, config::MacType::int8}}) {
+    t.simd_depth[static_cast<std::size_t>(dtype)] =
+        static_cast<std::uint32_t>(config::simd_depth(c.cores.compute_array.simd_depth, mac));
+  }
+  return t;
+}
+
+Result run_case(sim::Simulation* simulation, sim::Chip& chip, const Case& c, std::uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint64_t> addresses;
+  for (const Arg& a : c.args) {
+    const std::uint64_t addr = *chip.memory().allocate(a.bytes);
+    std::uint8_t* p = chip.memory().host(addr);
+    if (a.index_rows > 0) {
+      for (std::uint64_t i = 0; i < a.bytes / 8; ++i) {
+        const std::int64_t v = static_cast<std::int64_t>(rng() % a.index_rows);
+        std::memcpy(p + i * 8, &v, 8);
+      }
+    } else {
+      // Random bytes, kept finite for floats: the top bit of every 2-byte half is clear
+      // and bits 14..10 are never all ones (fp16), the rest as drawn.
+      for (std::uint64_t i = 0; i < a.bytes; ++i) p[i] = static_cast<std::uint8_t>(rng());
+      for (std::uint64_t i = 1; i < a.bytes; i += 2) p[i] &= 0x3b;
+    }
+    addresses.push_back(addr);
+  }
+  Result r;
+  r.base = chip.memory().base();
+  isa::Program program(c.program);
+  std::vector<std::uint32_t> cores;
+  for (std::uint32_t i = 0; i < program.num_streams(); ++i) cores.push_back(i);
+  bool done = false;
+  chip.reset_stats();
+  chip.launch({.program = std::make_shared<const isa::Program>(std::move(program)), .args = addresses,
+               .cores = cores, .name = c.name, .id = 1},
+              [&](const sim::LaunchRecord& rec) {
+                r.record = rec;
+                done = true;
+              });
+  if (simulation != nullptr) simulation->run();
+  REQUIRE(done);
+  for (std::size_t i = 0; i < c.args.size(); ++i) {
+    const std::uint8_t* p = chip.memory().host(addresses[i]);
+    r.buffers.emplace_back(p, p + c.args[i].bytes);
+    chip.memory().free(addresses[i]);
+  }
+  r.cores = chip.core_stats();
+  return r;
+}
+
+// A fault's text with device addresses made relative to the memory's base (the two
+// devices map their memory at different host addresses).
+std::string relative(const std::string& text, std::uint64_t base) {
+  std::string out;
+  const std::regex hex("0x[0-9a-f]+");
+  auto it = std::sregex_iterator(text.begin(), text.end(), hex);
+  std::size_t last = 0;
+  for (; it != std::sregex_iterator(); ++it) {
+    out += text.substr(last, it->position() - last);
+    const std::uint64_t v = std::stoull(it->str(), nullptr, 16);
+    out += v >= base ? "dev+" + std::to_string(v - base) : it->str();
+    last = it->position() + it->length();
+  }
+  return out + text.substr(last);
+}
+
+void check_same(const Result& a, const Result& b, bool compare_data) {
+  CHECK(a.record.instructions == b.record.instructions);
+  CHECK(a.record.macs == b.record.macs);
+  CHECK(a.record.vector_elements == b.record.vector_elements);
+  CHECK(a.record.dram_read_bytes == b.record.dram_read_bytes);
+  CHECK(a.record.dram_write_bytes == b.record.dram_write_bytes);
+  CHECK(a.record.ring_bytes == b.record.ring_bytes);
+  REQUIRE(a.cores.size() == b.cores.size());
+  for (std::size_t i = 0; i < a.cores.size(); ++i) {
+    INFO("core " << i);
+    CHECK(a.cores[i].instructions == b.cores[i].instructions);
+    CHECK(a.cores[i].dma_load_bytes == b.cores[i].dma_load_bytes);
+    CHECK(a.cores[i].dma_store_bytes == b.cores[i].dma_store_bytes);
+    CHECK(a.cores[i].ring_sent_bytes == b.cores[i].ring_sent_bytes);
+    CHECK(a.cores[i].scratchpad_high_water == b.cores[i].scratchpad_high_water);
+  }
+  REQUIRE(a.record.fault.has_value() == b.record.fault.has_value());
+  if (a.record.fault) {
+    const sim::Fault &fa = *a.record.fault, &fb = *b.record.fault;
+    CHECK(fa.core == fb.core);
+    CHECK(fa.stream == fb.stream);
+    CHECK(fa.pc == fb.pc);
+    CHECK(fa.kernel == fb.kernel);
+    CHECK(fa.instruction == fb.instruction);
+    CHECK(relative(fa.reason, a.base) == relative(fb.reason, b.base));
+    CHECK(fa.address.has_value() == fb.address.has_value());
+    if (fa.address && fb.address) CHECK(*fa.address - a.base == *fb.address - b.base);
+  }
+  if (compare_data) {
+    REQUIRE(a.buffers.size() == b.buffers.size());
+    for (std::size_t i = 0; i < a.buffers.size(); ++i) {
+      INFO("argument " << i);
+      CHECK(a.buffers[i] == b.buffers[i]);
+    }
+  }
+}
+
+std::uint64_t bytes_of(std::uint64_t elements, DType t) { return elements * isa::dtype_size(t); }
+
+// Every generator over a set of shapes (ragged ones included), on the CI chip.
+std::vector<Case> generator_cases(const compiler::Target& t) {
+  using namespace compiler;
+  std::vector<Case> cases;
+  const auto binary = [&](isa::BinaryOp op, DType d, std::uint64_t n) {
+    cases.push_back({"binary", compile_binary(op, d, n, t, "binary"), {{bytes_of(n, d)}, {bytes_of(n, d)}, {bytes_of(n, d)}}});
+  };
+  binary(isa::BinaryOp::add, DType::fp32, 4097);
+  binary(isa::BinaryOp::mul, DType::fp16, 100000);
+  binary(isa::BinaryOp::max, DType::bf16, 7);
+  for (const auto& [op, n] : {std::pair{isa::UnaryOp::exp, 3000ull}, {isa::UnaryOp::gelu_tanh, 65537ull}}) {
+    cases.push_back({"unary", compile_unary(op, DType::fp16, n, t, "unary"), {{bytes_of(n, DType::fp16)}, {bytes_of(n, DType::fp16)}}});
+  }
+  {
+    // out[33 x 64] (fp32) = a (fp16, transposed) * b (fp32 row, broadcast down) + 1.5
+    PointwiseKernel k;
+    k.shape = {64, 33};
+    k.inputs = {{DType::fp16, {33, 1}}, {DType::fp32, {1, 0}}};
+    k.output = {DType::fp32, {1, 64}};
+    k.steps = {Step::binary(isa::BinaryOp::mul, DType::fp32, Value::input(0), Value::input(1)),
+               Step::binary(isa::BinaryOp::add, DType::fp32, Value::step(0), Value::constant(1.5))};
+    cases.push_back({"pointwise", compile_pointwise(k, t, "pointwise"),
+                     {{bytes_of(64 * 33, DType::fp16)}, {bytes_of(64, DType::fp32)}, {bytes_of(64 * 33, DType::fp32)}}});
+  }
+  const auto matmul = [&](MatmulShape s) {
+    std::vector<Arg> args = {{bytes_of(s.m * s.k, s.dtype)}, {bytes_of(s.k * s.n, s.dtype)}, {bytes_of(s.m * s.n, s.dtype)}};
+    if (s.bias) args.push_back({bytes_of(s.n, *s.bias)});
+    cases.push_back({"matmul", compile_matmul(s, t, "matmul"), args});
+  };
+  matmul({.m = 64, .n = 64, .k = 64});
+  matmul({.m = 300, .n = 200, .k = 100});
+  matmul({.m = 33, .n = 17, .k = 65, .dtype = DType::fp32, .b_transposed = true});
+  matmul({.m = 128, .n = 96, .k = 256, .dtype = DType::bf16, .bias = DType::bf16, .activation = isa::UnaryOp::gelu});
+  matmul({.m = 512, .n = 512, .k = 512});
+  cases.push_back({"reduce rows", compile_reduce({.outer = 100, .reduced = 1000, .outer_stride = 1000, .reduced_stride = 1}, t, "reduce"),
+                   {{bytes_of(100 * 1000, DType::fp32)}, {bytes_of(100, DType::fp32)}}});
+  cases.push_back({"reduce columns",
+                   compile_reduce({.outer = 300, .reduced = 70, .outer_stride = 1, .reduced_stride = 300,
+                                   .in = DType::fp16, .out = DType::fp16, .op = isa::ReduceOp::max}, t, "reduce"),
+                   {{bytes_of(300 * 70, DType::fp16)}, {bytes_of(300, DType::fp16)}}});
+  cases.push_back({"softmax", compile_softmax({.rows = 64, .cols = 1000, .row_stride = 1000, .in = DType::fp16, .out = DType::fp16}, t, "softmax"),
+                   {{bytes_of(64 * 1000, DType::fp16)}, {bytes_of(64 * 1000, DType::fp16)}}});
+  cases.push_back({"log_softmax", compile_softmax({.rows = 7, .cols = 33, .row_stride = 40, .log = true, .safe = true}, t, "log_softmax"),
+                   {{bytes_of(7 * 40, DType::fp32)}, {bytes_of(7 * 40, DType::fp32)}}});
+  cases.push_back({"layer_norm", compile_layer_norm({.rows = 50, .cols = 768, .weight = DType::fp32, .bias = DType::fp32}, t, "layer_norm"),
+                   {{bytes_of(50 * 768, DType::fp32)}, {bytes_of(768, DType::fp32)}, {bytes_of(768, DType::fp32)},
+                    {bytes_of(50 * 768, DType::fp32)}, {bytes_of(50, DType::fp32)}, {bytes_of(50, DType::fp32)}}});
+  cases.push_back({"gather", compile_gather({.count = 100, .rows = 1000, .row_bytes = 256, .wide_index = true}, t, "gather"),
+                   {{1000 * 256}, {100 * 8, 1000}, {100 * 256}}});
+  cases.push_back({"triangle", compile_triangle({.matrices = 2, .rows = 40, .cols = 50, .element_bytes = 2, .lower = true, .diagonal = 1}, t, "tril"),
+                   {{2 * 40 * 50 * 2}, {2 * 40 * 50 * 2}}});
+  return cases;
+}
+
+// Hand-written programs that fault: in the instruction check, in DMA addressing, on a
+// data-dependent gather index, on a missing argument, in a ring deadlock.
+std::vector<Case> fault_cases() {
+  std::vector<Case> cases;
+  const auto add = [&](const char* name, std::uint32_t streams, const std::function<void(isa::ProgramBuilder&)>& body,
+                       std::vector<Arg> args) {
+    isa::ProgramBuilder b(name, streams);
+    body(b);
+    cases.push_back({name, b.build(), std::move(args)});
+  };
+  add("past allocation", 1, [](auto& b) { b.add(0, load(0, 0, 4000, 100)).add(0, wait_for(0)).add(0, isa::End{}); },
+      {{4096}});
+  add("missing argument", 1, [](auto& b) { b.add(0, load(0, 2, 0, 8)).add(0, isa::End{}); }, {{4096}});
+  add("gather index", 1,
+      [](auto& b) {
+        b.add(0, load(0, 1, 0, 4, DType::int32))
+            .add(0, wait_for(0))
+            .add(0, isa::DmaGather{.token = 1, .wide_index = false, .arg = 0, .index_sp = 0, .count = 4, .sp_addr = 64,
+                                   .row_bytes = 16, .offset = 0, .rows = 8, .row_stride = 16})
+            .add(0, wait_for(1))
+            .add(0, isa::End{});
+      },
+      {{128}, {16}});  // random int32 indices: almost surely outside [0, 8)
+  add("deadlock", 2,
+      [](auto& b) {
+        b.add(0, isa::RingRecv{.token = 0, .src_core = 1, .tag = 7, .sp_addr = 0, .bytes = 64}).add(0, isa::End{});
+        b.add(1, isa::Barrier{.id = 1, .count = 2}).add(1, isa::End{});
+      },
+      {});
+  add("matmul past the scratchpad", 1,
+      [](auto& b) {
+        b.add(0, isa::Matmul{.a = 0, .b = 0, .c = 0xfffff000, .m = 64, .n = 64, .k = 64, .lda = 64, .ldb = 64,
+                             .ldc = 64, .in = DType::fp16, .out = DType::fp32})
+            .add(0, isa::End{});
+      },
+      {});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("given every generator's programs, the timed and functional devices agree on results and counters") {
+  const config::ChipConfig cfg = ci_chip();
+  sim::Simulation simulation;
+  sim::Chip& timed = simulation.add_chip(cfg);
+  sim::Chip& bookkeeping = simulation.add_chip(cfg, sim::Timing::timed, sim::Data::none);
+  sim::Chip functional(cfg, 9, sim::Timing::untimed);
+  std::uint32_t seed = 1;
+  for (const Case& c : generator_cases(target_of(cfg))) {
+    INFO(c.name << " (seed " << seed << ")");
+    const Result t = run_case(&simulation, timed, c, seed);
+    const Result f = run_case(nullptr, functional, c, seed);
+    CHECK_FALSE(t.record.fault);
+    check_same(t, f, true);
+    CHECK(f.record.end == f.record.start);  // no time passes untimed
+    // Without data: the same counters and exactly the same cycles (the gather's indices
+    // stay real, so it is included).
+    const Result n = run_case(&simulation, bookkeeping, c, seed);
+    check_same(t, n, false);
+    CHECK(n.record.end - n.record.start == t.record.end - t.record.start);
+    ++seed;
+  }
+}
+
+TEST_CASE("given programs that fault, the timed and functional devices record the same fault") {
+  const config::ChipConfig cfg = ci_chip();
+  sim::Simulation simulation;
+  sim::Chip& timed = simulation.add_chip(cfg);
+  sim::Chip functional(cfg, 0, sim::Timing::untimed);
+  for (const Case& c : fault_cases()) {
+    INFO(c.name);
+    const Result t = run_case(&simulation, timed, c, 42);
+    const Result f = run_case(nullptr, functional, c, 42);
+    REQUIRE(t.record.fault);
+    check_same(t, f, true);
+  }
+}
+
+TEST_CASE("given a DMA and a ring message, the counters follow their definitions") {
+  // CI chip: 4 cores, 2 memory stops with 2 of the 4 channels each: the ring's 6 stops
+  // are c0 c1 m0 c2 c3 m1. Stream 0 runs on core 0 (stop 0). A 256-byte load from the
+  // base is 2 sticks of 128 B = 256 B on channel 0 (interleave 256 B) behind m0 (stop
+  // 2): 2 hops -> 512 ring link bytes. A 100-byte message from core 0 to core 2 (stop
+  // 3) crosses 3 links (a tie, clockwise) -> 300. A 4-byte store at offset 130 is
+  // charged its whole stick, 128 B, also 2 hops -> 256.
+  const config::ChipConfig cfg = ci_chip();
+  REQUIRE(cfg.cores.count == 4);
+  REQUIRE(cfg.ring.memory_stops == 2);
+  REQUIRE(cfg.memory.channels == 4);
+  REQUIRE(cfg.memory.interleave_bytes == 256);
+  sim::Simulation simulation;
+  sim::Chip& timed = simulation.add_chip(cfg);
+  sim::Chip functional(cfg, 1, sim::Timing::untimed);
+  isa::ProgramBuilder b("counters", 3);
+  b.add(0, load(0, 0, 0, 128))
+      .add(0, wait_for(0))
+      .add(0, isa::RingSend{.token = 1, .dst_core = 2, .tag = 1, .sp_addr = 0, .bytes = 100})
+      .add(0, store(0, 0, 130, 2))
+      .add(0, wait_for(0))
+      .add(0, wait_for(1))
+      .add(0, isa::End{});
+  b.add(1, isa::End{});
+  b.add(2, isa::RingRecv{.token = 0, .src_core = 0, .tag = 1, .sp_addr = 0, .bytes = 100}).add(2, isa::End{});
+  const Case c{"counters", b.build(), {{4096}}};
+  for (sim::Chip* chip : {&timed, &functional}) {
+    const Result r = run_case(chip == &timed ? &simulation : nullptr, *chip, c, 3);
+    INFO((chip == &timed ? "timed" : "functional"));
+    REQUIRE_FALSE(r.record.fault);
+    CHECK(r.record.dram_read_bytes == 256);
+    CHECK(r.record.dram_write_bytes == 128);
+    CHECK(r.record.ring_bytes == 512 + 300 + 256);
+    CHECK(r.cores[0].ring_sent_bytes == 100);
+    CHECK(r.cores[0].dma_load_bytes == 256);
+    CHECK(r.cores[0].dma_store_bytes == 4);
+  }
+}
