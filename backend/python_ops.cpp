@@ -87,6 +87,9 @@ TORCH_LIBRARY(spyre, m) {
   m.def("pow_exponents() -> float[]", [] { return pow_device_exponents(); });
   m.def("manual_seed_all(int seed) -> ()", manual_seed_all);
   m.def("device_report(int device) -> str", device_report);
+  m.def("configure(str config, str yaml, str[] overrides, int devices, str mode) -> ()",
+        [](const std::string& config, const std::string& yaml, const std::vector<std::string>& overrides,
+           std::int64_t devices, const std::string& mode) { configure_driver(config, yaml, overrides, devices, mode); });
   m.def("driver_api_version() -> int", [] { return static_cast<std::int64_t>(driver_api_version()); });
   m.def("_inject_fault(Tensor t) -> ()", inject_fault);
   m.def("kernel_cache_stats() -> Dict(str, int)", [] {

@@ -1,5 +1,6 @@
 #include "runtime/driver.h"
 
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -76,6 +77,30 @@ c10::DeviceIndex current_device() { return t_current_device; }
 void set_current_device(c10::DeviceIndex index) {
   check_device_index(index);
   t_current_device = index;
+}
+
+void configure_driver(const std::string& config_path, const std::string& config_yaml,
+                      const std::vector<std::string>& overrides, std::int64_t devices, const std::string& mode) {
+  static const std::map<std::string, spyre_device_mode_t> modes = {
+      {"", SPYRE_MODE_DEFAULT}, {"timed", SPYRE_MODE_TIMED}, {"functional", SPYRE_MODE_FUNCTIONAL},
+      {"no-data", SPYRE_MODE_NO_DATA}};
+  const auto m = modes.find(mode);
+  TORCH_CHECK(m != modes.end(), "spyre: configure: mode must be 'timed', 'functional' or 'no-data', not '", mode,
+              "'");
+  TORCH_CHECK(devices >= 0 && devices <= 64, "spyre: configure: devices must be 1 to 64 (0: SPYRE_SIM_DEVICES), not ",
+              devices);
+  TORCH_CHECK(config_path.empty() || config_yaml.empty(), "spyre: configure: give config or yaml, not both");
+  std::vector<const char*> items;
+  for (const auto& o : overrides) items.push_back(o.c_str());
+  const spyre_driver_config_t c{.struct_size = sizeof(spyre_driver_config_t),
+                                .config_path = config_path.c_str(),
+                                .overrides = items.data(),
+                                .num_overrides = static_cast<std::uint32_t>(items.size()),
+                                .device_count = static_cast<std::uint32_t>(devices),
+                                .config_yaml = config_yaml.empty() ? nullptr : config_yaml.c_str(),
+                                .mode = static_cast<std::uint32_t>(m->second)};
+  const spyre_result_t rc = spyreDriverConfigure(&c);
+  TORCH_CHECK(rc == SPYRE_SUCCESS, "spyre: configure: ", spyreGetLastErrorMessage());
 }
 
 std::uint32_t driver_api_version() {

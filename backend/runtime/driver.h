@@ -48,4 +48,11 @@ void check_device_index(c10::DeviceIndex index);
 // The driver ABI version this backend was loaded against (throws c10::Error on failure).
 std::uint32_t driver_api_version();
 
+// spyreDriverConfigure: what the devices are built from (a YAML file or YAML text,
+// overrides, a device count, a mode "timed" | "functional" | "no-data"; empty or 0
+// values fall back to the environment). Only before the devices are first used:
+// afterwards c10::Error says so.
+void configure_driver(const std::string& config_path, const std::string& config_yaml,
+                      const std::vector<std::string>& overrides, std::int64_t devices, const std::string& mode);
+
 }  // namespace spyre::backend

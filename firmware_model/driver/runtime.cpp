@@ -20,12 +20,19 @@ bool g_exit_registered = false;
 
 Picoseconds sim_now() { return sc_core::sc_time_stamp().value(); }
 
-bool functional_from_env() {
+Mode mode_from_env() {
   const char* text = std::getenv("SPYRE_SIM_MODE");
-  if (text == nullptr || *text == '\0' || std::string_view(text) == "timed") return false;
-  if (std::string_view(text) == "functional") return true;
+  if (text == nullptr || *text == '\0') return Mode::timed;
+  for (const Mode m : {Mode::timed, Mode::functional, Mode::no_data}) {
+    if (to_string(m) == text) return m;
+  }
   throw Error{SPYRE_ERROR_NOT_INITIALIZED,
-              fmt::format("SPYRE_SIM_MODE: expected 'timed' or 'functional', found '{}'", text)};
+              fmt::format("SPYRE_SIM_MODE: expected 'timed', 'functional' or 'no-data', found '{}'", text)};
+}
+
+config::LoadedConfig load(const Runtime::StartConfig& c) {
+  return c.yaml.empty() ? config::load_config(c.path, c.overrides)
+                        : config::load_config_text(c.yaml, "spyre_driver_config_t.config_yaml", c.overrides);
 }
 
 std::uint32_t device_count_from_env() {
@@ -66,6 +73,84 @@ void configure_logging() {
 
 }  // namespace
 
+std::string_view to_string(Mode mode) {
+  switch (mode) {
+    case Mode::timed: return "timed";
+    case Mode::functional: return "functional";
+    case Mode::no_data: return "no-data";
+  }
+  return "?";
+}
+
+// Where device work runs: posting an action, and blocking the caller until a condition
+// holds (Runtime::post and Runtime::block_until).
+class Runtime::WorkLoop {
+ public:
+  virtual ~WorkLoop() = default;
+  virtual void post(const Device* device, std::function<void()> action) = 0;
+  virtual Picoseconds block_until(const Device* device, std::function<bool()> condition) = 0;
+};
+
+// Timed devices: actions go to the simulation thread's inbox, stamped with their
+// arrival time; a blocking call registers its condition and sleeps until the
+// simulation finds it true.
+class Runtime::SimulationLoop final : public WorkLoop {
+ public:
+  explicit SimulationLoop(Runtime& rt) : rt_(rt) {}
+
+  void post(const Device* device, std::function<void()> action) override {
+    {
+      const std::lock_guard lock(rt_.mutex_);
+      rt_.host_time_ += device != nullptr ? device->call_overhead : 1;
+      rt_.inbox_.push_back({rt_.host_time_, std::move(action)});
+    }
+    rt_.sim_cv_.notify_one();
+  }
+
+  Picoseconds block_until(const Device* device, std::function<bool()> condition) override {
+    auto waiter = std::make_shared<Waiter>();
+    waiter->condition = std::move(condition);
+    std::unique_lock lock(rt_.mutex_);
+    rt_.host_time_ += device != nullptr ? device->call_overhead : 1;
+    ++rt_.waiting_;
+    rt_.inbox_.push_back({rt_.host_time_, [rt = &rt_, waiter] {
+                            rt->waiters_.push_back(waiter);
+                            rt->check_waiters();
+                          }});
+    rt_.sim_cv_.notify_one();
+    rt_.host_cv_.wait(lock, [&] { return waiter->done; });
+    rt_.host_time_ = std::max(rt_.host_time_, waiter->time);
+    return waiter->time;
+  }
+
+ private:
+  Runtime& rt_;
+};
+
+// The functional device: every action runs in the calling thread, one at a time, so
+// whatever a blocking call awaits has already happened.
+class Runtime::InlineLoop final : public WorkLoop {
+ public:
+  explicit InlineLoop(Runtime& rt) : rt_(rt) {}
+
+  void post(const Device* device, std::function<void()> action) override {
+    rt_.advance(device);
+    const std::lock_guard work(work_);
+    action();
+  }
+
+  Picoseconds block_until(const Device* device, std::function<bool()> condition) override {
+    const Picoseconds now = rt_.advance(device);
+    const std::lock_guard work(work_);
+    if (!condition()) throw Error{SPYRE_ERROR_INTERNAL, "functional device: an awaited condition does not hold"};
+    return now;
+  }
+
+ private:
+  Runtime& rt_;
+  std::recursive_mutex work_;  // device work, one action at a time (actions may post)
+};
+
 void at_exit() {
   // Complete all submitted work, then stop the simulation thread, so nothing hangs or
   // is lost at process exit. The runtime object itself is deliberately leaked: other
@@ -76,6 +161,7 @@ void at_exit() {
 }
 
 Runtime::Runtime() = default;
+Runtime::~Runtime() = default;
 
 void Runtime::configure(std::optional<StartConfig> config) {
   const std::lock_guard lock(g_runtime_mutex);
@@ -88,8 +174,12 @@ void Runtime::configure(std::optional<StartConfig> config) {
       throw Error{SPYRE_ERROR_INVALID_ARGUMENT,
                   fmt::format("device_count: expected 0 (the environment's) or 1 to 64, found {}", config->devices)};
     }
+    if (!config->path.empty() && !config->yaml.empty()) {
+      throw Error{SPYRE_ERROR_INVALID_ARGUMENT,
+                  "config_path and config_yaml are both given: pass the chip config one way"};
+    }
     try {
-      config::load_config(config->path, config->overrides);
+      load(*config);
     } catch (const config::ConfigError& e) {
       throw Error{SPYRE_ERROR_INVALID_ARGUMENT, e.what()};
     }
@@ -101,7 +191,7 @@ Runtime& Runtime::get() {
   const std::lock_guard lock(g_runtime_mutex);
   if (g_runtime != nullptr) return *g_runtime;
   configure_logging();
-  const bool functional = functional_from_env();
+  const Mode mode = g_start_config && g_start_config->mode ? *g_start_config->mode : mode_from_env();
   if (g_thread_owner == nullptr) {
     g_thread_owner = new Runtime();
     if (!g_exit_registered) {
@@ -109,13 +199,19 @@ Runtime& Runtime::get() {
       g_exit_registered = true;
     }
   }
-  if (!functional && !g_thread_owner->sim_thread_.joinable()) {
-    setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 0);
-    g_thread_owner->sim_thread_ = std::thread([] { g_thread_owner->sim_main(); });
+  Runtime& rt = *g_thread_owner;
+  rt.mode_ = mode;
+  if (mode == Mode::functional) {
+    rt.loop_ = std::make_unique<InlineLoop>(rt);
+  } else {
+    rt.loop_ = std::make_unique<SimulationLoop>(rt);
+    if (!rt.sim_thread_.joinable()) {
+      setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 0);
+      rt.sim_thread_ = std::thread([] { g_thread_owner->sim_main(); });
+    }
   }
-  g_thread_owner->functional_ = functional;
-  g_thread_owner->start_devices();
-  g_runtime = g_thread_owner;
+  rt.start_devices();
+  g_runtime = &rt;
   return *g_runtime;
 }
 
@@ -127,7 +223,7 @@ void Runtime::start_devices() {
   config::LoadedConfig loaded;
   if (g_start_config) {
     try {
-      loaded = config::load_config(g_start_config->path, g_start_config->overrides);
+      loaded = load(*g_start_config);
     } catch (const config::ConfigError& e) {
       throw Error{SPYRE_ERROR_NOT_INITIALIZED, fmt::format("spyreDriverConfigure: {}", e.what())};
     }
@@ -142,13 +238,15 @@ void Runtime::start_devices() {
   }
   std::vector<std::unique_ptr<Device>> devices;
   // Chips and firmware own SystemC events: on the timed device they are built in
-  // simulation context, never on a host thread.
+  // simulation context (query), never on a host thread.
+  const sim::Timing timing = mode_ == Mode::functional ? sim::Timing::untimed : sim::Timing::timed;
+  const sim::Data data = mode_ == Mode::no_data ? sim::Data::none : sim::Data::real;
   const auto build = [&] {
     for (std::uint32_t i = 0; i < count; ++i) {
       auto d = std::make_unique<Device>();
       d->index = i;
       d->config = loaded;
-      d->chip = std::make_unique<sim::Chip>(loaded.chip, i, functional_ ? sim::Timing::untimed : sim::Timing::timed);
+      d->chip = std::make_unique<sim::Chip>(loaded.chip, i, timing, data);
       d->chip->set_launch_record_limit(record_limit);
       d->chip->set_host_clock([this] { return host_time(); });
       d->firmware = firmware::make_firmware(*d->chip, [this] { check_waiters(); });
@@ -158,11 +256,7 @@ void Runtime::start_devices() {
       devices.push_back(std::move(d));
     }
   };
-  if (functional_) {
-    build();
-  } else {
-    query(nullptr, build);
-  }
+  query(nullptr, build);
   devices_ = std::move(devices);
   for (auto& d : devices_) {
     d->handle = add(std::shared_ptr<Device>(d.get(), [](Device*) {}));
@@ -172,8 +266,8 @@ void Runtime::start_devices() {
     d->sync_queue->queue->priority = 1;  // synchronous work goes first, like a high-priority queue
     post(d.get(), [dev = d.get()] { dev->firmware->add_queue(dev->sync_queue->queue); });
   }
-  spdlog::info("spyre driver: {} {} device(s) of '{}' ({}), config hash {}", count,
-               functional_ ? "functional" : "timed", loaded.chip.name, loaded.source, loaded.hash);
+  spdlog::info("spyre driver: {} {} device(s) of '{}' ({}), config hash {}", count, to_string(mode_),
+               loaded.chip.name, loaded.source, loaded.hash);
 }
 
 void Runtime::shutdown() {
@@ -223,42 +317,10 @@ Picoseconds Runtime::host_time() {
   return host_time_;
 }
 
-void Runtime::post(const Device* device, std::function<void()> action) {
-  if (functional_) {
-    advance(device);
-    const std::lock_guard work(functional_mutex_);
-    action();
-    return;
-  }
-  {
-    const std::lock_guard lock(mutex_);
-    host_time_ += device != nullptr ? device->call_overhead : 1;
-    inbox_.push_back({host_time_, std::move(action)});
-  }
-  sim_cv_.notify_one();
-}
+void Runtime::post(const Device* device, std::function<void()> action) { loop_->post(device, std::move(action)); }
 
 Picoseconds Runtime::block_until(const Device* device, std::function<bool()> condition) {
-  if (functional_) {
-    const Picoseconds now = advance(device);
-    const std::lock_guard work(functional_mutex_);
-    // Every command ran at its submission, so whatever is awaited has happened.
-    if (!condition()) throw Error{SPYRE_ERROR_INTERNAL, "functional device: an awaited condition does not hold"};
-    return now;
-  }
-  auto waiter = std::make_shared<Waiter>();
-  waiter->condition = std::move(condition);
-  std::unique_lock lock(mutex_);
-  host_time_ += device != nullptr ? device->call_overhead : 1;
-  ++waiting_;
-  inbox_.push_back({host_time_, [this, waiter] {
-                      waiters_.push_back(waiter);
-                      check_waiters();
-                    }});
-  sim_cv_.notify_one();
-  host_cv_.wait(lock, [&] { return waiter->done; });
-  host_time_ = std::max(host_time_, waiter->time);
-  return waiter->time;
+  return loop_->block_until(device, std::move(condition));
 }
 
 void Runtime::query(const Device* device, const std::function<void()>& f) {

@@ -78,6 +78,12 @@ struct Device {
   std::shared_ptr<QueueObject> sync_queue;
 };
 
+// How the devices run (spyre_device_mode_t): timed, the SystemC model driven by the
+// simulation thread; functional, untimed, each command running in the calling thread
+// when it is submitted; no_data, timed without data.
+enum class Mode { timed, functional, no_data };
+std::string_view to_string(Mode mode);
+
 class Runtime {
  public:
   // The running runtime, started on first use. Throws Error (NOT_INITIALIZED) when the
@@ -90,15 +96,15 @@ class Runtime {
   // (SPYRE_ERROR_INVALID_ARGUMENT) while the driver runs or for a bad config.
   struct StartConfig {
     std::string path;
+    std::string yaml;  // the config as text (instead of path)
     std::vector<std::string> overrides;
     std::uint32_t devices = 0;  // 0: SPYRE_SIM_DEVICES
+    std::optional<Mode> mode;   // nothing: SPYRE_SIM_MODE
   };
   static void configure(std::optional<StartConfig> config);
 
   std::vector<std::unique_ptr<Device>>& devices() { return devices_; }
-  // SPYRE_SIM_MODE=functional: no SystemC and no timing; commands run at submission in
-  // the calling thread, one at a time.
-  bool functional() const { return functional_; }
+  Mode mode() const { return mode_; }
 
   // The host clock: every call advances it by the device's overhead.
   Picoseconds advance(const Device* device);
@@ -129,6 +135,12 @@ class Runtime {
   Device* device_of(const void* p);
 
  private:
+  // Where device work runs, chosen when the devices start (by the mode): the
+  // simulation thread (timed devices) or the calling thread (functional).
+  class WorkLoop;
+  class SimulationLoop;
+  class InlineLoop;
+
   struct Waiter {
     std::function<bool()> condition;
     bool once = false;
@@ -141,6 +153,7 @@ class Runtime {
   };
 
   Runtime();
+  ~Runtime();
   void start_devices();
   void sim_main();
   void dispatcher();
@@ -163,8 +176,8 @@ class Runtime {
   sc_core::sc_event* dispatch_event_ = nullptr;
 
   std::thread sim_thread_;
-  bool functional_ = false;
-  std::recursive_mutex functional_mutex_;  // serialises device work in functional mode
+  Mode mode_ = Mode::timed;
+  std::unique_ptr<WorkLoop> loop_;
   std::vector<std::unique_ptr<Device>> devices_;
 
   std::mutex objects_mutex_;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -300,9 +301,23 @@ spyre_result_t spyreDriverConfigure(const spyre_driver_config_t* config) {
       Runtime::configure(std::nullopt);
       return SPYRE_SUCCESS;
     }
-    require_size(config->struct_size, sizeof(spyre_driver_config_t), "spyre_driver_config_t");
+    // 0.4 callers end at device_count; config_yaml and mode are read when present.
+    const std::size_t v04 = offsetof(spyre_driver_config_t, config_yaml);
+    require_size(config->struct_size, v04, "spyre_driver_config_t");
+    const bool v05 = config->struct_size >= sizeof(spyre_driver_config_t);
     Runtime::StartConfig c;
     c.path = config->config_path != nullptr ? config->config_path : "";
+    if (v05 && config->config_yaml != nullptr) c.yaml = config->config_yaml;
+    if (v05 && config->mode != SPYRE_MODE_DEFAULT) {
+      switch (config->mode) {
+        case SPYRE_MODE_TIMED: c.mode = spyre::driver::Mode::timed; break;
+        case SPYRE_MODE_FUNCTIONAL: c.mode = spyre::driver::Mode::functional; break;
+        case SPYRE_MODE_NO_DATA: c.mode = spyre::driver::Mode::no_data; break;
+        default:
+          raise(SPYRE_ERROR_INVALID_ARGUMENT,
+                fmt::format("config->mode: expected a spyre_device_mode_t (0 to 3), found {}", config->mode));
+      }
+    }
     if (config->num_overrides > 0) require(config->overrides, "config->overrides");
     for (uint32_t i = 0; i < config->num_overrides; ++i) {
       if (config->overrides[i] == nullptr) {
@@ -410,7 +425,7 @@ spyre_result_t spyreDeviceGetProperties(spyre_device_t device, spyre_device_prop
     copy_string(p->name, sizeof p->name, fmt::format("spyre:{}", d->index));
     copy_string(p->config_name, sizeof p->config_name, c.name);
     copy_string(p->config_hash, sizeof p->config_hash, d->config.hash);
-    p->timed = rt.functional() ? 0 : 1;
+    p->timed = rt.mode() == spyre::driver::Mode::functional ? 0 : 1;
     p->cores = static_cast<uint32_t>(c.cores.count);
     p->corelets_per_core = static_cast<uint32_t>(c.cores.corelets);
     p->array_rows = static_cast<uint32_t>(c.cores.compute_array.rows);

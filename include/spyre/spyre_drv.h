@@ -35,7 +35,8 @@
  * overrides, split at ';'), SPYRE_SIM_LAUNCH_RECORDS (launch records kept per device,
  * a count or "all"; default 1024, totals stay exact), SPYRE_SIM_MODE ("timed", the SystemC model, default; "functional": no
  * SystemC and no timing, every command runs when it is submitted, for fast tests of
- * the layers above and for ThreadSanitizer), SPYRE_LOG_LEVEL (trace, debug, info,
+ * the layers above and for ThreadSanitizer; "no-data": timed without data, see
+ * spyre_device_mode_t; spyreDriverConfigure's mode replaces it), SPYRE_LOG_LEVEL (trace, debug, info,
  * warn, error, off; default warn).
  */
 #ifndef SPYRE_SPYRE_DRV_H
@@ -57,8 +58,9 @@ extern "C" {
 /* API version: major in the high 16 bits, minor in the low 16 bits. */
 #define SPYRE_MAKE_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor)))
 /* 0.3: spyre_device_properties_t.dram_deliverable_bytes_per_s.
- * 0.4: spyreDriverConfigure. */
-#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 4)
+ * 0.4: spyreDriverConfigure.
+ * 0.5: spyre_driver_config_t.config_yaml and .mode (spyre_device_mode_t). */
+#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 5)
 
 /* ---------------------------------------------------------------------------------
  * Result codes. Ranges: 0 success; 1..0x0fff "not yet"; 0x1000.. caller errors;
@@ -113,23 +115,41 @@ SPYRE_API spyre_result_t spyreDriverGetApiVersion(uint32_t* version);
  * (bad environment or config: see spyreGetLastErrorMessage). */
 SPYRE_API spyre_result_t spyreDriverInit(uint32_t api_version);
 
+/* How the devices run. */
+typedef enum spyre_device_mode_t {
+  SPYRE_MODE_DEFAULT = 0,     /* SPYRE_SIM_MODE ("timed", "functional" or "no-data"), else timed */
+  SPYRE_MODE_TIMED = 1,       /* the SystemC model: every command takes simulated time */
+  SPYRE_MODE_FUNCTIONAL = 2,  /* no timing: each command runs when it is submitted */
+  SPYRE_MODE_NO_DATA = 3      /* timed, without data: the same cycles, counters and faults
+                                 as timed, but floating-point math and float data movement
+                                 are skipped (integer data, e.g. gather indices, stays
+                                 real); device memory reads back as whatever it held */
+} spyre_device_mode_t;
+
 /* What the driver builds its devices from when it next starts, instead of the
  * environment. Each override is one "key.path=value" (the value is YAML and may
- * contain ';' or any other character: nothing is split or re-parsed). */
+ * contain ';' or any other character: nothing is split or re-parsed).
+ * Callers built against 0.4 (struct_size without config_yaml and mode) get the
+ * defaults for the newer fields. */
 typedef struct spyre_driver_config_t {
   uint32_t struct_size;
   const char* config_path;       /* [optional] chip YAML file; NULL or "": the embedded default */
   const char* const* overrides;  /* [optional] num_overrides strings, applied in order */
   uint32_t num_overrides;
   uint32_t device_count;         /* 1..64; 0: SPYRE_SIM_DEVICES (default 1) */
+  /* Since 0.5: */
+  const char* config_yaml;       /* [optional] chip YAML text instead of a file (not with config_path) */
+  uint32_t mode;                 /* a spyre_device_mode_t; 0: SPYRE_SIM_MODE */
 } spyre_driver_config_t;
 
-/* Sets the config, overrides and device count of the devices the driver builds when
- * it next starts (the first call after process start or after spyreDriverShutdown);
- * NULL goes back to the environment (SPYRE_SIM_CONFIG, SPYRE_SIM_SET,
- * SPYRE_SIM_DEVICES). The config is loaded and checked now.
- * Returns SPYRE_SUCCESS; SPYRE_ERROR_INVALID_ARGUMENT (a bad config, override or
- * count: the message names file, line and key; or the driver is running);
+/* Sets the config (a file or YAML text), overrides, device count and mode of the
+ * devices the driver builds when it next starts (the first call after process start
+ * or after spyreDriverShutdown); NULL goes back to the environment (SPYRE_SIM_CONFIG,
+ * SPYRE_SIM_SET, SPYRE_SIM_DEVICES, SPYRE_SIM_MODE). The config is loaded and checked
+ * now.
+ * Returns SPYRE_SUCCESS; SPYRE_ERROR_INVALID_ARGUMENT (a bad config, override, count
+ * or mode, or both config_path and config_yaml: the message names file, line and
+ * key; or the driver is running);
  * SPYRE_ERROR_INVALID_NULL_POINTER (overrides, or one of them, NULL with
  * num_overrides > 0); SPYRE_ERROR_UNSUPPORTED_VERSION. */
 SPYRE_API spyre_result_t spyreDriverConfigure(const spyre_driver_config_t* config);

@@ -13,7 +13,7 @@ import pathlib
 # torch is imported inside the functions: `import torch` itself may import this
 # package (through the entry point) while torch is still initialising.
 
-__all__ = ["library_path", "run", "report_text"]
+__all__ = ["configure", "library_path", "run", "report_text"]
 
 
 def library_path() -> pathlib.Path:
@@ -52,5 +52,32 @@ def _autoload() -> None:
 
 
 _load()
+
+
+def configure(config=None, *, yaml=None, overrides=None, devices=0, mode=None) -> None:
+    """Sets what the simulated devices are built from, before their first use.
+
+    config: a chip YAML file (default: SPYRE_SIM_CONFIG, else the built-in chip), or
+    yaml: the same as text; overrides: "key.path=value" strings applied in order (the
+    value is YAML; default: SPYRE_SIM_SET); devices: how many (default:
+    SPYRE_SIM_DEVICES, else 1); mode: "timed" (the default), "functional" (no timing)
+    or "no-data" (timed, values not computed: the same cycles, for fast what-if runs).
+    The config is checked now; a bad one, or a call after the devices started, raises
+    RuntimeError saying why.
+    """
+    import torch
+
+    if config is None and yaml is None:
+        config = os.environ.get("SPYRE_SIM_CONFIG") or None
+    if overrides is None:
+        overrides = [o for o in os.environ.get("SPYRE_SIM_SET", "").split(";") if o]
+    torch.ops.spyre.configure(
+        "" if config is None else os.fspath(config),
+        "" if yaml is None else str(yaml),
+        [str(o) for o in overrides],
+        int(devices),
+        "" if mode is None else str(mode),
+    )
+
 
 from .profile import report_text, run  # noqa: E402  (after the library is loaded)

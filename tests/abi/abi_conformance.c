@@ -5,6 +5,7 @@
  * the exit status is the number of failures. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -674,6 +675,50 @@ static void shutdown_and_restart(void) {
     EXPECT(spyreDriverConfigure(&c), SPYRE_ERROR_INVALID_NULL_POINTER);
     c.struct_size = 4;
     EXPECT(spyreDriverConfigure(&c), SPYRE_ERROR_UNSUPPORTED_VERSION);
+    {
+      /* 0.5: YAML text instead of a file (here the text of SPYRE_SIM_CONFIG's file),
+       * and a mode. */
+      static char yaml[1 << 16];
+      const char* more[] = {"name=from-text", "cores.count=5"};
+      FILE* f = fopen(getenv("SPYRE_SIM_CONFIG"), "rb");
+      size_t n = 0;
+      CHECK(f != NULL);
+      if (f != NULL) {
+        n = fread(yaml, 1, sizeof yaml - 1, f);
+        fclose(f);
+      }
+      yaml[n] = '\0';
+      c.struct_size = sizeof c;
+      c.overrides = more;
+      c.num_overrides = 2;
+      c.config_yaml = yaml;
+      c.mode = SPYRE_MODE_NO_DATA;
+      c.config_path = "x.yaml";
+      EXPECT(spyreDriverConfigure(&c), SPYRE_ERROR_INVALID_ARGUMENT); /* a file and text */
+      CHECK(strstr(spyreGetLastErrorMessage(), "config_path and config_yaml") != NULL);
+      c.config_path = NULL;
+      c.mode = 7;
+      EXPECT(spyreDriverConfigure(&c), SPYRE_ERROR_INVALID_ARGUMENT);
+      CHECK(strstr(spyreGetLastErrorMessage(), "config->mode") != NULL);
+      c.mode = SPYRE_MODE_FUNCTIONAL;
+      EXPECT(spyreDriverConfigure(&c), SPYRE_SUCCESS);
+      EXPECT(spyreDeviceGet(0, &d), SPYRE_SUCCESS);
+      p.struct_size = sizeof p;
+      EXPECT(spyreDeviceGetProperties(d, &p), SPYRE_SUCCESS);
+      CHECK(p.cores == 5);
+      CHECK(strcmp(p.config_name, "from-text") == 0);
+      CHECK(p.timed == 0); /* functional */
+      EXPECT(spyreDriverShutdown(), SPYRE_SUCCESS);
+      /* A 0.4 caller's struct (ending at device_count): text and mode are not read. */
+      c.struct_size = (uint32_t)offsetof(spyre_driver_config_t, config_yaml);
+      c.num_overrides = 0;
+      c.overrides = NULL;
+      EXPECT(spyreDriverConfigure(&c), SPYRE_SUCCESS);
+      EXPECT(spyreDeviceGet(0, &d), SPYRE_SUCCESS);
+      EXPECT(spyreDeviceGetProperties(d, &p), SPYRE_SUCCESS);
+      CHECK(strcmp(p.config_name, "from-text") != 0);
+      EXPECT(spyreDriverShutdown(), SPYRE_SUCCESS);
+    }
     EXPECT(spyreDriverConfigure(NULL), SPYRE_SUCCESS); /* back to the environment */
     EXPECT(spyreDriverInit(SPYRE_API_VERSION_CURRENT), SPYRE_SUCCESS);
   }

@@ -226,6 +226,7 @@ struct RunOptions {
   std::string expect;
   std::string tolerance = "2%";
   bool update_golden = false;
+  spyre_device_mode_t mode = SPYRE_MODE_TIMED;
 };
 
 double parse_tolerance(const std::string& t) {
@@ -279,7 +280,9 @@ int run(const RunOptions& o) {
                                     .config_path = o.config.config_path.c_str(),
                                     .overrides = overrides.data(),
                                     .num_overrides = static_cast<std::uint32_t>(overrides.size()),
-                                    .device_count = 1};
+                                    .device_count = 1,
+                                    .config_yaml = nullptr,
+                                    .mode = o.mode};
   if (spyreDriverConfigure(&start) != SPYRE_SUCCESS) throw UsageError(spyreGetLastErrorMessage());
 
   if (o.workload.empty() == o.model.empty()) throw UsageError("give either --workload or --model (one of them)");
@@ -346,6 +349,11 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--expect-json", o->expect, "golden report: exit 1 when cycles or traffic drift beyond --tolerance");
   cmd->add_option("--tolerance", o->tolerance, "allowed relative drift (default 2%)");
   cmd->add_flag("--update-golden", o->update_golden, "write this run's report to the --expect-json file");
+  cmd->add_option("--mode", o->mode,
+                  "timed (default); no-data: the same cycles and traffic without computing values (fast what-if "
+                  "runs of big models); functional: no timing")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, spyre_device_mode_t>{
+          {"timed", SPYRE_MODE_TIMED}, {"no-data", SPYRE_MODE_NO_DATA}, {"functional", SPYRE_MODE_FUNCTIONAL}}));
   cmd->callback([o, &exit_code] {
     // PyTorch's errors, by type: a device fault, memory running out, or (any other
     // c10::Error) a model or input the backend refused.
