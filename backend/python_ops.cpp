@@ -7,6 +7,7 @@
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
+#include "aten/op_table.h"
 #include "aten/pointwise.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/launch.h"
@@ -85,6 +86,7 @@ TORCH_LIBRARY(spyre, m) {
   m.def("fallback_counts() -> Dict(str, int)", [] { return to_dict(fallback_counts()); });
   m.def("reset_fallback_counts() -> ()", [] { reset_fallback_counts(); });
   m.def("pow_exponents() -> float[]", [] { return pow_device_exponents(); });
+  m.def("fusible_ops() -> str[]", [] { return fusible_ops(); });
   m.def("manual_seed_all(int seed) -> ()", manual_seed_all);
   m.def("device_report(int device) -> str", device_report);
   m.def("configure(str config, str yaml, str[] overrides, int devices, str mode) -> ()",

@@ -1,21 +1,18 @@
 // spyre::fused_pointwise: one device kernel for a whole elementwise expression, the op
 // the torch.compile backend (python/spyre_sim/dynamo.py) puts in place of a chain of
-// aten pointwise ops. The expression is a small text program of pointwise steps
-// (compiler/pointwise.h), one per ';':
+// aten pointwise ops. The expression is a small serialised IR of pointwise steps
+// (compiler/pointwise.h), kStepWords integers per step, validated once here:
 //
-//   unary <op> <dtype> <a>          op: copy neg abs exp log sqrt rsqrt reciprocal tanh
-//                                       erf sigmoid relu gelu gelu_tanh silu
-//   binary <op> <dtype> <a> <b>     op: add sub mul div max min
-//   compare <op> <dtype> <a> <b>    op: eq ne lt le gt ge (result bool)
-//   select <dtype> <cond> <a> <b>
-//   convert <dtype> <a>
+//   kind op dtype  a.kind a.index  b.kind b.index  c.kind c.index
 //
-// dtype: fp32 fp16 bf16 int32 int8 bool; an argument is i<N> (the N-th tensor input),
-// s<N> (the N-th step's result) or c<number> (a constant). The inputs broadcast to one
-// shape as PyTorch's do; the result (the last step, converted to `dtype`) is a new
-// contiguous tensor of that shape.
-#include <cstdlib>
-#include <sstream>
+// kind: unary, binary, compare, select, convert (compiler::Step::Kind); op: the ISA
+// op of that kind (isa::UnaryOp / BinaryOp / CompareOp; 0 for select and convert);
+// dtype: isa::DType, the step's compute dtype (convert: the target); an argument is
+// (input, i) the i-th tensor input, (step, s) an earlier step's result, (constant, c)
+// constants[c], or (-1, 0) when the kind takes fewer arguments (unary and convert 1,
+// binary and compare 2, select 3). The codes come from torch.ops.spyre.pointwise_codes
+// (never copied into Python). The inputs broadcast to one shape as PyTorch's do; the
+// result (the last step, converted to `dtype`) is a new contiguous tensor.
 #include <string>
 #include <vector>
 
@@ -33,97 +30,91 @@ namespace {
 using compiler::Step;
 using compiler::Value;
 
-template <class Op, std::uint8_t N>
-std::optional<Op> find_op(const std::string& name) {
-  for (std::uint8_t i = 0; i < N; ++i) {
-    if (isa::to_string(static_cast<Op>(i)) == name) return static_cast<Op>(i);
-  }
-  return std::nullopt;
+constexpr std::size_t kStepWords = 9;
+
+std::size_t arity(Step::Kind k) {
+  return k == Step::Kind::unary || k == Step::Kind::convert ? 1 : k == Step::Kind::select ? 3 : 2;
 }
 
-std::optional<isa::DType> find_dtype(const std::string& name) {
-  for (std::uint8_t i = 0; i < isa::kNumDTypes; ++i) {
-    if (isa::to_string(static_cast<isa::DType>(i)) == name) return static_cast<isa::DType>(i);
-  }
-  return std::nullopt;
+std::string kind_name(Step::Kind k) {
+  static constexpr const char* names[] = {"unary", "binary", "compare", "select", "convert"};
+  return names[static_cast<int>(k)];
 }
 
-// Parses the program; every error names the step, the word and what was expected.
-std::vector<Step> parse_program(const std::string& program, std::size_t inputs) {
+// Decodes and checks the program; every error names the step and the field.
+std::vector<Step> decode_program(c10::IntArrayRef program, c10::ArrayRef<double> constants, std::size_t inputs) {
+  TORCH_CHECK(!program.empty(), "spyre::fused_pointwise: the program has no steps");
+  TORCH_CHECK(program.size() % kStepWords == 0, "spyre::fused_pointwise: the program has ", program.size(),
+              " integers, expected ", kStepWords, " per step");
   std::vector<Step> steps;
-  std::stringstream all(program);
-  std::string text;
-  while (std::getline(all, text, ';')) {
-    std::istringstream in(text);
-    std::vector<std::string> words;
-    for (std::string w; in >> w;) words.push_back(w);
-    if (words.empty()) continue;
-    text = text.substr(text.find_first_not_of(" \t\n"));
-    text = text.substr(0, text.find_last_not_of(" \t\n") + 1);
-    const std::size_t at = steps.size();
-    const auto fail = [&](const std::string& what) {
-      TORCH_CHECK(false, "spyre::fused_pointwise: step ", at, " ('", text, "'): ", what);
-    };
-    const std::string& kind = words[0];
-    const std::size_t args = kind == "unary" || kind == "convert" ? 1 : kind == "select" ? 3 : 2;
-    const std::size_t head = kind == "select" || kind == "convert" ? 2 : 3;  // words before the arguments
-    if (kind != "unary" && kind != "binary" && kind != "compare" && kind != "select" && kind != "convert") {
-      fail("expected a step kind (unary, binary, compare, select, convert), found '" + kind + "'");
+  for (std::size_t at = 0; at < program.size() / kStepWords; ++at) {
+    const std::int64_t* w = program.data() + at * kStepWords;
+    const auto fail = [&](const std::string& what) { TORCH_CHECK(false, "spyre::fused_pointwise: step ", at, ": ", what); };
+    if (w[0] < 0 || w[0] > static_cast<std::int64_t>(Step::Kind::convert)) {
+      fail("kind " + std::to_string(w[0]) + " is not a step kind (0..4: unary, binary, compare, select, convert)");
     }
-    if (words.size() != head + args) {
-      fail("expected " + std::to_string(head + args) + " words, found " + std::to_string(words.size()));
+    Step step;
+    step.kind = static_cast<Step::Kind>(w[0]);
+    const std::int64_t ops = step.kind == Step::Kind::unary     ? isa::kNumUnaryOps
+                             : step.kind == Step::Kind::binary  ? isa::kNumBinaryOps
+                             : step.kind == Step::Kind::compare ? isa::kNumCompareOps
+                                                                : 1;
+    if (w[1] < 0 || w[1] >= ops) {
+      fail(kind_name(step.kind) + " op " + std::to_string(w[1]) + " does not exist (0.." + std::to_string(ops - 1) + ")");
     }
-    const auto dtype = find_dtype(words[head - 1]);
-    if (!dtype) fail("expected a dtype (fp32, fp16, bf16, int32, int8, bool), found '" + words[head - 1] + "'");
-    std::vector<Value> values;
-    for (std::size_t a = head; a < words.size(); ++a) {
-      const std::string& w = words[a];
-      char* end = nullptr;
-      if (w.size() >= 2 && w[0] == 'c') {
-        const double v = std::strtod(w.c_str() + 1, &end);
-        if (*end != '\0') fail("expected a number after 'c', found '" + w + "'");
-        values.push_back(Value::constant(v));
+    step.op = static_cast<std::uint8_t>(w[1]);
+    if (w[2] < 0 || w[2] >= isa::kNumDTypes) fail("dtype " + std::to_string(w[2]) + " is not a device dtype");
+    step.dtype = static_cast<isa::DType>(w[2]);
+    for (std::size_t a = 0; a < 3; ++a) {
+      const std::int64_t kind = w[3 + 2 * a], index = w[4 + 2 * a];
+      const std::string which = "argument " + std::to_string(a);
+      if (a >= arity(step.kind)) {
+        if (kind != -1) fail(which + ": a " + kind_name(step.kind) + " step takes " + std::to_string(arity(step.kind)));
         continue;
       }
-      const unsigned long n = w.size() >= 2 ? std::strtoul(w.c_str() + 1, &end, 10) : 0;
-      if (w.size() < 2 || *end != '\0' || (w[0] != 'i' && w[0] != 's')) {
-        fail("expected an argument i<N>, s<N> or c<number>, found '" + w + "'");
+      if (index < 0) fail(which + ": negative index " + std::to_string(index));
+      const auto i = static_cast<std::uint64_t>(index);
+      if (kind == static_cast<std::int64_t>(Value::Kind::input)) {
+        if (i >= inputs) fail(which + ": input " + std::to_string(i) + " does not exist: " + std::to_string(inputs) + " tensor input(s)");
+        step.args.push_back(Value::input(static_cast<std::uint32_t>(i)));
+      } else if (kind == static_cast<std::int64_t>(Value::Kind::step)) {
+        if (i >= at) fail(which + ": step " + std::to_string(i) + " is not an earlier step");
+        step.args.push_back(Value::step(static_cast<std::uint32_t>(i)));
+      } else if (kind == static_cast<std::int64_t>(Value::Kind::constant)) {
+        if (i >= constants.size()) fail(which + ": constant " + std::to_string(i) + " does not exist: " + std::to_string(constants.size()) + " constant(s)");
+        step.args.push_back(Value::constant(constants[i]));
+      } else {
+        fail(which + ": kind " + std::to_string(kind) + " is not input (0), step (1) or constant (2)");
       }
-      if (w[0] == 'i' && n >= inputs) {
-        fail("input " + std::to_string(n) + " does not exist: " + std::to_string(inputs) + " tensor input(s)");
-      }
-      if (w[0] == 's' && n >= at) fail("step " + std::to_string(n) + " is not an earlier step");
-      values.push_back(w[0] == 'i' ? Value::input(static_cast<std::uint32_t>(n)) : Value::step(static_cast<std::uint32_t>(n)));
     }
-    const std::string& op = words[1];
-    if (kind == "unary") {
-      const auto u = find_op<isa::UnaryOp, isa::kNumUnaryOps>(op);
-      if (!u) fail("unknown unary op '" + op + "'");
-      steps.push_back(Step::unary(*u, *dtype, values[0]));
-    } else if (kind == "binary") {
-      const auto b = find_op<isa::BinaryOp, isa::kNumBinaryOps>(op);
-      if (!b) fail("unknown binary op '" + op + "'");
-      steps.push_back(Step::binary(*b, *dtype, values[0], values[1]));
-    } else if (kind == "compare") {
-      const auto c = find_op<isa::CompareOp, isa::kNumCompareOps>(op);
-      if (!c) fail("unknown comparison '" + op + "'");
-      steps.push_back(Step::compare(*c, *dtype, values[0], values[1]));
-    } else if (kind == "select") {
-      steps.push_back(Step::select(*dtype, values[0], values[1], values[2]));
-    } else {
-      steps.push_back(Step::convert(*dtype, values[0]));
-    }
+    steps.push_back(std::move(step));
   }
-  TORCH_CHECK(!steps.empty(), "spyre::fused_pointwise: the program has no steps");
   return steps;
 }
 
-at::Tensor fused_pointwise(c10::string_view name, c10::string_view program, at::TensorList inputs,
-                           c10::ScalarType dtype) {
+// The IR's codes by name ("kind.unary", "unary.exp", "binary.add", "compare.eq",
+// "dtype.fp32", "arg.input", ...), for the Python side that writes programs.
+c10::Dict<std::string, std::int64_t> pointwise_codes() {
+  c10::Dict<std::string, std::int64_t> codes;
+  for (int k = 0; k <= static_cast<int>(Step::Kind::convert); ++k) codes.insert("kind." + kind_name(static_cast<Step::Kind>(k)), k);
+  for (std::uint8_t i = 0; i < isa::kNumUnaryOps; ++i) codes.insert("unary." + std::string(isa::to_string(static_cast<isa::UnaryOp>(i))), i);
+  for (std::uint8_t i = 0; i < isa::kNumBinaryOps; ++i) codes.insert("binary." + std::string(isa::to_string(static_cast<isa::BinaryOp>(i))), i);
+  for (std::uint8_t i = 0; i < isa::kNumCompareOps; ++i) codes.insert("compare." + std::string(isa::to_string(static_cast<isa::CompareOp>(i))), i);
+  for (std::uint8_t i = 0; i < isa::kNumDTypes; ++i) codes.insert("dtype." + std::string(isa::to_string(static_cast<isa::DType>(i))), i);
+  codes.insert("arg.input", static_cast<std::int64_t>(Value::Kind::input));
+  codes.insert("arg.step", static_cast<std::int64_t>(Value::Kind::step));
+  codes.insert("arg.constant", static_cast<std::int64_t>(Value::Kind::constant));
+  codes.insert("arg.none", -1);
+  codes.insert("step_words", static_cast<std::int64_t>(kStepWords));
+  return codes;
+}
+
+at::Tensor fused_pointwise(c10::string_view name, c10::IntArrayRef program, c10::ArrayRef<double> constants,
+                           at::TensorList inputs, c10::ScalarType dtype) {
   TORCH_CHECK(!inputs.empty(), "spyre::fused_pointwise: needs at least one tensor input");
   TORCH_CHECK(device_dtype(dtype).has_value(), "spyre::fused_pointwise: the result dtype ", dtype,
               " is not one the device computes (float, half, bfloat16, int, int8, bool)");
-  const std::vector<Step> steps = parse_program(std::string(program), inputs.size());
+  const std::vector<Step> steps = decode_program(program, constants, inputs.size());
   c10::Device device = inputs[0].device();
   for (const auto& t : inputs) {
     if (t.device().type() == c10::DeviceType::PrivateUse1) device = t.device();
@@ -146,7 +137,8 @@ at::Tensor fused_pointwise(c10::string_view name, c10::string_view program, at::
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(spyre, m) {
-  m.def("fused_pointwise(str name, str program, Tensor[] inputs, ScalarType dtype) -> Tensor");
+  m.def("fused_pointwise(str name, int[] program, float[] constants, Tensor[] inputs, ScalarType dtype) -> Tensor");
+  m.def("pointwise_codes() -> Dict(str, int)", pointwise_codes);
 }
 
 TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) { m.impl("fused_pointwise", fused_pointwise); }

@@ -1,21 +1,27 @@
-// Device kernels for the pointwise ops, functional, in-place and out= forms: add, sub
-// (alpha), mul, div, maximum, minimum, the comparisons, where, clamp, and the unary
-// ops. PyTorch's TensorIterator decides broadcasting, type promotion and the output;
+// Device kernels for the pointwise ops, functional, in-place and out= forms: the rows
+// of the op table (op_table.h: unary ops, add/sub/mul/div/maximum/minimum, the
+// comparisons), plus abs, gelu, where, clamp, pow and the isnan family. PyTorch's TensorIterator decides broadcasting, type promotion and the output;
 // the kernel (compiler/pointwise.h) reads every operand through its own strides and
 // converts dtypes on the device. Operands in dtypes the device does not compute
 // (int64, float64, ...) run the op on CPU copies, counted as fallbacks.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
 
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/TypeProperties.h>
+#include <torch/library.h>
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
 #include "aten/out.h"
+#include "aten/op_table.h"
 #include "aten/pointwise.h"
 
 namespace spyre::backend {
@@ -48,9 +54,9 @@ at::Tensor cpu(const at::Tensor& t) { return t.defined() ? t.cpu() : t; }
 
 // ---- binary arithmetic ---------------------------------------------------------
 
+template <class Cpu>
 at::Tensor binary(const char* name, BinaryOp op, bool float_op, at::TensorBase out, const at::Tensor& a,
-                  const at::Tensor& b, const c10::Scalar& alpha,
-                  at::Tensor (*cpu_op)(const at::Tensor&, const at::Tensor&, const c10::Scalar&)) {
+                  const at::Tensor& b, const c10::Scalar& alpha, Cpu&& cpu_op) {
   auto iter = float_op ? at::TensorIterator::binary_float_op(out, a, b) : at::TensorIterator::binary_op(out, a, b);
   const bool scaled = !alpha.equal(1);
   if (scaled) at::native::alpha_check(iter.common_dtype(), alpha);
@@ -64,57 +70,11 @@ at::Tensor binary(const char* name, BinaryOp op, bool float_op, at::TensorBase o
       [&] { return cpu_op(cpu(a), cpu(b), alpha); });
 }
 
-at::Tensor cpu_add(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) { return at::add(a, b, alpha); }
-at::Tensor cpu_sub(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) { return at::sub(a, b, alpha); }
-at::Tensor cpu_mul(const at::Tensor& a, const at::Tensor& b, const c10::Scalar&) { return at::mul(a, b); }
-at::Tensor cpu_div(const at::Tensor& a, const at::Tensor& b, const c10::Scalar&) { return at::div(a, b); }
-at::Tensor cpu_maximum(const at::Tensor& a, const at::Tensor& b, const c10::Scalar&) { return at::maximum(a, b); }
-at::Tensor cpu_minimum(const at::Tensor& a, const at::Tensor& b, const c10::Scalar&) { return at::minimum(a, b); }
-
-#define SPYRE_BINARY_ALPHA(fn, op, float_op, check)                                                             \
-  at::Tensor fn(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {                           \
-    check;                                                                                                      \
-    return binary("aten::" #fn, op, float_op, at::TensorBase(), a, b, alpha, cpu_##fn);                         \
-  }                                                                                                             \
-  at::Tensor& fn##_(at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {                             \
-    check;                                                                                                      \
-    binary("aten::" #fn "_", op, float_op, a, a, b, alpha, cpu_##fn);                                           \
-    return a;                                                                                                   \
-  }                                                                                                             \
-  at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, at::Tensor& out) {   \
-    check;                                                                                                      \
-    binary("aten::" #fn ".out", op, float_op, out, a, b, alpha, cpu_##fn);                                      \
-    return out;                                                                                                 \
-  }
-SPYRE_BINARY_ALPHA(add, BinaryOp::add, false, (void)0)
-SPYRE_BINARY_ALPHA(sub, BinaryOp::sub, false, at::native::sub_check(a, b))
-#undef SPYRE_BINARY_ALPHA
-
-#define SPYRE_BINARY(fn, op, float_op)                                                                  \
-  at::Tensor fn(const at::Tensor& a, const at::Tensor& b) {                                             \
-    return binary("aten::" #fn, op, float_op, at::TensorBase(), a, b, 1, cpu_##fn);                     \
-  }                                                                                                     \
-  at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {                     \
-    binary("aten::" #fn ".out", op, float_op, out, a, b, 1, cpu_##fn);                                  \
-    return out;                                                                                         \
-  }
-#define SPYRE_BINARY_INPLACE(fn, op, float_op)                                                          \
-  SPYRE_BINARY(fn, op, float_op)                                                                        \
-  at::Tensor& fn##_(at::Tensor& a, const at::Tensor& b) {                                               \
-    binary("aten::" #fn "_", op, float_op, a, a, b, 1, cpu_##fn);                                       \
-    return a;                                                                                           \
-  }
-SPYRE_BINARY_INPLACE(mul, BinaryOp::mul, false)
-SPYRE_BINARY_INPLACE(div, BinaryOp::div, true)
-SPYRE_BINARY(maximum, BinaryOp::max, false)
-SPYRE_BINARY(minimum, BinaryOp::min, false)
-#undef SPYRE_BINARY_INPLACE
-#undef SPYRE_BINARY
-
 // ---- comparisons ---------------------------------------------------------------
 
+template <class Cpu>
 at::Tensor compare(const char* name, CompareOp op, at::Tensor out, const at::Tensor& a, const at::Tensor& b,
-                   at::Tensor (*cpu_op)(const at::Tensor&, const at::Tensor&)) {
+                   Cpu&& cpu_op) {
   if (!out.defined()) out = at::empty({0}, a.options().dtype(at::kBool));
   at::TensorBase base = out;
   auto iter = at::TensorIterator::comparison_op(base, a, b);
@@ -125,37 +85,6 @@ at::Tensor compare(const char* name, CompareOp op, at::Tensor out, const at::Ten
       [&] { return cpu_op(cpu(a), cpu(b)); }, iter.common_dtype());
 }
 
-#define SPYRE_COMPARE(fn, op)                                                                                  \
-  at::Tensor cpu_##fn(const at::Tensor& a, const at::Tensor& b) { return at::fn(a, b); }                      \
-  at::Tensor fn##_tensor(const at::Tensor& a, const at::Tensor& b) {                                           \
-    return compare("aten::" #fn, op, at::Tensor(), a, b, cpu_##fn);                                            \
-  }                                                                                                            \
-  at::Tensor fn##_scalar(const at::Tensor& a, const c10::Scalar& b) {                                          \
-    return compare("aten::" #fn, op, at::Tensor(), a, at::native::wrapped_scalar_tensor(b), cpu_##fn);         \
-  }                                                                                                            \
-  at::Tensor& fn##_tensor_(at::Tensor& a, const at::Tensor& b) {                                               \
-    compare("aten::" #fn "_", op, a, a, b, cpu_##fn);                                                          \
-    return a;                                                                                                  \
-  }                                                                                                            \
-  at::Tensor& fn##_scalar_(at::Tensor& a, const c10::Scalar& b) {                                              \
-    compare("aten::" #fn "_", op, a, a, at::native::wrapped_scalar_tensor(b), cpu_##fn);                       \
-    return a;                                                                                                  \
-  }                                                                                                            \
-  at::Tensor& fn##_tensor_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {                     \
-    compare("aten::" #fn ".out", op, out, a, b, cpu_##fn);                                                     \
-    return out;                                                                                                \
-  }                                                                                                            \
-  at::Tensor& fn##_scalar_out(const at::Tensor& a, const c10::Scalar& b, at::Tensor& out) {                    \
-    compare("aten::" #fn ".out", op, out, a, at::native::wrapped_scalar_tensor(b), cpu_##fn);                  \
-    return out;                                                                                                \
-  }
-SPYRE_COMPARE(eq, CompareOp::eq)
-SPYRE_COMPARE(ne, CompareOp::ne)
-SPYRE_COMPARE(lt, CompareOp::lt)
-SPYRE_COMPARE(le, CompareOp::le)
-SPYRE_COMPARE(gt, CompareOp::gt)
-SPYRE_COMPARE(ge, CompareOp::ge)
-#undef SPYRE_COMPARE
 
 // ---- where and clamp -----------------------------------------------------------
 
@@ -297,22 +226,6 @@ void check_not_bool(const at::Tensor& self, const char* what) {
   TORCH_CHECK(self.scalar_type() != at::kBool, what, " on a bool tensor is not supported.");
 }
 
-#define SPYRE_UNARY(fn, op, float_op, check)                                                                  \
-  at::Tensor fn(const at::Tensor& self) {                                                                     \
-    check;                                                                                                    \
-    return unary("aten::" #fn, op, float_op, at::TensorBase(), self, [](const at::Tensor& t) { return at::fn(t); }); \
-  }                                                                                                           \
-  at::Tensor& fn##_(at::Tensor& self) {                                                                       \
-    check;                                                                                                    \
-    unary("aten::" #fn "_", op, float_op, self, self, [](const at::Tensor& t) { return at::fn(t); });         \
-    return self;                                                                                              \
-  }                                                                                                           \
-  at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {                                             \
-    check;                                                                                                    \
-    unary("aten::" #fn ".out", op, float_op, out, self, [](const at::Tensor& t) { return at::fn(t); });       \
-    return out;                                                                                               \
-  }
-SPYRE_UNARY(neg, UnaryOp::neg, false, check_not_bool(self, "Negation, the `-` operator,"))
 // abs: a complex input's magnitude is real (float), which a same-dtype unary kernel
 // cannot produce; complex has no device kernels, so it runs on the CPU (counted).
 at::Tensor abs(const at::Tensor& self) {
@@ -338,29 +251,6 @@ at::Tensor& abs_out(const at::Tensor& self, at::Tensor& out) {
   unary("aten::abs.out", UnaryOp::abs, false, out, self, [](const at::Tensor& t) { return at::abs(t); });
   return out;
 }
-SPYRE_UNARY(exp, UnaryOp::exp, true, (void)0)
-SPYRE_UNARY(log, UnaryOp::log, true, (void)0)
-SPYRE_UNARY(sqrt, UnaryOp::sqrt, true, (void)0)
-SPYRE_UNARY(rsqrt, UnaryOp::rsqrt, true, (void)0)
-SPYRE_UNARY(reciprocal, UnaryOp::reciprocal, true, (void)0)
-SPYRE_UNARY(sigmoid, UnaryOp::sigmoid, true, (void)0)
-SPYRE_UNARY(tanh, UnaryOp::tanh, true, (void)0)
-SPYRE_UNARY(erf, UnaryOp::erf, true, (void)0)
-SPYRE_UNARY(silu, UnaryOp::silu, false, (void)0)
-SPYRE_UNARY(sin, UnaryOp::sin, true, (void)0)
-SPYRE_UNARY(cos, UnaryOp::cos, true, (void)0)
-#undef SPYRE_UNARY
-
-at::Tensor relu(const at::Tensor& self) {
-  check_not_bool(self, "relu");
-  return unary("aten::relu", UnaryOp::relu, false, at::TensorBase(), self, [](const at::Tensor& t) { return at::relu(t); });
-}
-at::Tensor& relu_(at::Tensor& self) {
-  check_not_bool(self, "relu");
-  unary("aten::relu_", UnaryOp::relu, false, self, self, [](const at::Tensor& t) { return at::relu(t); });
-  return self;
-}
-
 UnaryOp gelu_op(c10::string_view approximate) {
   TORCH_CHECK(approximate == "none" || approximate == "tanh", "approximate argument must be either none or tanh.");
   return approximate == "tanh" ? UnaryOp::gelu_tanh : UnaryOp::gelu;
@@ -484,39 +374,166 @@ at::Tensor& pow_ts_out(const at::Tensor& self, const c10::Scalar& exponent, at::
   return out;
 }
 
+// ---- the op table's families (op_table.h) ------------------------------------------
+
+// The name a kernel is launched (and counted) under: "aten::exp", "aten::exp_", ...
+template <class Row>
+const char* kernel_name(const Row& row, const char* suffix) {
+  static std::mutex mutex;
+  static std::map<std::pair<const Row*, std::string>, std::string> names;
+  const std::lock_guard lock(mutex);
+  auto& n = names[{&row, suffix}];
+  if (n.empty()) n = std::string("aten::") + row.aten + suffix;
+  return n.c_str();
+}
+
+// aten's own operator, for the CPU copies of operands the device cannot compute.
+template <class Sig>
+c10::TypedOperatorHandle<Sig> aten_op(const char* name, const char* overload) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow((std::string("aten::") + name).c_str(), overload).typed<Sig>();
+}
+
+template <std::size_t I>
+struct Unary {
+  static constexpr const UnaryRow& row = kUnaryOps[I];
+  static at::Tensor on_cpu(const at::Tensor& t) {
+    static const auto op = aten_op<at::Tensor(const at::Tensor&)>(row.aten, "");
+    return op.call(t);
+  }
+  static void check(const at::Tensor& self) {
+    if constexpr (row.no_bool != nullptr) check_not_bool(self, row.no_bool);
+  }
+  static at::Tensor fn(const at::Tensor& self) {
+    check(self);
+    return unary(kernel_name(row, ""), row.op, row.float_op, at::TensorBase(), self, on_cpu);
+  }
+  static at::Tensor& fn_(at::Tensor& self) {
+    check(self);
+    unary(kernel_name(row, "_"), row.op, row.float_op, self, self, on_cpu);
+    return self;
+  }
+  static at::Tensor& out(const at::Tensor& self, at::Tensor& result) {
+    check(self);
+    unary(kernel_name(row, ".out"), row.op, row.float_op, result, self, on_cpu);
+    return result;
+  }
+  static void add(torch::Library& m) {
+    if constexpr (!row.own_kernel) {
+      static const std::string name = row.aten, inplace = name + "_", out_name = name + ".out";
+      m.impl(name.c_str(), TORCH_FN(fn));
+      m.impl(inplace.c_str(), TORCH_FN(fn_));
+      m.impl(out_name.c_str(), TORCH_FN(out));
+    }
+  }
+};
+
+template <std::size_t I>
+struct Binary {
+  static constexpr const BinaryRow& row = kBinaryOps[I];
+  static at::Tensor on_cpu(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    if constexpr (row.alpha) {
+      static const auto op = aten_op<at::Tensor(const at::Tensor&, const at::Tensor&, const c10::Scalar&)>(row.aten, "Tensor");
+      return op.call(a, b, alpha);
+    } else {
+      static const auto op = aten_op<at::Tensor(const at::Tensor&, const at::Tensor&)>(row.aten, row.overload ? "Tensor" : "");
+      return op.call(a, b);
+    }
+  }
+  static at::Tensor run(const char* suffix, at::TensorBase out, const at::Tensor& a, const at::Tensor& b,
+                        const c10::Scalar& alpha) {
+    if constexpr (row.op == BinaryOp::sub) at::native::sub_check(a, b);
+    return binary(kernel_name(row, suffix), row.op, row.float_op, std::move(out), a, b, alpha, on_cpu);
+  }
+  // add/sub: (a, b, *, alpha)
+  static at::Tensor fn_alpha(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    return run("", at::TensorBase(), a, b, alpha);
+  }
+  static at::Tensor& fn_alpha_(at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    run("_", a, a, b, alpha);
+    return a;
+  }
+  static at::Tensor& out_alpha(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, at::Tensor& out) {
+    run(".out", out, a, b, alpha);
+    return out;
+  }
+  static at::Tensor fn(const at::Tensor& a, const at::Tensor& b) { return run("", at::TensorBase(), a, b, 1); }
+  static at::Tensor& fn_(at::Tensor& a, const at::Tensor& b) {
+    run("_", a, a, b, 1);
+    return a;
+  }
+  static at::Tensor& out(const at::Tensor& a, const at::Tensor& b, at::Tensor& result) {
+    run(".out", result, a, b, 1);
+    return result;
+  }
+  static void add(torch::Library& m) {
+    static const std::string name = row.aten, tensor = name + ".Tensor", inplace = name + "_.Tensor",
+                             out_name = name + ".out";
+    if constexpr (row.alpha) {
+      m.impl(tensor.c_str(), TORCH_FN(fn_alpha));
+      m.impl(inplace.c_str(), TORCH_FN(fn_alpha_));
+      m.impl(out_name.c_str(), TORCH_FN(out_alpha));
+    } else if constexpr (row.overload) {
+      m.impl(tensor.c_str(), TORCH_FN(fn));
+      m.impl(inplace.c_str(), TORCH_FN(fn_));
+      m.impl(out_name.c_str(), TORCH_FN(out));
+    } else {
+      m.impl(name.c_str(), TORCH_FN(fn));
+      m.impl(out_name.c_str(), TORCH_FN(out));
+    }
+  }
+};
+
+template <std::size_t I>
+struct Compare {
+  static constexpr const CompareRow& row = kCompareOps[I];
+  static at::Tensor on_cpu(const at::Tensor& a, const at::Tensor& b) {
+    static const auto op = aten_op<at::Tensor(const at::Tensor&, const at::Tensor&)>(row.aten, "Tensor");
+    return op.call(a, b);
+  }
+  static at::Tensor scalar(const c10::Scalar& b) { return at::native::wrapped_scalar_tensor(b); }
+  static at::Tensor tensor(const at::Tensor& a, const at::Tensor& b) {
+    return compare(kernel_name(row, ""), row.op, at::Tensor(), a, b, on_cpu);
+  }
+  static at::Tensor scalar_(const at::Tensor& a, const c10::Scalar& b) { return tensor(a, scalar(b)); }
+  static at::Tensor& tensor_inplace(at::Tensor& a, const at::Tensor& b) {
+    compare(kernel_name(row, "_"), row.op, a, a, b, on_cpu);
+    return a;
+  }
+  static at::Tensor& scalar_inplace(at::Tensor& a, const c10::Scalar& b) { return tensor_inplace(a, scalar(b)); }
+  static at::Tensor& tensor_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+    compare(kernel_name(row, ".out"), row.op, out, a, b, on_cpu);
+    return out;
+  }
+  static at::Tensor& scalar_out(const at::Tensor& a, const c10::Scalar& b, at::Tensor& out) {
+    return tensor_out(a, scalar(b), out);
+  }
+  static void add(torch::Library& m) {
+    static const std::string n = row.aten, t = n + ".Tensor", s = n + ".Scalar", ti = n + "_.Tensor",
+                             si = n + "_.Scalar", to = n + ".Tensor_out", so = n + ".Scalar_out";
+    m.impl(t.c_str(), TORCH_FN(tensor));
+    m.impl(s.c_str(), TORCH_FN(scalar_));
+    m.impl(ti.c_str(), TORCH_FN(tensor_inplace));
+    m.impl(si.c_str(), TORCH_FN(scalar_inplace));
+    m.impl(to.c_str(), TORCH_FN(tensor_out));
+    m.impl(so.c_str(), TORCH_FN(scalar_out));
+  }
+};
+
+template <template <std::size_t> class Family, std::size_t... I>
+void register_rows(torch::Library& m, std::index_sequence<I...>) {
+  (Family<I>::add(m), ...);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("add.Tensor", add);
-  m.impl("add_.Tensor", add_);
-  m.impl("add.out", add_out);
-  m.impl("sub.Tensor", sub);
-  m.impl("sub_.Tensor", sub_);
-  m.impl("sub.out", sub_out);
-  m.impl("mul.Tensor", mul);
-  m.impl("mul_.Tensor", mul_);
-  m.impl("mul.out", mul_out);
-  m.impl("div.Tensor", div);
-  m.impl("div_.Tensor", div_);
-  m.impl("div.out", div_out);
-  m.impl("maximum", maximum);
-  m.impl("maximum.out", maximum_out);
-  m.impl("minimum", minimum);
-  m.impl("minimum.out", minimum_out);
-#define SPYRE_REGISTER_COMPARE(fn)         \
-  m.impl(#fn ".Tensor", fn##_tensor);      \
-  m.impl(#fn ".Scalar", fn##_scalar);      \
-  m.impl(#fn "_.Tensor", fn##_tensor_);    \
-  m.impl(#fn "_.Scalar", fn##_scalar_);    \
-  m.impl(#fn ".Tensor_out", fn##_tensor_out); \
-  m.impl(#fn ".Scalar_out", fn##_scalar_out);
-  SPYRE_REGISTER_COMPARE(eq)
-  SPYRE_REGISTER_COMPARE(ne)
-  SPYRE_REGISTER_COMPARE(lt)
-  SPYRE_REGISTER_COMPARE(le)
-  SPYRE_REGISTER_COMPARE(gt)
-  SPYRE_REGISTER_COMPARE(ge)
-#undef SPYRE_REGISTER_COMPARE
+  // The op table's families (op_table.h), one registration per row.
+  register_rows<Binary>(m, std::make_index_sequence<std::size(kBinaryOps)>());
+  register_rows<Compare>(m, std::make_index_sequence<std::size(kCompareOps)>());
+  register_rows<Unary>(m, std::make_index_sequence<std::size(kUnaryOps)>());
+  m.impl("abs", abs);
+  m.impl("abs_", abs_);
+  m.impl("abs.out", abs_out);
   m.impl("where.self", where_self);
   m.impl("where.self_out", where_out);
   m.impl("clamp", clamp);
@@ -525,27 +542,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("clamp.Tensor", clamp_t);
   m.impl("clamp_.Tensor", clamp_t_);
   m.impl("clamp.Tensor_out", clamp_t_out);
-#define SPYRE_REGISTER_UNARY(fn) \
-  m.impl(#fn, fn);               \
-  m.impl(#fn "_", fn##_);        \
-  m.impl(#fn ".out", fn##_out);
-  SPYRE_REGISTER_UNARY(neg)
-  SPYRE_REGISTER_UNARY(abs)
-  SPYRE_REGISTER_UNARY(exp)
-  SPYRE_REGISTER_UNARY(log)
-  SPYRE_REGISTER_UNARY(sqrt)
-  SPYRE_REGISTER_UNARY(rsqrt)
-  SPYRE_REGISTER_UNARY(reciprocal)
-  SPYRE_REGISTER_UNARY(sigmoid)
-  SPYRE_REGISTER_UNARY(tanh)
-  SPYRE_REGISTER_UNARY(erf)
-  SPYRE_REGISTER_UNARY(silu)
-  SPYRE_REGISTER_UNARY(sin)
-  SPYRE_REGISTER_UNARY(cos)
-  SPYRE_REGISTER_UNARY(gelu)
-#undef SPYRE_REGISTER_UNARY
-  m.impl("relu", relu);
-  m.impl("relu_", relu_);
+  m.impl("gelu", gelu);
+  m.impl("gelu_", gelu_);
+  m.impl("gelu.out", gelu_out);
   m.impl("isneginf", isneginf);
   m.impl("isneginf.out", isneginf_out);
   m.impl("isposinf", isposinf);

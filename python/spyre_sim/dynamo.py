@@ -33,24 +33,50 @@ aten = torch.ops.aten
 
 
 class _Program:
-    """Steps of one fused kernel, in the text form spyre::fused_pointwise reads."""
+    """Steps of one fused kernel, as the IR spyre::fused_pointwise reads: per step the
+    kind, op and dtype codes and three (kind, index) arguments, from the backend's own
+    code table (torch.ops.spyre.pointwise_codes)."""
 
     def __init__(self) -> None:
-        self.steps: list[str] = []
+        self.codes = _codes()
+        self.words: list[int] = []
+        self.constants: list[float] = []
         self.inputs: list[torch.fx.Node] = []
+        self.names: list[str] = []
 
-    def value(self, arg, results: dict) -> str:
+    def value(self, arg, results: dict) -> tuple[str, int]:
         if isinstance(arg, torch.fx.Node):
             if arg in results:
                 return results[arg]
             if arg not in self.inputs:
                 self.inputs.append(arg)
-            return f"i{self.inputs.index(arg)}"
-        return "c" + repr(float(arg))
+            return ("input", self.inputs.index(arg))
+        self.constants.append(float(arg))
+        return ("constant", len(self.constants) - 1)
 
-    def emit(self, *words: str) -> str:
-        self.steps.append(" ".join(words))
-        return f"s{len(self.steps) - 1}"
+    def emit(self, kind: str, *words) -> tuple[str, int]:
+        """emit("unary", op, dtype, a), ("binary"|"compare", op, dtype, a, b),
+        ("select", dtype, cond, a, b), ("convert", dtype, a)."""
+        c = self.codes
+        if kind in ("select", "convert"):
+            op, dtype, args = 0, words[0], words[1:]
+        else:
+            op, dtype, args = c[f"{kind}.{words[0]}"], words[1], words[2:]
+        step = [c[f"kind.{kind}"], op, c[f"dtype.{dtype}"]]
+        for a in range(3):
+            step += [c[f"arg.{args[a][0]}"], args[a][1]] if a < len(args) else [c["arg.none"], 0]
+        self.words += step
+        return ("step", len(self.words) // c["step_words"] - 1)
+
+
+def _codes() -> dict:
+    global _CODES
+    if _CODES is None:
+        _CODES = dict(torch.ops.spyre.pointwise_codes())
+    return _CODES
+
+
+_CODES = None
 
 
 def _unary(op: str):
@@ -62,7 +88,7 @@ def _binary(op: str):
         alpha = n.kwargs.get("alpha", 1)
         b = v(n.args[1])
         if alpha != 1:
-            b = p.emit("binary", "mul", "fp32", b, "c" + repr(float(alpha)))
+            b = p.emit("binary", "mul", "fp32", b, p.value(float(alpha), {}))
         return p.emit("binary", op, "fp32", v(n.args[0]), b)
 
     return emit
@@ -83,7 +109,7 @@ def _rsub(p, v, n):  # other - alpha * self
     alpha = n.kwargs.get("alpha", 1)
     x = v(n.args[0])
     if alpha != 1:
-        x = p.emit("binary", "mul", "fp32", x, "c" + repr(float(alpha)))
+        x = p.emit("binary", "mul", "fp32", x, p.value(float(alpha), {}))
     return p.emit("binary", "sub", "fp32", v(n.args[1]), x)
 
 
@@ -127,27 +153,43 @@ def _to_copy(p, v, n):
     return p.emit("convert", _DTYPE_NAMES[n.kwargs["dtype"]], v(n.args[0]))
 
 
-# aten op -> how it becomes steps (each emitter returns the value of its result).
-FUSIBLE_OPS: dict[object, Callable] = {
-    aten.add.Tensor: _binary("add"), aten.add.Scalar: _binary("add"),
-    aten.sub.Tensor: _binary("sub"), aten.sub.Scalar: _binary("sub"),
-    aten.mul.Tensor: _binary("mul"), aten.mul.Scalar: _binary("mul"),
-    aten.div.Tensor: _binary("div"), aten.div.Scalar: _binary("div"),
-    aten.maximum.default: _binary("max"), aten.minimum.default: _binary("min"),
-    aten.rsub.Scalar: _rsub,
-    aten.clamp.default: _clamp, aten.clamp_min.default: _clamp,
-    aten.clamp_max.default: lambda p, v, n: p.emit("binary", "min", "fp32", v(n.args[0]), v(n.args[1])),
-    aten.pow.Tensor_Scalar: _pow,
-    aten.gelu.default: _gelu,
-    aten.where.self: lambda p, v, n: p.emit("select", "fp32", v(n.args[0]), v(n.args[1]), v(n.args[2])),
-    aten._to_copy.default: _to_copy,
-    **{getattr(aten, name).default: _unary(op) for name, op in [
-        ("neg", "neg"), ("abs", "abs"), ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"), ("rsqrt", "rsqrt"),
-        ("reciprocal", "reciprocal"), ("relu", "relu"), ("sigmoid", "sigmoid"), ("tanh", "tanh"),
-        ("erf", "erf"), ("silu", "silu"), ("sin", "sin"), ("cos", "cos")]},
-    **{getattr(aten, name).Tensor: _compare(name) for name in ["eq", "ne", "lt", "le", "gt", "ge"]},
-    **{getattr(aten, name).Scalar: _compare(name) for name in ["eq", "ne", "lt", "le", "gt", "ge"]},
+# Ops with their own device kernels (several steps, or arguments beyond tensors):
+# aten overload name -> how it becomes steps. Which of them are fusible is the C++
+# table's decision (torch.ops.spyre.fusible_ops); every one it lists needs an entry.
+_COMPOSITE_EMITTERS: dict[str, Callable] = {
+    "rsub.Scalar": _rsub,
+    "clamp.default": _clamp,
+    "clamp_min.default": _clamp,
+    "clamp_max.default": lambda p, v, n: p.emit("binary", "min", "fp32", v(n.args[0]), v(n.args[1])),
+    "pow.Tensor_Scalar": _pow,
+    "gelu.default": _gelu,
+    "where.self": lambda p, v, n: p.emit("select", "fp32", v(n.args[0]), v(n.args[1]), v(n.args[2])),
+    "_to_copy.default": _to_copy,
 }
+
+
+def _aten_overload(name: str):
+    packet, overload = name.split(".")
+    return getattr(getattr(aten, packet), overload)
+
+
+def _fusible_ops() -> dict[object, Callable]:
+    """aten op -> how it becomes steps, for every row of the backend's op table
+    (backend/aten/op_table.h, read through torch.ops.spyre.fusible_ops)."""
+    table: dict[object, Callable] = {}
+    for row in torch.ops.spyre.fusible_ops():
+        family, name, *op = row.split(" ")
+        if family == "composite":
+            if name not in _COMPOSITE_EMITTERS:
+                raise RuntimeError(f"spyre_sim.dynamo: the op table fuses {name} but no emitter writes its steps")
+            table[_aten_overload(name)] = _COMPOSITE_EMITTERS[name]
+        else:
+            table[_aten_overload(name)] = {"unary": _unary, "binary": _binary, "compare": _compare}[family](op[0])
+    return table
+
+
+# aten op -> how it becomes steps (each emitter returns the value of its result).
+FUSIBLE_OPS: dict[object, Callable] = _fusible_ops()
 
 
 def _val(node):
@@ -229,7 +271,7 @@ def fuse_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         with gm.graph.inserting_before(node):
             call = gm.graph.call_function(
                 torch.ops.spyre.fused_pointwise.default,
-                (name, "; ".join(program.steps), list(program.inputs), _val(node).dtype))
+                (name, program.words, program.constants, list(program.inputs), _val(node).dtype))
         call.meta["val"] = _val(node)
         node.replace_all_uses_with(call)
         for n in reversed(order):

@@ -25,31 +25,6 @@ MacType mac_type(isa::DType t) {
   }
 }
 
-// The config's vector-unit cost entry (cores.vector.op_cycles) of each unary op.
-const char* unary_cost_name(isa::UnaryOp op) {
-  using isa::UnaryOp;
-  switch (op) {
-    case UnaryOp::copy: return "copy";
-    case UnaryOp::neg: return "neg";
-    case UnaryOp::abs: return "abs";
-    case UnaryOp::exp: return "exp";
-    case UnaryOp::log: return "log";
-    case UnaryOp::sqrt: return "sqrt";
-    case UnaryOp::rsqrt: return "rsqrt";
-    case UnaryOp::reciprocal: return "reciprocal";
-    case UnaryOp::tanh: return "tanh";
-    case UnaryOp::erf: return "erf";
-    case UnaryOp::sigmoid: return "sigmoid";
-    case UnaryOp::relu: return "relu";
-    case UnaryOp::gelu:
-    case UnaryOp::gelu_tanh: return "gelu";
-    case UnaryOp::silu: return "silu";
-    case UnaryOp::sin: return "sin";
-    case UnaryOp::cos: return "cos";
-  }
-  return "copy";
-}
-
 }  // namespace
 
 Executor::Executor(DeviceView device, const LaunchRequest& request, isa::Limits limits, TimingPolicy& timing)
@@ -173,10 +148,10 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::Matmul& mm) {
   return Outcome::next;
 }
 
-Executor::Outcome Executor::vector(std::uint32_t s, const isa::Instruction& inst, const char* cost_name,
+Executor::Outcome Executor::vector(std::uint32_t s, const isa::Instruction& inst, std::string_view cost_name,
                                    std::uint64_t elements) {
   record_.vector_elements += elements;
-  const double cost = timing::vector_op_cycles(device_.config.cores.vector.op_cycles, cost_name);
+  const double cost = timing::vector_op_cycles(device_.config.cores.vector.op_cycles, std::string(cost_name));
   timing_.vector(s, timing::vector_cycles(device_.config, cost, elements), inst);
   return Outcome::next;
 }
@@ -184,7 +159,7 @@ Executor::Outcome Executor::vector(std::uint32_t s, const isa::Instruction& inst
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VUnary& u) {
   if (real(u.dtype)) numeric::unary(u.op, u.dtype, sp(s) + u.src, sp(s) + u.dst, u.count);
   touch(s, u.dst + std::uint64_t{u.count} * isa::dtype_size(u.dtype));
-  return vector(s, *current_, unary_cost_name(u.op), u.count);
+  return vector(s, *current_, isa::vector_cost_name(u.op), u.count);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VBinary& b) {
@@ -193,8 +168,7 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::VBinary& b) {
   }
   const std::uint64_t n = std::uint64_t{b.rows} * b.cols;
   touch(s, b.dst + n * isa::dtype_size(b.dtype));
-  const std::string cost_name(isa::to_string(b.op));
-  return vector(s, *current_, cost_name.c_str(), n);
+  return vector(s, *current_, isa::to_string(b.op), n);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VCompare& c) {

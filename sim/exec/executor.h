@@ -125,7 +125,7 @@ class Executor {
   bool real(isa::DType t) const { return device_.data == Data::real || !isa::is_float(t); }
   std::uint8_t* sp(std::uint32_t s) { return device_.scratchpads[request_.cores[s]]; }
   CoreStats& stats(std::uint32_t s) { return device_.core_stats[request_.cores[s]]; }
-  Outcome vector(std::uint32_t s, const isa::Instruction& inst, const char* cost_name, std::uint64_t elements);
+  Outcome vector(std::uint32_t s, const isa::Instruction& inst, std::string_view cost_name, std::uint64_t elements);
   template <class Mover>
   Outcome move(std::uint32_t s, std::uint16_t arg, bool load, std::uint8_t token, Mover&& mover);
   void send(std::uint32_t s, std::uint32_t dst, std::uint16_t tag, std::vector<std::uint8_t> data,

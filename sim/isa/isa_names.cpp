@@ -1,5 +1,7 @@
 #include "spyre/isa/isa.h"
 
+#include <iterator>
+
 namespace spyre::isa {
 
 std::string_view to_string(DType t) {
@@ -17,13 +19,28 @@ std::string_view to_string(Opcode op) {
   return i < kNumOpcodes ? names[i] : "opcode?";
 }
 
+namespace {
+// The unary ops: the name (disassembly, fused programs) and the vector-unit cost entry
+// of the chip config (cores.vector.op_cycles) the op is charged as.
+struct UnaryInfo {
+  std::string_view name, cost;
+};
+constexpr UnaryInfo kUnaryInfo[] = {
+    {"copy", "copy"},    {"neg", "neg"},         {"abs", "abs"},   {"exp", "exp"},         {"log", "log"},
+    {"sqrt", "sqrt"},    {"rsqrt", "rsqrt"},     {"reciprocal", "reciprocal"},             {"tanh", "tanh"},
+    {"erf", "erf"},      {"sigmoid", "sigmoid"}, {"relu", "relu"}, {"gelu", "gelu"},       {"gelu_tanh", "gelu"},
+    {"silu", "silu"},    {"sin", "sin"},         {"cos", "cos"}};
+static_assert(std::size(kUnaryInfo) == kNumUnaryOps, "one row per isa::UnaryOp");
+}  // namespace
+
 std::string_view to_string(UnaryOp op) {
-  static constexpr std::string_view names[] = {"copy", "neg",     "abs",  "exp",  "log",
-                                               "sqrt", "rsqrt",   "reciprocal", "tanh", "erf",
-                                               "sigmoid", "relu", "gelu", "gelu_tanh", "silu",
-                                               "sin",  "cos"};
   const auto i = static_cast<std::uint8_t>(op);
-  return i < kNumUnaryOps ? names[i] : "unary?";
+  return i < kNumUnaryOps ? kUnaryInfo[i].name : "unary?";
+}
+
+std::string_view vector_cost_name(UnaryOp op) {
+  const auto i = static_cast<std::uint8_t>(op);
+  return i < kNumUnaryOps ? kUnaryInfo[i].cost : "copy";
 }
 
 std::string_view to_string(BinaryOp op) {

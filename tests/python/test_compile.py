@@ -10,6 +10,8 @@ from torch.testing import assert_close
 import spyre_sim
 from test_pointwise import FLOATS, rand
 
+aten = torch.ops.aten
+
 
 def tol(dtype):
     # Fused chains keep inner results in fp32 and round once; eager rounds every op.
@@ -164,16 +166,53 @@ def test_training_through_the_compiled_graphs_gives_eager_gradients():
 def test_a_malformed_program_is_a_clear_error_and_the_device_keeps_working():
     t = torch.ones(4, device="spyre")
     op = torch.ops.spyre.fused_pointwise
-    with pytest.raises(RuntimeError, match=r"step 1 \('binary foo fp32 s0 i0'\): unknown binary op 'foo'"):
-        op("bad", "unary exp fp32 i0; binary foo fp32 s0 i0", [t], torch.float32)
-    with pytest.raises(RuntimeError, match=r"input 2 does not exist: 1 tensor input"):
-        op("bad", "unary exp fp32 i2", [t], torch.float32)
-    with pytest.raises(RuntimeError, match=r"expected a dtype .* found 'f32'"):
-        op("bad", "unary exp f32 i0", [t], torch.float32)
-    with pytest.raises(RuntimeError, match=r"step 0 is not an earlier step"):
-        op("bad", "unary exp fp32 s0", [t], torch.float32)
-    got = op("ok", "binary add fp32 i0 c2.5; unary neg fp32 s0", [t], torch.float16)
+    c = dict(torch.ops.spyre.pointwise_codes())
+    none = [c["arg.none"], 0]
+
+    def step(kind, op_name, dtype, *args):
+        code = c[f"{kind}.{op_name}"] if op_name else 0
+        words = [c[f"kind.{kind}"], code, c[f"dtype.{dtype}"]]
+        for a in range(3):
+            words += [c[f"arg.{args[a][0]}"], args[a][1]] if a < len(args) else none
+        return words
+
+    exp = step("unary", "exp", "fp32", ("input", 0))
+    with pytest.raises(RuntimeError, match=r"step 1: binary op 99 does not exist \(0\.\.5\)"):
+        op("bad", exp + [c["kind.binary"], 99, 0, 0, 0, 0, 0] + none, [], [t], torch.float32)
+    with pytest.raises(RuntimeError, match=r"step 0: argument 0: input 2 does not exist: 1 tensor input"):
+        op("bad", step("unary", "exp", "fp32", ("input", 2)), [], [t], torch.float32)
+    with pytest.raises(RuntimeError, match=r"step 0: dtype 17 is not a device dtype"):
+        op("bad", exp[:2] + [17] + exp[3:], [], [t], torch.float32)
+    with pytest.raises(RuntimeError, match=r"step 0: argument 0: step 0 is not an earlier step"):
+        op("bad", step("unary", "exp", "fp32", ("step", 0)), [], [t], torch.float32)
+    with pytest.raises(RuntimeError, match=r"step 0: argument 1: a unary step takes 1"):
+        op("bad", exp[:5] + [0, 0] + none, [], [t], torch.float32)
+    with pytest.raises(RuntimeError, match=r"argument 1: constant 0 does not exist: 0 constant"):
+        op("bad", step("binary", "add", "fp32", ("input", 0), ("constant", 0)), [], [t], torch.float32)
+    with pytest.raises(RuntimeError, match=r"has 10 integers, expected 9 per step"):
+        op("bad", exp + [0], [], [t], torch.float32)
+    program = step("binary", "add", "fp32", ("input", 0), ("constant", 0)) + step("unary", "neg", "fp32", ("step", 0))
+    got = op("ok", program, [2.5], [t], torch.float16)
     assert got.dtype == torch.float16 and got.cpu().tolist() == [-3.5] * 4
+
+
+def test_the_fusible_set_and_the_device_registrations_come_from_one_table():
+    # Every unary, binary and comparison row of the C++ op table (op_table.h) is fused
+    # by torch.compile and registered as a device kernel; composite rows need an
+    # emitter on the Python side.
+    from spyre_sim import dynamo
+
+    rows = [r.split(" ") for r in torch.ops.spyre.fusible_ops()]
+    assert {aten.exp.default, aten.relu.default, aten.add.Tensor, aten.eq.Scalar, aten.pow.Tensor_Scalar} <= set(
+        dynamo.FUSIBLE_OPS)
+    assert len(dynamo.FUSIBLE_OPS) == len(rows)
+    for family, name, *_ in rows:
+        packet, overload = name.split(".")
+        op = getattr(getattr(aten, packet), overload)
+        assert op in dynamo.FUSIBLE_OPS, name
+        if family != "composite" and overload != "Scalar":
+            # Its own device kernel (not the CPU fallback, not a composite).
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "PrivateUse1"), name
 
 
 def test_new_shapes_recompile_with_dynamic_sizes_and_still_fuse():

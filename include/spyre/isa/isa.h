@@ -72,6 +72,9 @@ enum class UnaryOp : std::uint8_t {
 };
 inline constexpr std::uint8_t kNumUnaryOps = 17;
 std::string_view to_string(UnaryOp op);
+// The chip config's vector-unit cost entry (cores.vector.op_cycles) the op is charged
+// as (gelu_tanh as gelu; the rest by their own name).
+std::string_view vector_cost_name(UnaryOp op);
 
 enum class BinaryOp : std::uint8_t { add, sub, mul, div, max, min };
 inline constexpr std::uint8_t kNumBinaryOps = 6;

@@ -1,0 +1,28 @@
+#include "aten/op_table.h"
+
+#include <string_view>
+
+namespace spyre::backend {
+
+std::vector<std::string> fusible_ops() {
+  std::vector<std::string> out;
+  for (const auto& r : kUnaryOps) out.push_back(std::string("unary ") + r.aten + ".default " + std::string(isa::to_string(r.op)));
+  for (const auto& r : kBinaryOps) {
+    const std::string op(isa::to_string(r.op));
+    if (r.overload) {
+      out.push_back(std::string("binary ") + r.aten + ".Tensor " + op);
+      out.push_back(std::string("binary ") + r.aten + ".Scalar " + op);
+    } else {
+      out.push_back(std::string("binary ") + r.aten + ".default " + op);
+    }
+  }
+  for (const auto& r : kCompareOps) {
+    const std::string op(isa::to_string(r.op));
+    out.push_back(std::string("compare ") + r.aten + ".Tensor " + op);
+    out.push_back(std::string("compare ") + r.aten + ".Scalar " + op);
+  }
+  for (const char* name : kCompositeFusibleOps) out.push_back(std::string("composite ") + name);
+  return out;
+}
+
+}  // namespace spyre::backend

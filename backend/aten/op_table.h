@@ -1,0 +1,84 @@
+// The one table of the device's elementwise aten ops, one array per family. From it
+// come: the aten registrations of the unary, binary and comparison kernels
+// (pointwise_ops.cpp), and the set of ops torch.compile fuses
+// (torch.ops.spyre.fusible_ops, read by python/spyre_sim/dynamo.py). The ISA op's
+// name and vector-unit cost class live with the ISA (isa::to_string,
+// isa::vector_cost_name). Adding a unary op is one row here plus its math in
+// sim/functional/numeric.cpp (docs/ARCHITECTURE.md, "The op table").
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "spyre/isa/isa.h"
+
+namespace spyre::backend {
+
+// aten::<name>(Tensor) -> Tensor, with <name>_ and <name>.out: one device instruction.
+struct UnaryRow {
+  const char* aten;
+  isa::UnaryOp op;
+  bool float_op;        // integer inputs compute (and return) floats, as exp does
+  const char* no_bool;  // non-null: refuse bool inputs, naming the op like PyTorch does
+  bool own_kernel = false;  // registered by hand (abs: complex inputs run on the CPU)
+};
+
+inline constexpr UnaryRow kUnaryOps[] = {
+    {"neg", isa::UnaryOp::neg, false, "Negation, the `-` operator,"},
+    {"abs", isa::UnaryOp::abs, false, nullptr, true},
+    {"exp", isa::UnaryOp::exp, true, nullptr},
+    {"log", isa::UnaryOp::log, true, nullptr},
+    {"sqrt", isa::UnaryOp::sqrt, true, nullptr},
+    {"rsqrt", isa::UnaryOp::rsqrt, true, nullptr},
+    {"reciprocal", isa::UnaryOp::reciprocal, true, nullptr},
+    {"sigmoid", isa::UnaryOp::sigmoid, true, nullptr},
+    {"tanh", isa::UnaryOp::tanh, true, nullptr},
+    {"erf", isa::UnaryOp::erf, true, nullptr},
+    {"silu", isa::UnaryOp::silu, false, nullptr},
+    {"sin", isa::UnaryOp::sin, true, nullptr},
+    {"cos", isa::UnaryOp::cos, true, nullptr},
+    {"relu", isa::UnaryOp::relu, false, "relu"},
+};
+
+// aten::<name>.Tensor / <name> (a, b): one device instruction.
+struct BinaryRow {
+  const char* aten;
+  isa::BinaryOp op;
+  bool float_op;  // integer inputs compute floats (true division)
+  bool alpha;     // the add/sub form: (a, b, *, alpha), b scaled by alpha
+  bool overload;  // registered as <name>.Tensor (else <name>), with <name>_.Tensor
+};
+
+inline constexpr BinaryRow kBinaryOps[] = {
+    {"add", isa::BinaryOp::add, false, true, true},
+    {"sub", isa::BinaryOp::sub, false, true, true},
+    {"mul", isa::BinaryOp::mul, false, false, true},
+    {"div", isa::BinaryOp::div, true, false, true},
+    {"maximum", isa::BinaryOp::max, false, false, false},
+    {"minimum", isa::BinaryOp::min, false, false, false},
+};
+
+// aten::<name>.Tensor / .Scalar (and in-place, out=): a bool result.
+struct CompareRow {
+  const char* aten;
+  isa::CompareOp op;
+};
+
+inline constexpr CompareRow kCompareOps[] = {
+    {"eq", isa::CompareOp::eq}, {"ne", isa::CompareOp::ne}, {"lt", isa::CompareOp::lt},
+    {"le", isa::CompareOp::le}, {"gt", isa::CompareOp::gt}, {"ge", isa::CompareOp::ge},
+};
+
+// Pointwise ops with their own kernels (several steps, or arguments beyond tensors)
+// that torch.compile also fuses; the Python side writes their steps, one emitter each.
+inline constexpr const char* kCompositeFusibleOps[] = {
+    "gelu.default",      "rsub.Scalar",      "clamp.default",  "clamp_min.default",
+    "clamp_max.default", "pow.Tensor_Scalar", "where.self",      "_to_copy.default",
+};
+
+// What torch.compile fuses, as "<family> <aten overload> <isa op>" ("composite" rows
+// have no isa op): every row of the tables above, each overload once.
+std::vector<std::string> fusible_ops();
+
+}  // namespace spyre::backend
