@@ -243,16 +243,8 @@ void Runtime::start_devices() {
   const sim::Data data = mode_ == Mode::no_data ? sim::Data::none : sim::Data::real;
   const auto build = [&] {
     for (std::uint32_t i = 0; i < count; ++i) {
-      auto d = std::make_unique<Device>();
-      d->index = i;
-      d->config = loaded;
-      d->chip = std::make_unique<sim::Chip>(loaded.chip, i, timing, data);
-      d->chip->set_launch_record_limit(record_limit);
-      d->chip->set_host_clock([this] { return host_time(); });
-      d->firmware = firmware::make_firmware(*d->chip, [this] { check_waiters(); });
-      // A zero overhead would let two calls share an arrival time and race with the
-      // simulation; one picosecond keeps every arrival distinct.
-      d->call_overhead = std::max<Picoseconds>(1, timing::ns_to_ps(loaded.chip.host.call_overhead_ns));
+      auto d = std::make_unique<Device>(i, loaded, timing, data, record_limit, [this] { return host_time(); },
+                                        [this] { check_waiters(); });
       devices.push_back(std::move(d));
     }
   };
@@ -264,7 +256,7 @@ void Runtime::start_devices() {
     d->sync_queue->device = d.get();
     d->sync_queue->queue = std::make_shared<firmware::Queue>();
     d->sync_queue->queue->priority = 1;  // synchronous work goes first, like a high-priority queue
-    post(d.get(), [dev = d.get()] { dev->firmware->add_queue(dev->sync_queue->queue); });
+    post(d.get(), [dev = d.get()] { dev->add_queue(dev->sync_queue->queue); });
   }
   spdlog::info("spyre driver: {} {} device(s) of '{}' ({}), config hash {}", count, to_string(mode_),
                loaded.chip.name, loaded.source, loaded.hash);
@@ -280,7 +272,7 @@ void Runtime::shutdown() {
   if (rt == nullptr) return;
   for (auto& d : rt->devices_) {
     Device* dev = d.get();
-    rt->block_until(dev, [dev] { return dev->firmware->device_idle(); });
+    rt->block_until(dev, [dev] { return dev->idle(); });
   }
   rt->query(nullptr, [rt] {
     // Release the devices in simulation context; queue threads stay parked forever.
@@ -391,7 +383,7 @@ void Runtime::sim_main() {
         // Nothing left to simulate: abort launches that can never finish (their
         // faults complete the commands); if none, wait for more host work.
         std::size_t aborted = 0;
-        for (auto& d : devices_) aborted += d->chip->abort_stalled_launches();
+        for (auto& d : devices_) aborted += d->abort_stalled_launches();
         starved = aborted == 0;
       }
     } else if (limit > sim_now() + 1) {
@@ -451,7 +443,7 @@ bool Runtime::remove(const void* handle) {
 Device* Runtime::device_of(const void* p) {
   const auto a = reinterpret_cast<std::uint64_t>(p);
   for (auto& d : devices_) {
-    if (d->chip->memory().contains(a)) return d.get();
+    if (d->memory().contains(a)) return d.get();
   }
   return nullptr;
 }

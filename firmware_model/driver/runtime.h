@@ -1,5 +1,5 @@
 // The mock driver's runtime: devices (chip + firmware), the simulation thread, the
-// virtual host clock, and the handle tables. The C ABI (spyre_drv.cpp) validates
+// virtual host clock, and the handle tables. The C ABI (abi_*.cpp) validates
 // arguments and calls into this.
 //
 // Threads: host threads call the ABI; one simulation thread owns the SystemC kernel.
@@ -26,6 +26,7 @@
 
 #include "chip/chip.h"
 #include "config/config_loader.h"
+#include "driver/device.h"
 #include "firmware.h"
 #include "spyre/spyre_drv.h"
 
@@ -39,7 +40,6 @@ struct Error {
   std::string message;
 };
 
-struct Device;
 
 struct QueueObject {
   Device* device = nullptr;
@@ -67,16 +67,6 @@ struct ProgramObject {
   std::uint64_t device_copy = 0;  // where the blob lives in device memory
 };
 
-struct Device {
-  std::uint32_t index = 0;
-  config::LoadedConfig config;
-  std::unique_ptr<sim::Chip> chip;
-  std::unique_ptr<firmware::Firmware> firmware;
-  Picoseconds call_overhead = 1;
-  void* handle = nullptr;
-  // Internal queue for synchronous copies and fills.
-  std::shared_ptr<QueueObject> sync_queue;
-};
 
 // How the devices run (spyre_device_mode_t): timed, the SystemC model driven by the
 // simulation thread; functional, untimed, each command running in the calling thread

@@ -1,0 +1,202 @@
+// The C ABI (include/spyre/spyre_drv.h), part of it: driver and devices: versions, configuration, start and shutdown, result codes, the host clock, device handles, properties and synchronization.
+// Arguments are validated here, then the runtime and the device facade do the work;
+// every entry point is wrapped by `guarded` (abi_support.h).
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "driver/abi_support.h"
+
+using namespace spyre::driver;
+using namespace spyre::driver::abi;
+
+extern "C" {
+
+spyre_result_t spyreDriverGetApiVersion(uint32_t* version) {
+  return guarded(__func__, [&] {
+    require(version, "version");
+    *version = SPYRE_API_VERSION_CURRENT;
+    return SPYRE_SUCCESS;
+  });
+}
+
+spyre_result_t spyreDriverConfigure(const spyre_driver_config_t* config) {
+  return guarded(__func__, [&] {
+    if (config == nullptr) {
+      Runtime::configure(std::nullopt);
+      return SPYRE_SUCCESS;
+    }
+    // 0.4 callers end at device_count; config_yaml and mode are read when present.
+    const std::size_t v04 = offsetof(spyre_driver_config_t, config_yaml);
+    require_size(config->struct_size, v04, "spyre_driver_config_t");
+    const bool v05 = config->struct_size >= sizeof(spyre_driver_config_t);
+    Runtime::StartConfig c;
+    c.path = config->config_path != nullptr ? config->config_path : "";
+    if (v05 && config->config_yaml != nullptr) c.yaml = config->config_yaml;
+    if (v05 && config->mode != SPYRE_MODE_DEFAULT) {
+      switch (config->mode) {
+        case SPYRE_MODE_TIMED: c.mode = spyre::driver::Mode::timed; break;
+        case SPYRE_MODE_FUNCTIONAL: c.mode = spyre::driver::Mode::functional; break;
+        case SPYRE_MODE_NO_DATA: c.mode = spyre::driver::Mode::no_data; break;
+        default:
+          raise(SPYRE_ERROR_INVALID_ARGUMENT,
+                fmt::format("config->mode: expected a spyre_device_mode_t (0 to 3), found {}", config->mode));
+      }
+    }
+    if (config->num_overrides > 0) require(config->overrides, "config->overrides");
+    for (uint32_t i = 0; i < config->num_overrides; ++i) {
+      if (config->overrides[i] == nullptr) {
+        raise(SPYRE_ERROR_INVALID_NULL_POINTER, fmt::format("config->overrides[{}] is NULL", i));
+      }
+      c.overrides.emplace_back(config->overrides[i]);
+    }
+    c.devices = config->device_count;
+    Runtime::configure(std::move(c));
+    return SPYRE_SUCCESS;
+  });
+}
+
+spyre_result_t spyreDriverInit(uint32_t api_version) {
+  return guarded(__func__, [&] {
+    if ((api_version >> 16) != (SPYRE_API_VERSION_CURRENT >> 16)) {
+      raise(SPYRE_ERROR_UNSUPPORTED_VERSION,
+            fmt::format("caller built for API {}.{}, driver implements {}.{}", api_version >> 16, api_version & 0xffff,
+                        SPYRE_API_VERSION_CURRENT >> 16, SPYRE_API_VERSION_CURRENT & 0xffff));
+    }
+    Runtime::get();
+    return SPYRE_SUCCESS;
+  });
+}
+
+spyre_result_t spyreDriverShutdown(void) {
+  return guarded(__func__, [&] {
+    Runtime::shutdown();
+    return SPYRE_SUCCESS;
+  });
+}
+
+const char* spyreResultString(spyre_result_t result) {
+  switch (result) {
+#define SPYRE_RESULT_NAME(code) \
+  case code:                    \
+    return #code;
+    SPYRE_RESULT_NAME(SPYRE_SUCCESS)
+    SPYRE_RESULT_NAME(SPYRE_NOT_READY)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INVALID_ARGUMENT)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INVALID_HANDLE)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INVALID_NULL_POINTER)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INVALID_SIZE)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_UNSUPPORTED_VERSION)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INVALID_DEVICE_POINTER)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_DOUBLE_FREE)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INVALID_PROGRAM)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_QUEUE_IN_ERROR_STATE)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_OUT_OF_DEVICE_MEMORY)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_DEVICE_FAULT)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_DEVICE_LOST)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_INTERNAL)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_OUT_OF_HOST_MEMORY)
+    SPYRE_RESULT_NAME(SPYRE_ERROR_NOT_INITIALIZED)
+#undef SPYRE_RESULT_NAME
+    case SPYRE_RESULT_FORCE_UINT32:
+      break;
+  }
+  return "SPYRE_RESULT_UNKNOWN";
+}
+
+const char* spyreGetLastErrorMessage(void) { return last_error(); }
+
+spyre_result_t spyreDriverGetHostTime(uint64_t* host_time_ps) {
+  return guarded(__func__, [&] {
+    require(host_time_ps, "host_time_ps");
+    *host_time_ps = Runtime::get().host_time();
+    return SPYRE_SUCCESS;
+  });
+}
+
+spyre_result_t spyreDeviceGetCount(uint32_t* count) {
+  return guarded(__func__, [&] {
+    require(count, "count");
+    *count = static_cast<uint32_t>(Runtime::get().devices().size());
+    return SPYRE_SUCCESS;
+  });
+}
+
+spyre_result_t spyreDeviceGet(uint32_t index, spyre_device_t* device) {
+  return guarded(__func__, [&] {
+    require(device, "device");
+    Runtime& rt = Runtime::get();
+    if (index >= rt.devices().size()) {
+      raise(SPYRE_ERROR_INVALID_ARGUMENT,
+            fmt::format("device index {} is out of range (there are {}; SPYRE_SIM_DEVICES)", index, rt.devices().size()));
+    }
+    *device = static_cast<spyre_device_t>(rt.devices()[index]->handle);
+    return SPYRE_SUCCESS;
+  });
+}
+
+spyre_result_t spyreDeviceGetProperties(spyre_device_t device, spyre_device_properties_t* p) {
+  return guarded(__func__, [&] {
+    Runtime& rt = Runtime::get();
+    auto d = rt.lookup<Device>(device, "device");
+    require(p, "properties");
+    require_size(p->struct_size, sizeof(spyre_device_properties_t), "spyre_device_properties_t");
+    const auto& c = d->config.chip;
+    const auto& f = d->figures();
+    const uint32_t size = p->struct_size;
+    std::memset(p, 0, sizeof *p);
+    p->struct_size = size;
+    p->isa_version = isa::kIsaVersion;
+    copy_string(p->name, sizeof p->name, fmt::format("spyre:{}", d->index));
+    copy_string(p->config_name, sizeof p->config_name, c.name);
+    copy_string(p->config_hash, sizeof p->config_hash, d->config.hash);
+    p->timed = rt.mode() == spyre::driver::Mode::functional ? 0 : 1;
+    p->cores = static_cast<uint32_t>(c.cores.count);
+    p->corelets_per_core = static_cast<uint32_t>(c.cores.corelets);
+    p->array_rows = static_cast<uint32_t>(c.cores.compute_array.rows);
+    p->array_cols = static_cast<uint32_t>(c.cores.compute_array.cols);
+    for (const auto t : spyre::config::kMacTypes) {
+      p->simd_depth[static_cast<int>(t)] =
+          static_cast<uint32_t>(spyre::config::simd_depth(c.cores.compute_array.simd_depth, t));
+      p->peak_macs_per_s[static_cast<int>(t)] = f.peak_macs_per_s[static_cast<int>(t)];
+    }
+    p->vector_units_per_corelet = static_cast<uint32_t>(c.cores.vector.units_per_corelet);
+    p->vector_lanes = static_cast<uint32_t>(c.cores.vector.lanes);
+    p->scratchpad_bytes = c.cores.scratchpad.bytes;
+    p->scratchpad_usable_bytes = c.cores.scratchpad.usable_bytes;
+    p->dma_engines_per_core = static_cast<uint32_t>(c.dma.engines_per_core);
+    p->stick_bytes = static_cast<uint32_t>(c.dma.stick_bytes);
+    p->memory_bytes = c.memory.usable_bytes;
+    p->memory_channels = static_cast<uint32_t>(c.memory.channels);
+    p->max_kernel_args = isa::kMaxArgs;
+    p->clock_ghz = c.clock_ghz;
+    p->dram_peak_bytes_per_s = f.dram_peak_bytes_per_s;
+    p->dram_deliverable_bytes_per_s = f.dram_deliverable_bytes_per_s;
+    return SPYRE_SUCCESS;
+  });
+}
+
+spyre_result_t spyreDeviceSynchronize(spyre_device_t device) {
+  return guarded(__func__, [&] {
+    Runtime& rt = Runtime::get();
+    auto d = rt.lookup<Device>(device, "device");
+    bool error = false;
+    rt.block_until(d.get(), [&] {
+      if (!d->idle()) return false;
+      error = d->any_queue_faulted();
+      return true;
+    });
+    if (error) return fail(SPYRE_ERROR_DEVICE_FAULT, "spyreDeviceSynchronize: a queue of the device is in error state");
+    return SPYRE_SUCCESS;
+  });
+}
+
+}  // extern "C"
