@@ -95,8 +95,8 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
           const std::uint64_t waves = ceil_div(sb, groups);
           // Per wave every core multiplies rt tm x tn tiles over K; the systolic array's
           // fill and drain (R + C - 2 cycles per fold, the target's array) against
-          // ceil(tk / depth) cycles of streaming makes short K chunks slower (on the
-          // default chip's 8 x 8 fp16 arrays of depth 8: 14 against ceil(tk / 8)).
+          // ceil(tk / depth) cycles of streaming makes short K chunks slower (e.g. an
+          // 8 x 8 array of fp16 depth 8: 14 cycles against ceil(tk / 8)).
           const double stream = static_cast<double>(ceil_div(tk, target.depth(s.dtype)));
           const double fill = static_cast<double>(target.array_rows + target.array_cols >= 2
                                                       ? target.array_rows + target.array_cols - 2
@@ -367,10 +367,13 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
         if (rt == 2 && u.first && ph.tile > 0) b.add(stream, isa::Wait{.token_mask = bit(kStore + r)});
         // The core's last matmul runs in row pieces, each converted and stored while
         // the next computes: the tail after the last matmul is one piece's store, not
-        // the tile's (the systolic folds are the same; pieces are whole 8-row folds).
-        const std::uint32_t pieces =
-            a_use + 1 == a_seq.size() ? std::max<std::uint32_t>(1, std::min<std::uint32_t>(kTailPieces, t.m[r] / 8)) : 1;
-        const std::uint32_t piece_rows = static_cast<std::uint32_t>(ceil_div(ceil_div(t.m[r], pieces), 8) * 8);
+        // the tile's (the systolic folds are the same; pieces are whole folds of the
+        // target's array rows).
+        const std::uint32_t fold = std::max<std::uint32_t>(1, target.array_rows);
+        const std::uint32_t pieces = a_use + 1 == a_seq.size()
+                                         ? std::max<std::uint32_t>(1, std::min<std::uint32_t>(kTailPieces, t.m[r] / fold))
+                                         : 1;
+        const std::uint32_t piece_rows = static_cast<std::uint32_t>(ceil_div(ceil_div(t.m[r], pieces), fold) * fold);
         for (std::uint32_t r0 = 0; r0 < t.m[r]; r0 += piece_rows) {
           const std::uint32_t rows = std::min(piece_rows, t.m[r] - r0);
           const std::uint32_t a_at =

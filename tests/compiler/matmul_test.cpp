@@ -144,3 +144,26 @@ TEST_CASE("given twice the scratchpad, a 4096-cubed GEMM takes K chunks of 1024,
                                 .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
   CHECK(compiler::plan_matmul({.m = 4096, .n = 4096, .k = 4096, .dtype = isa::DType::fp16}, chip).tk == 512);
 }
+
+TEST_CASE("given a what-if array of 16 rows, a core's last matmul runs in pieces of whole 16-row folds") {
+  // One core, a 200-row tile: the last K step's matmul splits into at most 4 pieces of
+  // whole folds: ceil(ceil(200 / 4) / 16) x 16 = 64 rows (64, 64, 64, 8) on a 16-row
+  // array; on an 8-row array ceil(50 / 8) x 8 = 56 (56, 56, 56, 32).
+  for (const auto& [rows, piece] : {std::pair{16u, 64u}, std::pair{8u, 56u}}) {
+    const compiler::Target target{.cores = 1, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                                  .array_rows = rows, .array_cols = rows};
+    const isa::Program p(
+        compiler::compile_matmul({.m = 200, .n = 64, .k = 64, .dtype = isa::DType::fp16}, target, "aten::mm"));
+    std::vector<std::uint32_t> ms;
+    for (std::uint32_t pc = 0; pc < p.stream_length(0); ++pc) {
+      const auto d = p.decode_at(0, pc);
+      if (const auto* mm = std::get_if<isa::Matmul>(&*d.inst)) ms.push_back(mm->m);
+    }
+    INFO("array rows " << rows);
+    REQUIRE(ms.size() >= 2);
+    CHECK(ms.front() == piece);
+    std::uint32_t total = 0;
+    for (const auto m : ms) total += m;
+    CHECK(total == 200);
+  }
+}
