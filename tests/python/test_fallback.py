@@ -61,3 +61,15 @@ def test_resnet18_runs_through_the_fallback_and_matches_cpu():
         expect = model(x)
         got = model.to("spyre")(x.to("spyre")).cpu()
     assert torch.allclose(got, expect, rtol=1e-4, atol=1e-4)
+
+
+def test_int64_operands_run_on_the_cpu_and_are_counted():
+    a = torch.randn(4, 5)
+    b = torch.randn(5)
+    torch.spyre.reset_fallback_counts()
+    assert torch.equal((a.to("spyre") + b.to("spyre")).cpu(), a + b)  # broadcasting: on the device
+    assert torch.equal(torch.add(a.to("spyre"), a.to("spyre"), alpha=2).cpu(), torch.add(a, a, alpha=2))
+    assert torch.spyre.fallback_counts() == {}
+    ints = torch.arange(6)
+    assert torch.equal((ints.to("spyre") * ints.to("spyre")).cpu(), ints * ints)  # int64
+    assert torch.spyre.fallback_counts() == {"aten::mul": 1}

@@ -154,3 +154,21 @@ def test_integer_products_truncate_float_alpha_and_beta_as_the_cpu():
         got = fn(*(t.to("spyre") for t in args), beta=1.5, alpha=2.5)
         assert got.dtype == expect.dtype
         assert torch.equal(got.cpu(), expect)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("mkn", [(1, 1, 1), (7, 5, 3), (64, 64, 64), (100, 300, 70), (1, 4097, 33), (300, 17, 513)])
+def test_mm_matches_a_float64_reference_within_fp32_accumulation(dtype, mkn):
+    m, k, n = mkn
+    g = torch.Generator().manual_seed(m * 7 + n)
+    a = torch.randn(m, k, generator=g).to(dtype)
+    b = torch.randn(k, n, generator=g).to(dtype)
+    bt = torch.randn(n, k, generator=g).to(dtype)  # linear-style weights: used as bt.t()
+    torch.spyre.reset_fallback_counts()
+    got = torch.mm(a.to("spyre"), b.to("spyre")).cpu()
+    got_t = torch.mm(a.to("spyre"), bt.to("spyre").t()).cpu()
+    assert torch.spyre.fallback_counts() == {}
+    # fp32 accumulation, then one rounding to the dtype.
+    tol = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    torch.testing.assert_close(got.double(), a.double() @ b.double(), rtol=tol, atol=tol * k**0.5)
+    torch.testing.assert_close(got_t.double(), a.double() @ bt.double().t(), rtol=tol, atol=tol * k**0.5)

@@ -265,3 +265,14 @@ def test_tril_and_triu(dtype, diagonal):
     y = x.to("spyre")
     y.triu_(diagonal)
     assert torch.equal(y.cpu(), torch.triu(x, diagonal))
+
+
+def test_a_second_call_with_the_same_shapes_reuses_the_cached_kernel():
+    a = torch.randn(777).to("spyre")
+    torch.ops.spyre.reset_kernel_cache_stats()
+    torch.mul(a, a)
+    first = dict(torch.ops.spyre.kernel_cache_stats())
+    torch.mul(a, a)
+    second = dict(torch.ops.spyre.kernel_cache_stats())
+    assert second["hits"] == first["hits"] + 1
+    assert second["misses"] == first["misses"]
