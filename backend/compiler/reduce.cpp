@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
 #include <stdexcept>
 
 #include "compiler/pointwise.h"
@@ -55,6 +58,42 @@ struct Arena {
     next += align(b);
     return at;
   }
+};
+
+// The scratchpad buffers of a row-wise kernel (softmax, layer norm), listed once: each
+// holds `per_row` bytes per row of the tile plus `fixed` bytes. The bytes a tile of r
+// rows needs and the buffers' addresses both come from this list, so they cannot
+// disagree.
+class RowBuffers {
+ public:
+  // A buffer; its index for at().
+  std::size_t add(std::uint64_t per_row, std::uint64_t fixed = 0) {
+    sizes_.push_back({per_row, fixed});
+    return sizes_.size() - 1;
+  }
+  // A buffer only when `present` (else at() gives the fallback).
+  std::optional<std::size_t> add_if(bool present, std::uint64_t per_row, std::uint64_t fixed = 0) {
+    return present ? std::optional<std::size_t>(add(per_row, fixed)) : std::nullopt;
+  }
+  std::uint64_t bytes(std::uint64_t rows) const {
+    std::uint64_t total = 0;
+    for (const auto& [per_row, fixed] : sizes_) total += align(rows * per_row + fixed);
+    return total;
+  }
+  // Lays the buffers out for tiles of `rows` rows.
+  void place(std::uint64_t rows) {
+    Arena alloc;
+    offsets_.clear();
+    for (const auto& [per_row, fixed] : sizes_) offsets_.push_back(alloc(rows * per_row + fixed));
+  }
+  std::uint32_t at(std::size_t i) const { return offsets_.at(i); }
+  std::uint32_t at(const std::optional<std::size_t>& i, std::uint32_t fallback) const {
+    return i ? offsets_.at(*i) : fallback;
+  }
+
+ private:
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> sizes_;
+  std::vector<std::uint32_t> offsets_;
 };
 
 }  // namespace
@@ -167,22 +206,21 @@ std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& s, const Target& t
   if (s.rows == 0 || s.cols == 0) throw std::invalid_argument(name + ": nothing to compute (zero elements)");
   const std::uint64_t in_size = isa::dtype_size(s.in), out_size = isa::dtype_size(s.out);
   const bool convert_in = s.in != isa::DType::fp32;
-  const auto bytes = [&](std::uint64_t rows) {
-    const std::uint64_t n = rows * s.cols;
-    return 2ull * align(n * in_size) + (convert_in ? align(n * 4) : 0) + 2ull * align(n * 4) + 2ull * align(rows * 4) +
-           2ull * align(n * out_size) + (s.safe ? 2ull * align(rows * 4) + align(rows) : 0);
-  };
-  const std::uint64_t ac = rows_per_tile(bytes, s.rows, s.cols, s.in, target, name);
-  const std::uint64_t n = ac * s.cols;
-  Arena alloc;
-  const std::uint32_t sp_in[2] = {alloc(n * in_size), alloc(n * in_size)};
-  const std::uint32_t sp_x = convert_in ? alloc(n * 4) : 0;
-  const std::uint32_t sp_y = alloc(n * 4), sp_e = alloc(n * 4);
-  const std::uint32_t sp_m = alloc(ac * 4), sp_s = alloc(ac * 4);
-  const std::uint32_t sp_out[2] = {alloc(n * out_size), alloc(n * out_size)};
+  RowBuffers buf;
+  const std::size_t in0 = buf.add(s.cols * in_size), in1 = buf.add(s.cols * in_size);
+  const auto x32 = buf.add_if(convert_in, s.cols * 4);
+  const std::size_t y = buf.add(s.cols * 4), e = buf.add(s.cols * 4), m = buf.add(4), sum = buf.add(4);
+  const std::size_t out0 = buf.add(s.cols * out_size), out1 = buf.add(s.cols * out_size);
   // Safe softmax: per-row constants 0 and 1 and a per-row mask.
-  const std::uint32_t sp_zero = s.safe ? alloc(ac * 4) : 0, sp_one = s.safe ? alloc(ac * 4) : 0;
-  const std::uint32_t sp_mask = s.safe ? alloc(ac) : 0;
+  const auto zero = buf.add_if(s.safe, 4), one = buf.add_if(s.safe, 4), mask = buf.add_if(s.safe, 1);
+  const std::uint64_t ac = rows_per_tile([&](std::uint64_t r) { return buf.bytes(r); }, s.rows, s.cols, s.in, target, name);
+  buf.place(ac);
+  const std::uint32_t sp_in[2] = {buf.at(in0), buf.at(in1)};
+  const std::uint32_t sp_x = buf.at(x32, 0);
+  const std::uint32_t sp_y = buf.at(y), sp_e = buf.at(e);
+  const std::uint32_t sp_m = buf.at(m), sp_s = buf.at(sum);
+  const std::uint32_t sp_out[2] = {buf.at(out0), buf.at(out1)};
+  const std::uint32_t sp_zero = buf.at(zero, 0), sp_one = buf.at(one, 0), sp_mask = buf.at(mask, 0);
 
   const std::uint64_t chunks = (s.rows + ac - 1) / ac;
   const std::uint32_t cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(target.cores, chunks));
@@ -262,30 +300,33 @@ std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& s, const Targ
   const std::uint64_t in_size = isa::dtype_size(s.in), stat_size = isa::dtype_size(s.stats);
   const bool convert_in = s.in != f32, convert_stats = s.stats != f32;
   const std::uint64_t params = (s.weight ? 1 : 0) + (s.bias ? 1 : 0);
-  const auto bytes = [&](std::uint64_t rows) {
-    const std::uint64_t n = rows * s.cols;
-    return 2ull * align(n * in_size) + (convert_in ? align(n * 4) : 0) + 2ull * align(n * 4) +
-           4ull * align(rows * 4) + (convert_stats ? 4ull * align(rows * stat_size) : 0) +
-           2ull * align(n * in_size) + params * 2 * align(s.cols * 4);
-  };
-  const std::uint64_t ac = rows_per_tile(bytes, s.rows, s.cols, s.in, target, name);
+  RowBuffers buf;
+  const std::size_t in0 = buf.add(s.cols * in_size), in1 = buf.add(s.cols * in_size);
+  const auto x32 = buf.add_if(convert_in, s.cols * 4);
+  const std::size_t y = buf.add(s.cols * 4), e = buf.add(s.cols * 4);
+  const std::size_t m0 = buf.add(4), m1 = buf.add(4), r0 = buf.add(4), r1 = buf.add(4);
+  // Mean and rstd in their own dtype (else the fp32 buffers are stored directly).
+  const auto mo0 = buf.add_if(convert_stats, stat_size), mo1 = buf.add_if(convert_stats, stat_size);
+  const auto ro0 = buf.add_if(convert_stats, stat_size), ro1 = buf.add_if(convert_stats, stat_size);
+  const std::size_t out0 = buf.add(s.cols * in_size), out1 = buf.add(s.cols * in_size);
+  // A parameter (cols values, loaded once per core): fp32, and its raw values when
+  // they are not fp32 already.
+  const auto w = buf.add_if(s.weight.has_value(), 0, s.cols * 4);
+  const auto w_raw = buf.add_if(s.weight && *s.weight != f32, 0, s.cols * (s.weight ? isa::dtype_size(*s.weight) : 0));
+  const auto bias = buf.add_if(s.bias.has_value(), 0, s.cols * 4);
+  const auto bias_raw = buf.add_if(s.bias && *s.bias != f32, 0, s.cols * (s.bias ? isa::dtype_size(*s.bias) : 0));
+  const std::uint64_t ac = rows_per_tile([&](std::uint64_t r) { return buf.bytes(r); }, s.rows, s.cols, s.in, target, name);
+  buf.place(ac);
   const std::uint64_t n = ac * s.cols;
-  Arena alloc;
-  const std::uint32_t sp_in[2] = {alloc(n * in_size), alloc(n * in_size)};
-  const std::uint32_t sp_x = convert_in ? alloc(n * 4) : 0;
-  const std::uint32_t sp_y = alloc(n * 4), sp_e = alloc(n * 4);
-  const std::uint32_t sp_m[2] = {alloc(ac * 4), alloc(ac * 4)}, sp_r[2] = {alloc(ac * 4), alloc(ac * 4)};
-  const std::uint32_t sp_mo[2] = {convert_stats ? alloc(ac * stat_size) : sp_m[0], convert_stats ? alloc(ac * stat_size) : sp_m[1]};
-  const std::uint32_t sp_ro[2] = {convert_stats ? alloc(ac * stat_size) : sp_r[0], convert_stats ? alloc(ac * stat_size) : sp_r[1]};
-  const std::uint32_t sp_out[2] = {alloc(n * in_size), alloc(n * in_size)};
-  // A parameter: its raw values, then fp32 (the raw buffer is the fp32 one for fp32).
-  const auto param = [&](const std::optional<isa::DType>& t) -> std::pair<std::uint32_t, std::uint32_t> {
-    if (!t) return {0, 0};
-    const std::uint32_t f = alloc(s.cols * 4);
-    return {*t == f32 ? f : alloc(s.cols * isa::dtype_size(*t)), f};
-  };
-  const auto [sp_w_raw, sp_w] = param(s.weight);
-  const auto [sp_b_raw, sp_b] = param(s.bias);
+  const std::uint32_t sp_in[2] = {buf.at(in0), buf.at(in1)};
+  const std::uint32_t sp_x = buf.at(x32, 0);
+  const std::uint32_t sp_y = buf.at(y), sp_e = buf.at(e);
+  const std::uint32_t sp_m[2] = {buf.at(m0), buf.at(m1)}, sp_r[2] = {buf.at(r0), buf.at(r1)};
+  const std::uint32_t sp_mo[2] = {buf.at(mo0, sp_m[0]), buf.at(mo1, sp_m[1])};
+  const std::uint32_t sp_ro[2] = {buf.at(ro0, sp_r[0]), buf.at(ro1, sp_r[1])};
+  const std::uint32_t sp_out[2] = {buf.at(out0), buf.at(out1)};
+  const std::uint32_t sp_w = buf.at(w, 0), sp_w_raw = buf.at(w_raw, sp_w);
+  const std::uint32_t sp_b = buf.at(bias, 0), sp_b_raw = buf.at(bias_raw, sp_b);
   const std::uint16_t arg_w = 1, arg_b = s.weight ? 2 : 1;
   const auto arg_out = static_cast<std::uint16_t>(1 + params);
   const auto arg_mean = static_cast<std::uint16_t>(arg_out + 1), arg_rstd = static_cast<std::uint16_t>(arg_out + 2);
