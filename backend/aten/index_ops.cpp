@@ -52,10 +52,8 @@ at::Tensor index_select_impl(const char* name, const at::Tensor& self, std::int6
   const c10::DeviceIndex device = self.device().index();
   const std::string key = std::string(name) + "|" + std::to_string(s.count) + "x" + std::to_string(s.row_bytes) +
                           "B|" + std::to_string(s.rows) + (s.wide_index ? "|i64" : "|i32");
-  const spyre_program_t program =
-      cached_program(device, key, [&] { return compiler::compile_gather(s, target(device), name); }, name);
-  const auto address = [](const at::Tensor& t) { return reinterpret_cast<std::uint64_t>(t.data_ptr()); };
-  launch(device, program, {address(table), address(index), address(gathered)}, name);
+  run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_gather(s, t, name); },
+             {device_address(table), device_address(index), device_address(gathered)}, name);
   if (d != 0) result.copy_(gathered.movedim(0, d));
   return deliver(result, out, OutDtype::exact);
 }

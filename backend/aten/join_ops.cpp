@@ -41,10 +41,8 @@ at::Tensor triangle(const char* name, bool lower, const at::Tensor& self, std::i
   const std::string key = std::string(name) + "|" + std::to_string(s.matrices) + "x" + std::to_string(s.rows) + "x" +
                           std::to_string(s.cols) + "x" + std::to_string(s.element_bytes) + "B|" +
                           std::to_string(diagonal);
-  const spyre_program_t program =
-      cached_program(device, key, [&] { return compiler::compile_triangle(s, target(device), name); }, name);
-  launch(device, program,
-         {reinterpret_cast<std::uint64_t>(x.data_ptr()), reinterpret_cast<std::uint64_t>(result.data_ptr())}, name);
+  run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_triangle(s, t, name); },
+             {device_address(x), device_address(result)}, name);
   return deliver(result, out, OutDtype::exact);
 }
 

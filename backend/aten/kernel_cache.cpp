@@ -112,6 +112,19 @@ spyre_program_t cached_program_if_fits(c10::DeviceIndex device, const std::strin
   return lookup_or_compile(device, key, compile, name, true);
 }
 
+void run_cached(c10::DeviceIndex device, const std::string& key, const Compile& compile,
+                const std::vector<std::uint64_t>& args, const std::string& name) {
+  launch(device, cached_program(device, key, [&] { return compile(target(device)); }, name), args, name);
+}
+
+bool run_cached_if_fits(c10::DeviceIndex device, const std::string& key, const Compile& compile,
+                        const std::vector<std::uint64_t>& args, const std::string& name) {
+  const spyre_program_t program = cached_program_if_fits(device, key, [&] { return compile(target(device)); }, name);
+  if (program == nullptr) return false;
+  launch(device, program, args, name);
+  return true;
+}
+
 KernelCacheStats kernel_cache_stats() {
   const std::lock_guard lock(g_mutex);
   return g_stats;

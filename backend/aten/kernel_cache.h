@@ -34,6 +34,18 @@ spyre_program_t cached_program_if_fits(c10::DeviceIndex device, const std::strin
                                        const std::function<std::vector<std::uint8_t>()>& compile,
                                        const std::string& name);
 
+// What every device op does: the program for `key` (compiled by `compile` for the
+// device's target on the first call), launched on the current stream with `args`.
+using Compile = std::function<std::vector<std::uint8_t>(const compiler::Target&)>;
+void run_cached(c10::DeviceIndex device, const std::string& key, const Compile& compile,
+                const std::vector<std::uint64_t>& args, const std::string& name);
+// As run_cached, but false (nothing launched) when no tiling fits the device.
+bool run_cached_if_fits(c10::DeviceIndex device, const std::string& key, const Compile& compile,
+                        const std::vector<std::uint64_t>& args, const std::string& name);
+
+// A tensor's data as a launch argument.
+inline std::uint64_t device_address(const at::Tensor& t) { return reinterpret_cast<std::uint64_t>(t.data_ptr()); }
+
 KernelCacheStats kernel_cache_stats();
 void reset_kernel_cache_stats();
 

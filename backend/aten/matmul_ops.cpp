@@ -111,13 +111,9 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
                           std::to_string(s.a_batch_stride) + "," + std::to_string(s.b_batch_stride) +
                           (s.bias ? "|+" + std::string(isa::to_string(*s.bias)) : "") +
                           (s.activation ? "|" + std::string(isa::to_string(*s.activation)) : "");
-  const spyre_program_t program =
-      cached_program(device, key, [&] { return compiler::compile_matmul(s, target(device), name); }, name);
-  std::vector<std::uint64_t> args{reinterpret_cast<std::uint64_t>(a.data_ptr()),
-                                  reinterpret_cast<std::uint64_t>(b.data_ptr()),
-                                  reinterpret_cast<std::uint64_t>(out.data_ptr())};
-  if (bias.defined()) args.push_back(reinterpret_cast<std::uint64_t>(bias.data_ptr()));
-  launch(device, program, args, name);
+  std::vector<std::uint64_t> args{device_address(a), device_address(b), device_address(out)};
+  if (bias.defined()) args.push_back(device_address(bias));
+  run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); }, args, name);
   return out;
 }
 

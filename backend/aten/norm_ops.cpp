@@ -93,16 +93,15 @@ Result native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_sha
   const std::string key = std::string(kName) + "|" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "|" +
                           std::string(isa::to_string(s.in)) + "," + opt(s.weight) + "," + opt(s.bias) + ">" +
                           std::string(isa::to_string(s.stats)) + "|" + eps_text;
-  const spyre_program_t program = cached_program_if_fits(
-      device, key, [&] { return compiler::compile_layer_norm(s, target(device), kName); }, kName);
-  if (program == nullptr) return on_cpu();  // a row longer than the scratchpad holds
-  const auto address = [](const at::Tensor& t) { return reinterpret_cast<std::uint64_t>(t.data_ptr()); };
-  std::vector<std::uint64_t> args{address(x)};
+  std::vector<std::uint64_t> args{device_address(x)};
   at::Tensor w, b;  // kept alive until the launch is queued
-  if (weight.defined()) args.push_back(address(w = weight.contiguous()));
-  if (bias.defined()) args.push_back(address(b = bias.contiguous()));
-  args.insert(args.end(), {address(out), address(mean), address(rstd)});
-  launch(device, program, args, kName);
+  if (weight.defined()) args.push_back(device_address(w = weight.contiguous()));
+  if (bias.defined()) args.push_back(device_address(b = bias.contiguous()));
+  args.insert(args.end(), {device_address(out), device_address(mean), device_address(rstd)});
+  if (!run_cached_if_fits(device, key, [&](const compiler::Target& t) { return compiler::compile_layer_norm(s, t, kName); },
+                          args, kName)) {
+    return on_cpu();  // a row longer than the scratchpad holds
+  }
   return {out, mean, rstd};
 }
 

@@ -90,8 +90,6 @@ void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::ve
   const c10::Device device = iter.device(0);
   const c10::DeviceGuard guard(device);
   const std::string key = std::string(name) + "|" + k.key();
-  const spyre_program_t program = cached_program(
-      device.index(), key, [&] { return compiler::compile_pointwise(k, target(device.index()), name); }, name);
   std::vector<std::uint64_t> addresses;
   const auto address = [&](int arg, const compiler::Operand& o) {
     const std::int64_t low = compiler::lowest_offset(k.shape, o.strides);
@@ -100,7 +98,8 @@ void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::ve
   };
   for (std::size_t i = 0; i < args.size(); ++i) addresses.push_back(address(args[i], k.inputs[i]));
   addresses.push_back(address(0, k.output));
-  launch(device.index(), program, addresses, name);
+  run_cached(device.index(), key, [&](const compiler::Target& t) { return compiler::compile_pointwise(k, t, name); },
+             addresses, name);
 }
 
 bool device_copy(const at::Tensor& dst, const at::Tensor& src) {

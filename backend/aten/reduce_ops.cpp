@@ -124,13 +124,11 @@ at::Tensor reduce(const char* name, isa::ReduceOp op, bool mean, at::Tensor out,
                           std::to_string(s.outer_stride) + "," + std::to_string(s.reduced_stride) + "|" +
                           std::string(isa::to_string(s.in)) + ">" + std::string(isa::to_string(s.out)) +
                           (mean ? "|mean" : "");
-  const spyre_program_t program =
-      cached_program(device, key, [&] { return compiler::compile_reduce(s, target(device), name); }, name);
   const std::int64_t low = compiler::lowest_offset({s.outer, s.reduced}, {s.outer_stride, s.reduced_stride});
-  launch(device, program,
-         {reinterpret_cast<std::uint64_t>(static_cast<char*>(v.data_ptr()) + low * v.element_size()),
-          reinterpret_cast<std::uint64_t>(result.data_ptr())},
-         name);
+  run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_reduce(s, t, name); },
+             {reinterpret_cast<std::uint64_t>(static_cast<char*>(v.data_ptr()) + low * v.element_size()),
+              device_address(result)},
+             name);
   return deliver(result, out, rule);
 }
 
@@ -213,10 +211,8 @@ at::Tensor softmax(const char* name, SoftmaxKind kind, at::Tensor out, const at:
   const c10::DeviceIndex device = self.device().index();
   const std::string key = std::string(name) + "|" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "|" +
                           std::string(isa::to_string(s.in)) + ">" + std::string(isa::to_string(s.out));
-  const spyre_program_t program =
-      cached_program(device, key, [&] { return compiler::compile_softmax(s, target(device), name); }, name);
-  launch(device, program,
-         {reinterpret_cast<std::uint64_t>(x.data_ptr()), reinterpret_cast<std::uint64_t>(y.data_ptr())}, name);
+  run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_softmax(s, t, name); },
+             {device_address(x), device_address(y)}, name);
   if (self.dim() > 0 && d != self.dim() - 1) {
     result.copy_(y.movedim(-1, d));
   } else if (self.dim() > 0) {

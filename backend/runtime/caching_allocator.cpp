@@ -346,21 +346,37 @@ REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, caching_allocator());
 
 MemoryStats memory_stats(c10::DeviceIndex device) { return CachingAllocator::allocator().stats(device); }
 
+namespace {
+
+// Every statistic the map and the summary show, listed once: its key in
+// torch.cuda.memory_stats() form and its row label.
+struct StatField {
+  const char* key;
+  const char* label;
+  Stat MemoryStats::*member;
+};
+constexpr StatField kStatFields[] = {
+    {"allocated_bytes", "allocated bytes", &MemoryStats::allocated_bytes},
+    {"requested_bytes", "requested bytes", &MemoryStats::requested_bytes},
+    {"active_bytes", "active bytes", &MemoryStats::active_bytes},
+    {"reserved_bytes", "reserved bytes", &MemoryStats::reserved_bytes},
+    {"allocation", "allocations", &MemoryStats::allocations},
+    {"segment", "segments", &MemoryStats::segments},
+};
+
+}  // namespace
+
 std::map<std::string, std::int64_t> memory_stats_map(c10::DeviceIndex device) {
   const MemoryStats s = memory_stats(device);
   std::map<std::string, std::int64_t> out;
-  const auto put = [&](const std::string& name, const Stat& st) {
+  for (const StatField& f : kStatFields) {
+    const Stat& st = s.*f.member;
+    const std::string name = f.key;
     out[name + ".all.current"] = st.current;
     out[name + ".all.peak"] = st.peak;
     out[name + ".all.allocated"] = st.allocated;
     out[name + ".all.freed"] = st.freed;
-  };
-  put("allocated_bytes", s.allocated_bytes);
-  put("requested_bytes", s.requested_bytes);
-  put("reserved_bytes", s.reserved_bytes);
-  put("active_bytes", s.active_bytes);
-  put("allocation", s.allocations);
-  put("segment", s.segments);
+  }
   out["num_alloc_retries"] = s.num_alloc_retries;
   out["num_ooms"] = s.num_ooms;
   return out;
@@ -374,15 +390,10 @@ std::string memory_summary(c10::DeviceIndex device) {
   out << fmt::format("spyre:{} memory summary\n", device);
   out << fmt::format("{:<20} {:>16} {:>16} {:>16} {:>16}\n", "metric", "current", "peak", "total allocated",
                      "total freed");
-  const auto row = [&](const char* name, const Stat& st) {
-    out << fmt::format("{:<20} {:>16} {:>16} {:>16} {:>16}\n", name, st.current, st.peak, st.allocated, st.freed);
-  };
-  row("allocated bytes", s.allocated_bytes);
-  row("requested bytes", s.requested_bytes);
-  row("active bytes", s.active_bytes);
-  row("reserved bytes", s.reserved_bytes);
-  row("allocations", s.allocations);
-  row("segments", s.segments);
+  for (const StatField& f : kStatFields) {
+    const Stat& st = s.*f.member;
+    out << fmt::format("{:<20} {:>16} {:>16} {:>16} {:>16}\n", f.label, st.current, st.peak, st.allocated, st.freed);
+  }
   out << fmt::format("alloc retries {}, out-of-memory errors {}\n", s.num_alloc_retries, s.num_ooms);
   return out.str();
 }
