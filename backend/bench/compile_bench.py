@@ -11,35 +11,9 @@ import argparse
 import sys
 
 import torch
-import torch.nn.functional as F
 
 import spyre_sim
-
-
-class MLP(torch.nn.Module):
-    """A GPT-style feed-forward block: Linear, GELU (tanh), Linear."""
-
-    def __init__(self, d, hidden):
-        super().__init__()
-        self.up, self.down = torch.nn.Linear(d, hidden), torch.nn.Linear(hidden, d)
-
-    def forward(self, x):
-        return self.down(F.gelu(self.up(x), approximate="tanh"))
-
-
-class SwiGLU(torch.nn.Module):
-    """A Llama-style block: RMSNorm, then a gated feed-forward, with the residual."""
-
-    def __init__(self, d, hidden):
-        super().__init__()
-        self.norm = torch.nn.Parameter(torch.ones(d))
-        self.w1 = torch.nn.Linear(d, hidden, bias=False)
-        self.w3 = torch.nn.Linear(d, hidden, bias=False)
-        self.w2 = torch.nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x):
-        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm
-        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+from spyre_sim.models import GptMlp, SwiGLU
 
 
 def measure(model, x):
@@ -55,7 +29,7 @@ def main():
     tokens, d, hidden, heads = (64, 256, 512, 4) if args.quick else (512, 2048, 5632, 16)
     torch.manual_seed(0)
     blocks = {
-        f"MLP {tokens}x{d}->{hidden}": MLP(d, hidden),
+        f"MLP {tokens}x{d}->{hidden}": GptMlp(d, hidden),
         f"RMSNorm+SwiGLU {tokens}x{d}->{hidden}": SwiGLU(d, hidden),
         f"TransformerEncoderLayer {tokens}x{d}, {heads} heads": torch.nn.TransformerEncoderLayer(
             d, heads, hidden, batch_first=True, activation="gelu"),

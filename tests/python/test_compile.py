@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import spyre_sim
+from spyre_sim.models import SwiGLU
 from test_pointwise import FLOATS, rand
 
 aten = torch.ops.aten
@@ -83,26 +84,14 @@ def test_a_comparison_with_a_scalar_rounds_it_to_the_tensor_dtype_as_eager_does(
     assert torch.equal(got.cpu(), f(x))
 
 
-class SwiGLUBlock(torch.nn.Module):
-    """RMSNorm then a gated MLP, as in Llama."""
-
-    def __init__(self, d, hidden):
-        super().__init__()
-        self.norm = torch.nn.Parameter(torch.rand(d) + 0.5)
-        self.w1 = torch.nn.Linear(d, hidden, bias=False)
-        self.w3 = torch.nn.Linear(d, hidden, bias=False)
-        self.w2 = torch.nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x):
-        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm
-        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_an_rmsnorm_swiglu_block_matches_eager_with_fewer_kernels(dtype):
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = SwiGLUBlock(64, 160).to(dtype)
+    model = SwiGLU(64, 160)
+    with torch.no_grad():
+        model.norm.copy_(torch.rand(64) + 0.5)  # a trained-looking norm weight, not ones
+    model = model.to(dtype)
     x = rand((2, 9, 64), dtype, 4)
     want = model.float()(x.float()).to(dtype)
     model = model.to(dtype).to("spyre")
