@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include <c10/core/DeviceGuard.h>
+#include <nlohmann/json.hpp>
 
 #include "runtime/driver.h"
 #include "runtime/launch.h"
@@ -49,6 +50,33 @@ const DeviceInfo& info(c10::DeviceIndex device) {
     d.target.simd_depth[static_cast<std::size_t>(isa::DType::fp16)] = p.simd_depth[SPYRE_MAC_FP16];
     d.target.simd_depth[static_cast<std::size_t>(isa::DType::bf16)] = p.simd_depth[SPYRE_MAC_BF16];
     d.target.simd_depth[static_cast<std::size_t>(isa::DType::int8)] = p.simd_depth[SPYRE_MAC_INT8];
+    d.target.dataflow = static_cast<cost::Dataflow>(p.dataflow);
+    d.target.corelets = std::max<std::uint32_t>(1, p.corelets_per_core);
+    d.target.clock_hz = p.clock_ghz * 1e9;
+    d.target.vector_latency_cycles = p.vector_pipeline_latency_cycles;
+    d.target.dram_latency_s = p.dram_latency_ns * 1e-9;
+    d.target.dma_setup_s = p.clock_ghz > 0 ? p.dma_setup_cycles / (p.clock_ghz * 1e9) : 0;
+    d.target.dma_engine_bytes_per_s = p.dma_bytes_per_cycle * p.clock_ghz * 1e9;
+    d.target.dma_engines = std::max<std::uint32_t>(1, p.dma_engines_per_core);
+    d.target.ring_hop_s = p.clock_ghz > 0 ? p.ring_hop_latency_cycles / (p.clock_ghz * 1e9) : 0;
+    d.target.ring_link_bytes_per_s = p.ring_link_bytes_per_s;
+    d.target.memory_stops = std::max<std::uint32_t>(1, p.ring_memory_stops);
+    d.target.scratchpad_latency_s = p.clock_ghz > 0 ? p.scratchpad_latency_cycles / (p.clock_ghz * 1e9) : 0;
+    d.target.vector_elements_per_s =
+        static_cast<double>(p.vector_lanes) * p.vector_units_per_corelet * p.corelets_per_core * p.clock_ghz * 1e9;
+    // The per-operation vector costs: from the resolved config in the device report.
+    std::size_t bytes = 0;
+    SPYRE_CHECK(spyreDeviceGetReport(driver_device(device), nullptr, &bytes));
+    std::string text(bytes, '\0');
+    SPYRE_CHECK(spyreDeviceGetReport(driver_device(device), text.data(), &bytes));
+    text.resize(bytes - 1);
+    const auto report = nlohmann::json::parse(text, nullptr, false);
+    if (!report.is_discarded()) {
+      const auto costs = report.value("/config/resolved/cores/vector/op_cycles"_json_pointer, nlohmann::json::object());
+      for (const auto& [name, cycles] : costs.items()) {
+        if (cycles.is_number()) d.target.vector_op_cycles[name] = cycles.get<double>();
+      }
+    }
     d.hash = p.config_hash;
     it = infos.emplace(device, std::move(d)).first;
   }

@@ -5,8 +5,12 @@
 //
 //   tools/dev run spyre-kernel-bench            # full sizes (about a minute)
 //   tools/dev run spyre-kernel-bench --quick    # small sizes (the ctest smoke run)
+//   tools/dev run spyre-kernel-bench --predictions [--fp32]   # only the predicted-against-
+//                                                # simulated table (with SPYRE_SIM_SET for what-ifs)
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -25,6 +29,7 @@
 #include <fmt/format.h>
 
 #include "aten/kernel_cache.h"
+#include "compiler/cost.h"
 #include "compiler/matmul.h"
 #include "compiler/pointwise.h"
 #include "compiler/reduce.h"
@@ -147,6 +152,65 @@ void bandwidth_kernels(bool quick) {
   }
 }
 
+// The compiler's predicted time against the simulated one, for a fixed list of
+// kernels: the check that plans follow the config (run on the default chip and on
+// what-if configs; backend/README.md has the table and the command).
+void predictions(bool quick, at::ScalarType dtype) {
+  namespace compiler = spyre::compiler;
+  const auto& target = spyre::backend::target(0);
+  const auto isa_dtype = dtype == at::kFloat ? spyre::isa::DType::fp32 : spyre::isa::DType::fp16;
+  const auto p = properties();
+  fmt::print("\npredicted against simulated time on {} ({}), {}\n", p.config_name, p.config_hash,
+             dtype == at::kFloat ? "fp32" : "fp16");
+  fmt::print("  {:<26} {:>12} {:>12} {:>8}\n", "kernel", "predicted us", "simulated us", "error");
+  const auto opts = at::TensorOptions().dtype(dtype).device(kDevice);
+  double worst = 0;
+  const auto row = [&](const std::string& what, double predicted, const spyre_launch_record_t& r) {
+    const double simulated = seconds(r);
+    const double error = (predicted - simulated) / simulated * 100;
+    worst = std::max(worst, std::abs(error));
+    fmt::print("  {:<26} {:>12.1f} {:>12.1f} {:>+7.1f}%\n", what, predicted * 1e6, simulated * 1e6, error);
+  };
+  std::vector<std::array<std::int64_t, 3>> gemms = {{64, 64, 64},     {512, 512, 512},   {1024, 1024, 1024},
+                                                    {2048, 2048, 2048}, {4096, 4096, 4096}, {1, 4096, 4096},
+                                                    {300, 200, 1000},  {4097, 33, 515}};
+  if (quick) gemms = {{64, 64, 64}, {300, 200, 1000}, {1, 512, 512}};
+  for (const auto& [m, n, k] : gemms) {
+    const at::Tensor a = at::randn({m, k}).to(opts), b = at::randn({k, n}).to(opts);
+    at::mm(a, b);
+    at::mm(a, b);
+    const auto plan = compiler::plan_matmul({.m = static_cast<std::uint64_t>(m), .n = static_cast<std::uint64_t>(n),
+                                             .k = static_cast<std::uint64_t>(k), .dtype = isa_dtype},
+                                            target);
+    const compiler::MatmulShape shape{.m = static_cast<std::uint64_t>(m), .n = static_cast<std::uint64_t>(n),
+                                      .k = static_cast<std::uint64_t>(k), .dtype = isa_dtype};
+    row(fmt::format("gemm {}x{}x{}", m, n, k), compiler::predict_matmul_s(shape, plan, target), last_launch("aten::mm"));
+  }
+  const std::int64_t elements = quick ? (1 << 20) : (64ll << 20);
+  {
+    const at::Tensor a = at::empty({elements}, opts).fill_(1.5), b = at::empty({elements}, opts).fill_(2.5);
+    at::add(a, b);
+    at::add(a, b);
+    compiler::PointwiseKernel add;
+    add.shape = {static_cast<std::uint64_t>(elements)};
+    add.inputs = {{isa_dtype, {1}}, {isa_dtype, {1}}};
+    add.output = {isa_dtype, {1}};
+    add.steps = {compiler::Step::binary(spyre::isa::BinaryOp::add, isa_dtype, compiler::Value::input(0),
+                                        compiler::Value::input(1))};
+    row(fmt::format("add {} Mi", elements >> 20), compiler::predict_pointwise_s(add, target), last_launch("aten::add"));
+  }
+  {
+    const std::int64_t rows = quick ? 256 : 8192, cols = quick ? 1024 : 4096;
+    const at::Tensor x = at::randn({rows, cols}).to(opts);
+    at::_softmax(x, 1, false);
+    at::_softmax(x, 1, false);
+    const compiler::SoftmaxShape sm{.rows = static_cast<std::uint64_t>(rows), .cols = static_cast<std::uint64_t>(cols),
+                                    .row_stride = cols, .in = isa_dtype, .out = isa_dtype};
+    row(fmt::format("softmax {}x{}", rows, cols), compiler::predict_softmax_s(sm, target), last_launch("aten::_softmax"));
+  }
+  fmt::print("  largest error {:.1f}%\n", worst);
+}
+
 void compile_times() {
   using clock = std::chrono::steady_clock;
   const auto& target = spyre::backend::target(0);
@@ -206,17 +270,27 @@ BENCHMARK(BM_cached_eager_broadcast_mul)->Unit(benchmark::kMicrosecond)->Iterati
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, only_predictions = false;
+  at::ScalarType dtype = at::kHalf;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--predictions") == 0) {
+      only_predictions = true;
+    } else if (std::strcmp(argv[i], "--fp32") == 0) {
+      dtype = at::kFloat;
     } else {
       args.push_back(argv[i]);
     }
   }
+  if (only_predictions) {
+    predictions(quick, dtype);
+    return 0;
+  }
   gemms(quick);
   bandwidth_kernels(quick);
+  predictions(quick, dtype);
   compile_times();
   fmt::print("\nhost time per cached eager op (no synchronisation)\n");
   int n = static_cast<int>(args.size());

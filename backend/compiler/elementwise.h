@@ -5,9 +5,11 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "spyre/cost/systolic.h"
 #include "spyre/isa/isa.h"
 
 namespace spyre::compiler {
@@ -24,11 +26,34 @@ struct Target {
   // one MAC per PE per cycle). simd_depth is indexed by isa::DType (fp32, fp16, bf16).
   std::uint32_t array_rows = 0, array_cols = 0;
   std::array<std::uint32_t, isa::kNumDTypes> simd_depth{};
+  // The vector units, for streaming kernels' cost: elements one core's vector units
+  // take per second at one cycle per vector (lanes x units x corelets x clock; 0:
+  // unknown), and the config's cycles per vector of each operation (by its cost name,
+  // isa::vector_cost_name; missing: 1).
+  double vector_elements_per_s = 0;
+  std::map<std::string, double> vector_op_cycles = {};
+  // The rest of the device properties the cost model uses (0: unknown). The memory
+  // system's numbers come from the device, so a what-if config that changes how DRAM,
+  // DMA or the ring behave changes the predictions with it.
+  cost::Dataflow dataflow = cost::Dataflow::output_stationary;
+  std::uint32_t corelets = 1;
+  double clock_hz = 0;
+  std::uint32_t vector_latency_cycles = 0;
+  double dram_latency_s = 0;
+  double dma_setup_s = 0, dma_engine_bytes_per_s = 0;
+  std::uint32_t dma_engines = 1;
+  double ring_hop_s = 0, ring_link_bytes_per_s = 0;
+  std::uint32_t memory_stops = 1;
+  double scratchpad_latency_s = 0;
 
   // MACs per PE per cycle for matmul operands of `t` (1 when unknown).
   std::uint32_t depth(isa::DType t) const {
     const std::uint32_t d = simd_depth[static_cast<std::size_t>(t)];
     return d == 0 ? 1 : d;
+  }
+  double op_cycles(std::string_view cost_name) const {
+    const auto it = vector_op_cycles.find(std::string(cost_name));
+    return it == vector_op_cycles.end() ? 1.0 : it->second;
   }
   // One core's multiply-accumulates per second for operands of `t` (0: unknown).
   double macs_per_s(isa::DType t) const {

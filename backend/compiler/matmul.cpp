@@ -122,7 +122,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
           }
           if (best_time < 0 || time < best_time * 0.999) {
             best_time = time;
-            best = MatmulPlan{tm, tn, tk, rt, gr, gc, groups, sb, read};
+            best = MatmulPlan{tm, tn, tk, rt, gr, gc, groups, sb, read, macs_per_s > 0 && target.dram_bytes_per_s > 0 ? time : 0};
           }
         }
       }

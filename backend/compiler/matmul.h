@@ -50,6 +50,7 @@ struct MatmulPlan {
   std::uint32_t groups = 1;
   std::uint64_t super_blocks = 0;
   std::uint64_t dram_read_bytes = 0;  // A and B panels read from DRAM (the model's estimate)
+  double predicted_s = 0;  // the cost model's time for the plan (0: the target's rates are unknown)
 };
 
 MatmulPlan plan_matmul(const MatmulShape& shape, const Target& target);

@@ -59,8 +59,11 @@ extern "C" {
 #define SPYRE_MAKE_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor)))
 /* 0.3: spyre_device_properties_t.dram_deliverable_bytes_per_s.
  * 0.4: spyreDriverConfigure.
- * 0.5: spyre_driver_config_t.config_yaml and .mode (spyre_device_mode_t). */
-#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 5)
+ * 0.5: spyre_driver_config_t.config_yaml and .mode (spyre_device_mode_t).
+ * 0.6: spyre_device_properties_t: the compute array's dataflow, the vector pipeline,
+ *      and the memory system (DRAM channels, latency, interleave; DMA engines; ring;
+ *      scratchpad), what a kernel compiler's cost model needs. */
+#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 6)
 
 /* ---------------------------------------------------------------------------------
  * Result codes. Ranges: 0 success; 1..0x0fff "not yet"; 0x1000.. caller errors;
@@ -204,6 +207,20 @@ typedef struct spyre_device_properties_t {
   double dram_peak_bytes_per_s;
   double peak_macs_per_s[SPYRE_MAC_TYPE_COUNT];
   double dram_deliverable_bytes_per_s;      /* peak x the config's efficiency (what streams achieve) */
+  /* Since 0.6 (a 0.5-sized struct gets the fields above only): */
+  uint32_t dataflow;                        /* the compute array's: 0 output, 1 weight, 2 input stationary */
+  uint32_t vector_pipeline_latency_cycles;  /* before a vector operation's first result */
+  double dram_channel_bytes_per_s;          /* one channel's peak */
+  double dram_efficiency;                   /* the fraction of peak streams achieve */
+  double dram_latency_ns;
+  uint64_t dram_interleave_bytes;           /* consecutive granules go to consecutive channels */
+  uint32_t dma_setup_cycles;                /* per DMA instruction, before its bytes */
+  uint32_t dma_bytes_per_cycle;             /* one DMA engine's rate */
+  uint32_t ring_memory_stops;               /* ring stops with DRAM channels behind them */
+  uint32_t ring_hop_latency_cycles;
+  double ring_link_bytes_per_s;             /* one ring link, one direction */
+  uint32_t scratchpad_ports;
+  uint32_t scratchpad_latency_cycles;
 } spyre_device_properties_t;
 
 /* Number of devices (SPYRE_SIM_DEVICES).

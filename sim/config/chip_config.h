@@ -32,7 +32,8 @@ inline constexpr Range kOpCycles{1e-3, 1e6};
 // Scratchpads of all cores together (committed host memory), checked in validate().
 inline constexpr std::uint64_t kMaxTotalScratchpadBytes = 16ull << 30;
 
-enum class Dataflow { output_stationary, weight_stationary, input_stationary };
+// The numbers are spyre::cost::Dataflow's and the ABI's (spyre_device_properties_t).
+enum class Dataflow { output_stationary = 0, weight_stationary = 1, input_stationary = 2 };
 
 // Values a string field may take, with their spelling in YAML.
 template <class E>

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "spyre/cost/systolic.h"
+
 namespace spyre::timing {
 
 std::uint64_t array_matmul_cycles(config::Dataflow dataflow, std::uint64_t rows, std::uint64_t cols,
@@ -11,21 +13,7 @@ std::uint64_t array_matmul_cycles(config::Dataflow dataflow, std::uint64_t rows,
   if (rows == 0 || cols == 0 || m == 0 || n == 0 || k == 0 || simd_depth == 0) {
     throw std::invalid_argument("array_matmul_cycles: every dimension and the SIMD depth must be positive");
   }
-  const std::uint64_t k_eff = ceil_div(k, simd_depth);
-  std::uint64_t sr = 0, sc = 0, t = 0, fill = 0;
-  switch (dataflow) {
-    case config::Dataflow::output_stationary:
-      sr = m, sc = n, t = k_eff, fill = rows + cols - 2;
-      break;
-    case config::Dataflow::weight_stationary:
-      sr = k_eff, sc = n, t = m, fill = 2 * rows + cols - 2;
-      break;
-    case config::Dataflow::input_stationary:
-      sr = k_eff, sc = m, t = n, fill = 2 * rows + cols - 2;
-      break;
-  }
-  const std::uint64_t folds = ceil_div(sr, rows) * ceil_div(sc, cols);
-  return folds * (t + fill) - 1;
+  return cost::array_matmul_cycles(static_cast<cost::Dataflow>(dataflow), rows, cols, m, n, k, simd_depth);
 }
 
 std::uint64_t core_matmul_cycles(const config::ChipConfig& chip, config::MacType type, std::uint64_t m,
@@ -33,8 +21,8 @@ std::uint64_t core_matmul_cycles(const config::ChipConfig& chip, config::MacType
   const auto& array = chip.cores.compute_array;
   const std::uint64_t depth = config::simd_depth(array.simd_depth, type);
   if (depth == 0) throw std::invalid_argument("the compute array does not support this operand type");
-  const std::uint64_t per_corelet = ceil_div(n, chip.cores.corelets);  // the widest share
-  return array_matmul_cycles(array.dataflow, array.rows, array.cols, m, per_corelet, k, depth);
+  // (cost::core_matmul_cycles, with the argument checks of array_matmul_cycles.)
+  return array_matmul_cycles(array.dataflow, array.rows, array.cols, m, cost::div_up(n, chip.cores.corelets), k, depth);
 }
 
 std::uint64_t vector_cycles(const config::ChipConfig& chip, double op_cycles, std::uint64_t elements) {

@@ -1,0 +1,93 @@
+#include "compiler/cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "spyre/checked.h"
+#include "spyre/cost/systolic.h"
+
+namespace spyre::compiler {
+namespace {
+
+// Seconds for `bytes` of DRAM traffic against `vector_cycles` of one core's vector
+// work (cycles of one vector of lanes x units x corelets elements), overlapped.
+double streaming_s(double bytes, double vector_elements_per_core, const Target& t, double tile_bytes) {
+  if (t.dram_bytes_per_s <= 0 || t.vector_elements_per_s <= 0) return 0;
+  const double dram = bytes / t.dram_bytes_per_s;
+  const double vector = vector_elements_per_core / t.vector_elements_per_s;
+  // The first tile's load and the last tile's store do not overlap with anything.
+  const double edges = 2 * tile_bytes / std::max(1.0, t.dram_bytes_per_s / std::max<double>(1, t.cores));
+  return std::max(dram, vector) + edges;
+}
+
+}  // namespace
+
+double predict_pointwise_s(const PointwiseKernel& k, const Target& t) {
+  double elements = 1;
+  for (const auto d : k.shape) elements *= static_cast<double>(d);
+  double bytes = elements * isa::dtype_size(k.output.dtype);
+  for (const auto& in : k.inputs) bytes += elements * isa::dtype_size(in.dtype);
+  // Each step is one vector pass (at its op's cost); conversions to and from the step
+  // dtype one more each.
+  double passes = 0;
+  for (const auto& s : k.steps) {
+    switch (s.kind) {
+      case Step::Kind::unary: passes += t.op_cycles(isa::vector_cost_name(static_cast<isa::UnaryOp>(s.op))); break;
+      case Step::Kind::binary: passes += t.op_cycles(isa::to_string(static_cast<isa::BinaryOp>(s.op))); break;
+      case Step::Kind::compare: passes += t.op_cycles("compare"); break;
+      case Step::Kind::select: passes += t.op_cycles("select"); break;
+      case Step::Kind::convert: passes += t.op_cycles("convert"); break;
+    }
+  }
+  for (const auto& in : k.inputs) passes += in.dtype != k.output.dtype ? t.op_cycles("convert") : 0;
+  const double per_core = elements / std::max<double>(1, t.cores);
+  const double tile = std::min(per_core, 64.0 * 1024) * (bytes / elements);
+  return streaming_s(bytes, per_core * passes, t, tile);
+}
+
+double predict_softmax_s(const SoftmaxShape& s, const Target& t) {
+  const double elements = static_cast<double>(s.rows) * static_cast<double>(s.cols);
+  const double bytes = elements * (isa::dtype_size(s.in) + isa::dtype_size(s.out));
+  // max, x - max, exp, sum, divide (log_softmax: log and subtract instead), the
+  // conversions in and out.
+  double passes = t.op_cycles("reduce") + t.op_cycles("sub") + t.op_cycles("exp") + t.op_cycles("reduce") +
+                  (s.log ? t.op_cycles("sub") : t.op_cycles("div"));
+  if (s.in != isa::DType::fp32) passes += t.op_cycles("convert");
+  if (s.out != isa::DType::fp32) passes += t.op_cycles("convert");
+  const double per_core = elements / std::max<double>(1, t.cores);
+  const double tile = std::min(per_core, 64.0 * 1024) * (bytes / elements);
+  return streaming_s(bytes, per_core * passes, t, tile);
+}
+
+double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target& t) {
+  if (t.clock_hz <= 0 || t.dram_bytes_per_s <= 0 || p.tm == 0 || t.array_rows == 0 || t.array_cols == 0) return 0;
+  const double size = isa::dtype_size(s.dtype);
+  const std::uint64_t depth = t.depth(s.dtype);
+  const std::uint64_t tm = std::min(p.tm, s.m), tn = std::min(p.tn, s.n);
+  const std::uint64_t steps = ceil_div(s.k, p.tk), last_k = s.k - (steps - 1) * p.tk;
+  const auto cycles = [&](std::uint64_t k) {
+    return static_cast<double>(cost::core_matmul_cycles(t.dataflow, t.array_rows, t.array_cols, t.corelets, depth, tm, tn, k));
+  };
+  // One super-block on one core: rt tiles, every K step.
+  const double compute = p.rows_per_core * ((steps - 1) * cycles(p.tk) + cycles(last_k)) / t.clock_hz;
+  // The super-blocks running at once read their panels and write their tiles.
+  const double rows = static_cast<double>(std::min<std::uint64_t>(std::uint64_t{p.grid_rows} * p.rows_per_core * tm, s.m));
+  const double cols = static_cast<double>(std::min<std::uint64_t>(std::uint64_t{p.grid_cols} * tn, s.n));
+  const double block_bytes = (rows * s.k + cols * s.k + rows * cols) * size;
+  const std::uint64_t waves = ceil_div(p.super_blocks, p.groups);
+  const double active = static_cast<double>(std::min<std::uint64_t>(p.groups, p.super_blocks));
+  const double dram = active * block_bytes / t.dram_bytes_per_s;
+  const double body = static_cast<double>(waves * s.batch / std::max<std::uint64_t>(1, s.batch)) * std::max(compute, dram);
+  // The first K step's panels: a DMA's setup, its bytes at an engine's rate, DRAM and
+  // scratchpad latency and a few ring hops; the last tile: its conversion to the
+  // output dtype (one vector pass) and its store.
+  const double engine = t.dma_engine_bytes_per_s > 0 ? t.dma_engine_bytes_per_s : t.dram_bytes_per_s;
+  const double latency = t.dma_setup_s + t.dram_latency_s + t.scratchpad_latency_s + t.memory_stops * t.ring_hop_s;
+  const double first = latency + (static_cast<double>(tm + tn) * p.tk * size) / engine;
+  const double width = t.vector_elements_per_s > 0 ? t.vector_elements_per_s : t.clock_hz;
+  const double last = static_cast<double>(tm * tn) * t.op_cycles("convert") / width +
+                      t.vector_latency_cycles / t.clock_hz + latency + static_cast<double>(tm * tn) * size / engine;
+  return body + first + last;
+}
+
+}  // namespace spyre::compiler

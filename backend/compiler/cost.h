@@ -1,0 +1,25 @@
+// The compiler's prediction of a kernel's device time, from the target alone (no
+// simulation): what the planners optimise and what the kernel benchmark checks against
+// the simulated time on the default and what-if configs (backend/README.md).
+#pragma once
+
+#include "compiler/matmul.h"
+#include "compiler/pointwise.h"
+#include "compiler/reduce.h"
+
+namespace spyre::compiler {
+
+// A streaming kernel: every byte crosses DRAM once at the target's deliverable rate,
+// while each core's vector units work through its share; double buffering overlaps
+// the two, so the longer counts, plus the first load and the last store that cannot
+// overlap. Seconds; 0 when the target's rates are unknown.
+double predict_pointwise_s(const PointwiseKernel& kernel, const Target& target);
+double predict_softmax_s(const SoftmaxShape& shape, const Target& target);
+
+// A GEMM under `plan` (plan_matmul's): waves of super-blocks, each as long as the
+// slower of its cores' compute (the systolic array's cycles, spyre/cost/systolic.h,
+// for every K step of its tiles) and the DRAM traffic of the super-blocks running at
+// once; plus the first panels' arrival and the last tile's conversion and store.
+double predict_matmul_s(const MatmulShape& shape, const MatmulPlan& plan, const Target& target);
+
+}  // namespace spyre::compiler
