@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "spyre/checked.h"
 #include "spyre/cost/systolic.h"
@@ -70,23 +72,53 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   };
   // One super-block on one core: rt tiles, every K step.
   const double compute = p.rows_per_core * ((steps - 1) * cycles(p.tk) + cycles(last_k)) / t.clock_hz;
-  // The super-blocks running at once read their panels and write their tiles.
-  const double rows = static_cast<double>(std::min<std::uint64_t>(std::uint64_t{p.grid_rows} * p.rows_per_core * tm, s.m));
-  const double cols = static_cast<double>(std::min<std::uint64_t>(std::uint64_t{p.grid_cols} * tn, s.n));
-  const double block_bytes = (rows * s.k + cols * s.k + rows * cols) * size;
+  // The super-blocks running at once read their panels and write their tiles; DRAM
+  // moves whole sticks, so a panel row narrower than a stick costs a whole one.
+  const auto sticks = [&](double bytes) {
+    const double stick = std::max<double>(1, t.stick_bytes);
+    return std::ceil(bytes / stick) * stick;
+  };
+  const std::uint64_t rows_u = std::min<std::uint64_t>(std::uint64_t{p.grid_rows} * p.rows_per_core * tm, s.m);
+  const std::uint64_t cols_u = std::min<std::uint64_t>(std::uint64_t{p.grid_cols} * tn, s.n);
+  const double rows = static_cast<double>(rows_u), cols = static_cast<double>(cols_u);
+  const double col_panels = static_cast<double>(ceil_div(cols_u, tn));
+  // A row along K in steps of tk (the last one shorter).
+  const double k_row = static_cast<double>(steps - 1) * sticks(static_cast<double>(p.tk) * size) +
+                       sticks(static_cast<double>(last_k) * size);
+  const double a_bytes = s.a_transposed ? static_cast<double>(s.k) * sticks(static_cast<double>(tm) * size) *
+                                              static_cast<double>(ceil_div(rows_u, tm))
+                                        : rows * k_row;
+  const double b_bytes = s.b_transposed ? cols * k_row
+                                        : static_cast<double>(s.k) * col_panels * sticks(static_cast<double>(tn) * size);
+  const double c_bytes = rows * col_panels * sticks(static_cast<double>(tn) * size);
+  const double block_bytes = a_bytes + b_bytes + c_bytes;
   const std::uint64_t waves = ceil_div(p.super_blocks, p.groups);
   const double active = static_cast<double>(std::min<std::uint64_t>(p.groups, p.super_blocks));
   const double dram = active * block_bytes / t.dram_bytes_per_s;
-  const double body = static_cast<double>(waves * s.batch / std::max<std::uint64_t>(1, s.batch)) * std::max(compute, dram);
-  // The first K step's panels: a DMA's setup, its bytes at an engine's rate, DRAM and
-  // scratchpad latency and a few ring hops; the last tile: its conversion to the
-  // output dtype (one vector pass) and its store.
+  // The work is a pipeline of stages, one per K step of each tile of each wave: a
+  // stage's panels load while the previous stage computes (prefetch runs across tiles
+  // and waves). The first stage's load and the last stage's compute do not overlap;
+  // between them each stage takes the longer of the two plus kOverlapLoss of the
+  // shorter (the overlap is not perfect: channels and ring links are shared).
+  constexpr double kOverlapLoss = 0.1;
+  const double stages_per_wave = static_cast<double>(steps * p.rows_per_core);
+  const double stages = static_cast<double>(waves) * stages_per_wave;
+  const double c = compute / stages_per_wave, d = dram / stages_per_wave;
+  const double body = d + (stages - 1) * (std::max(c, d) + kOverlapLoss * std::min(c, d)) + c;
+  // Latencies of the first panels (a DMA's setup, DRAM and scratchpad latency, a few
+  // ring hops) and the last tile's conversion to the output dtype and its store.
   const double engine = t.dma_engine_bytes_per_s > 0 ? t.dma_engine_bytes_per_s : t.dram_bytes_per_s;
   const double latency = t.dma_setup_s + t.dram_latency_s + t.scratchpad_latency_s + t.memory_stops * t.ring_hop_s;
-  const double first = latency + (static_cast<double>(tm + tn) * p.tk * size) / engine;
+  const double first = latency;
   const double width = t.vector_elements_per_s > 0 ? t.vector_elements_per_s : t.clock_hz;
   const double last = static_cast<double>(tm * tn) * t.op_cycles("convert") / width +
                       t.vector_latency_cycles / t.clock_hz + latency + static_cast<double>(tm * tn) * size / engine;
+  if (std::getenv("SPYRE_DEBUG_PREDICT")) {
+    std::fprintf(stderr, "DBG %llux%llux%llu tile %llux%llux%llu rt%u grid %ux%u groups %u sb %llu waves %llu compute %.2f dram %.2f first %.2f last %.2f\n",
+                 (unsigned long long)s.m, (unsigned long long)s.n, (unsigned long long)s.k, (unsigned long long)p.tm,
+                 (unsigned long long)p.tn, (unsigned long long)p.tk, p.rows_per_core, p.grid_rows, p.grid_cols, p.groups,
+                 (unsigned long long)p.super_blocks, (unsigned long long)waves, compute * 1e6, dram * 1e6, first * 1e6, last * 1e6);
+  }
   return body + first + last;
 }
 
