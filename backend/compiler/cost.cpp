@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 
 #include "spyre/checked.h"
 #include "spyre/cost/systolic.h"
@@ -11,15 +9,15 @@
 namespace spyre::compiler {
 namespace {
 
-// Seconds for `bytes` of DRAM traffic against `vector_cycles` of one core's vector
-// work (cycles of one vector of lanes x units x corelets elements), overlapped.
-double streaming_s(double bytes, double vector_elements_per_core, const Target& t, double tile_bytes) {
+// Seconds for `bytes` of DRAM traffic against one core's vector work on
+// `vector_elements_per_core` (elements x cycles per vector of its operations),
+// overlapped by double buffering, plus the latencies of the first load and the last
+// store.
+double streaming_s(double bytes, double vector_elements_per_core, const Target& t) {
   if (t.dram_bytes_per_s <= 0 || t.vector_elements_per_s <= 0) return 0;
   const double dram = bytes / t.dram_bytes_per_s;
   const double vector = vector_elements_per_core / t.vector_elements_per_s;
-  // The first tile's load and the last tile's store do not overlap with anything.
-  const double edges = 2 * tile_bytes / std::max(1.0, t.dram_bytes_per_s / std::max<double>(1, t.cores));
-  return std::max(dram, vector) + edges;
+  return std::max(dram, vector) + 2 * (t.dma_setup_s + t.dram_latency_s);
 }
 
 }  // namespace
@@ -42,9 +40,7 @@ double predict_pointwise_s(const PointwiseKernel& k, const Target& t) {
     }
   }
   for (const auto& in : k.inputs) passes += in.dtype != k.output.dtype ? t.op_cycles("convert") : 0;
-  const double per_core = elements / std::max<double>(1, t.cores);
-  const double tile = std::min(per_core, 64.0 * 1024) * (bytes / elements);
-  return streaming_s(bytes, per_core * passes, t, tile);
+  return streaming_s(bytes, elements / std::max<double>(1, t.cores) * passes, t);
 }
 
 double predict_softmax_s(const SoftmaxShape& s, const Target& t) {
@@ -56,9 +52,7 @@ double predict_softmax_s(const SoftmaxShape& s, const Target& t) {
                   (s.log ? t.op_cycles("sub") : t.op_cycles("div"));
   if (s.in != isa::DType::fp32) passes += t.op_cycles("convert");
   if (s.out != isa::DType::fp32) passes += t.op_cycles("convert");
-  const double per_core = elements / std::max<double>(1, t.cores);
-  const double tile = std::min(per_core, 64.0 * 1024) * (bytes / elements);
-  return streaming_s(bytes, per_core * passes, t, tile);
+  return streaming_s(bytes, elements / std::max<double>(1, t.cores) * passes, t);
 }
 
 double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target& t) {
@@ -100,10 +94,22 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   // and waves). The first stage's load and the last stage's compute do not overlap;
   // between them each stage takes the longer of the two plus kOverlapLoss of the
   // shorter (the overlap is not perfect: channels and ring links are shared).
+  // kOverlapLoss and kChainExposed are the model's two fitted numbers: fitted on the
+  // default chip only (backend/README.md: the prediction table), then checked on the
+  // what-if configs.
   constexpr double kOverlapLoss = 0.1;
   const double stages_per_wave = static_cast<double>(steps * p.rows_per_core);
   const double stages = static_cast<double>(waves) * stages_per_wave;
-  const double c = compute / stages_per_wave, d = dram / stages_per_wave;
+  // A stage's panels travel core to core along the grid's rows (A) and columns (B) in
+  // two pieces, store and forward: the last core of a chain gets its piece
+  // (chain - 1) piece transfers after the first. Prefetch hides most of that;
+  // kChainExposed of it shows.
+  constexpr double kChainExposed = 0.25;
+  const double link = t.ring_link_bytes_per_s > 0 ? t.ring_link_bytes_per_s : t.dram_bytes_per_s;
+  const double piece_a = static_cast<double>(tm * p.tk) * size / 2, piece_b = static_cast<double>(p.tk * tn) * size / 2;
+  const double chain = std::max((p.grid_cols - 1) * (piece_a / link + t.ring_hop_s),
+                                (p.grid_rows - 1) * (piece_b / link + t.ring_hop_s));
+  const double c = compute / stages_per_wave, d = dram / stages_per_wave + kChainExposed * chain;
   const double body = d + (stages - 1) * (std::max(c, d) + kOverlapLoss * std::min(c, d)) + c;
   // Latencies of the first panels (a DMA's setup, DRAM and scratchpad latency, a few
   // ring hops) and the last tile's conversion to the output dtype and its store.
@@ -113,12 +119,6 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   const double width = t.vector_elements_per_s > 0 ? t.vector_elements_per_s : t.clock_hz;
   const double last = static_cast<double>(tm * tn) * t.op_cycles("convert") / width +
                       t.vector_latency_cycles / t.clock_hz + latency + static_cast<double>(tm * tn) * size / engine;
-  if (std::getenv("SPYRE_DEBUG_PREDICT")) {
-    std::fprintf(stderr, "DBG %llux%llux%llu tile %llux%llux%llu rt%u grid %ux%u groups %u sb %llu waves %llu compute %.2f dram %.2f first %.2f last %.2f\n",
-                 (unsigned long long)s.m, (unsigned long long)s.n, (unsigned long long)s.k, (unsigned long long)p.tm,
-                 (unsigned long long)p.tn, (unsigned long long)p.tk, p.rows_per_core, p.grid_rows, p.grid_cols, p.groups,
-                 (unsigned long long)p.super_blocks, (unsigned long long)waves, compute * 1e6, dram * 1e6, first * 1e6, last * 1e6);
-  }
   return body + first + last;
 }
 

@@ -11,8 +11,8 @@ namespace spyre::compiler {
 
 // A streaming kernel: every byte crosses DRAM once at the target's deliverable rate,
 // while each core's vector units work through its share; double buffering overlaps
-// the two, so the longer counts, plus the first load and the last store that cannot
-// overlap. Seconds; 0 when the target's rates are unknown.
+// the two, so the longer counts, plus the latencies of the first load and the last
+// store. Seconds; 0 when the target's rates are unknown.
 double predict_pointwise_s(const PointwiseKernel& kernel, const Target& target);
 double predict_softmax_s(const SoftmaxShape& shape, const Target& target);
 

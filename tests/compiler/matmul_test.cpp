@@ -1,3 +1,4 @@
+#include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
@@ -7,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/cost.h"
 #include "compiler/matmul.h"
 #include "compiler/elementwise.h"
 #include "spyre/isa/program.h"
@@ -166,4 +168,26 @@ TEST_CASE("given a what-if array of 16 rows, a core's last matmul runs in pieces
     for (const auto m : ms) total += m;
     CHECK(total == 200);
   }
+}
+
+TEST_CASE("given a plan, the predicted GEMM time follows the stage model's arithmetic") {
+  // One core, one 8x8 array (os, depth 1) at 1 GHz, 1 GB/s of DRAM, 128-byte sticks,
+  // no latencies: 64x64x64 fp16 is one 64x64x64 tile, one K step, one stage.
+  compiler::Target t{.cores = 1, .scratchpad_bytes = 1 << 20, .stick_bytes = 128, .core_macs_per_s = 1e9,
+                     .dram_bytes_per_s = 1e9, .array_rows = 8, .array_cols = 8, .simd_depth = {1, 1, 1, 1, 0, 0}};
+  t.clock_hz = 1e9;
+  const compiler::MatmulShape shape{.m = 64, .n = 64, .k = 64, .dtype = isa::DType::fp16};
+  const auto plan = compiler::plan_matmul(shape, t);
+  REQUIRE(plan.tm == 64);
+  REQUIRE(plan.tn == 64);
+  REQUIRE(plan.tk == 64);
+  REQUIRE(plan.rows_per_core == 1);
+  // compute: 8 x 8 folds x (64 + 14) - 1 = 4991 cycles = 4.991 us;
+  // DRAM: A, B and C are 64 rows of 128 bytes (one stick each): 3 x 8192 B = 24.576 us;
+  // one stage: 24.576 + 4.991; the last tile: its conversion, 4096 values at one per
+  // cycle (no vector figures given) = 4.096 us, and its store, 8192 B = 8.192 us.
+  CHECK(compiler::predict_matmul_s(shape, plan, t) * 1e6 == Catch::Approx(24.576 + 4.991 + 4.096 + 8.192));
+  // Unknown rates: no prediction.
+  t.clock_hz = 0;
+  CHECK(compiler::predict_matmul_s(shape, plan, t) == 0);
 }

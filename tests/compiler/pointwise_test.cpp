@@ -1,3 +1,4 @@
+#include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
@@ -7,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/cost.h"
 #include "compiler/pointwise.h"
 #include "compiler/elementwise.h"
 #include "spyre/isa/program.h"
@@ -36,4 +38,27 @@ TEST_CASE("given a row-broadcast operand, only its row is loaded and the vector 
     }
   }
   CHECK(broadcast);
+}
+
+TEST_CASE("given a streaming kernel, the predicted time is its bytes or its vector work, plus two latencies") {
+  // 2 cores, 1 GB/s of DRAM, 1e9 vector elements per second per core, 100 ns of DRAM
+  // latency and no DMA setup. An fp32 add of 2^20 elements moves 3 x 4 MiB =
+  // 12582912 B = 12.582912 ms; each core's 2^19 adds at one cycle per vector take
+  // 0.524288 ms: DRAM-bound, plus 2 x 100 ns.
+  compiler::Target t{.cores = 2, .scratchpad_bytes = 1 << 20, .stick_bytes = 128, .dram_bytes_per_s = 1e9};
+  t.vector_elements_per_s = 1e9;
+  t.dram_latency_s = 100e-9;
+  compiler::PointwiseKernel add;
+  add.shape = {1 << 20};
+  add.inputs = {{isa::DType::fp32, {1}}, {isa::DType::fp32, {1}}};
+  add.output = {isa::DType::fp32, {1}};
+  add.steps = {compiler::Step::binary(isa::BinaryOp::add, isa::DType::fp32, compiler::Value::input(0),
+                                      compiler::Value::input(1))};
+  CHECK(compiler::predict_pointwise_s(add, t) == Catch::Approx(12.582912e-3 + 200e-9));
+  // Exp at 4 cycles a vector, on a vector unit 100 times slower: 2^19 x 4 / 1e7 =
+  // 0.2097152 s of vector work per core, now the longer of the two.
+  t.vector_elements_per_s = 1e7;
+  t.vector_op_cycles["exp"] = 4;
+  add.steps.push_back(compiler::Step::unary(isa::UnaryOp::exp, isa::DType::fp32, compiler::Value::step(0)));
+  CHECK(compiler::predict_pointwise_s(add, t) == Catch::Approx((1 << 19) * 5 / 1e7 + 200e-9));
 }
