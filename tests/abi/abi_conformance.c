@@ -192,6 +192,26 @@ static void devices(void) {
   timed = (int)p.timed;
   CHECK(p.isa_version == 1 && p.max_kernel_args == 256);
   CHECK(p.clock_ghz == 1.5);
+  /* 0.6: the dataflow and the memory system (configs/spyre-ci.yaml). */
+  CHECK(p.dataflow == 0);
+  CHECK(p.dram_latency_ns == 120.0 && p.dram_interleave_bytes == 256);
+  CHECK(p.dma_setup_cycles == 32 && p.dma_bytes_per_cycle == 128);
+  CHECK(p.ring_memory_stops == 2 && p.ring_link_bytes_per_s == 128 * 1.5e9);
+  CHECK(p.dram_channel_bytes_per_s > 0 && p.dram_efficiency > 0 && p.scratchpad_ports > 0);
+  {
+    /* A 0.5 caller's struct ends before `dataflow`: nothing is written past it. */
+    unsigned char raw[sizeof(spyre_device_properties_t) + 16];
+    spyre_device_properties_t* old = (spyre_device_properties_t*)raw;
+    const size_t v05 = offsetof(spyre_device_properties_t, dataflow);
+    size_t i;
+    int untouched = 1;
+    memset(raw, 0xcd, sizeof raw);
+    old->struct_size = (uint32_t)v05;
+    EXPECT(spyreDeviceGetProperties(dev0, old), SPYRE_SUCCESS);
+    CHECK(old->cores == 4 && old->struct_size == v05);
+    for (i = v05; i < sizeof raw; ++i) untouched = untouched && raw[i] == 0xcd;
+    CHECK(untouched);
+  }
   EXPECT(spyreDeviceGetProperties(NULL, &p), SPYRE_ERROR_INVALID_HANDLE);
   EXPECT(spyreDeviceGetProperties((spyre_device_t)(uintptr_t)0x1234, &p), SPYRE_ERROR_INVALID_HANDLE);
   EXPECT(spyreDeviceGetProperties(dev0, NULL), SPYRE_ERROR_INVALID_NULL_POINTER);
