@@ -47,15 +47,7 @@ void manual_seed_all(std::int64_t seed) {
   }
 }
 
-std::string device_report(std::int64_t device) {
-  const spyre_device_t d = driver_device(resolve(device));
-  std::size_t bytes = 0;
-  SPYRE_CHECK(spyreDeviceGetReport(d, nullptr, &bytes));
-  std::string text(bytes, '\0');
-  SPYRE_CHECK(spyreDeviceGetReport(d, text.data(), &bytes));
-  text.resize(bytes - 1);
-  return text;
-}
+std::string device_report(std::int64_t device) { return device_report_json(driver_device(resolve(device))); }
 
 // A kernel that reads 64 KiB from the tensor's start: past the end of any small
 // tensor's memory, a device fault. For tests of error reporting, and for backend

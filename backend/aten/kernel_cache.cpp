@@ -65,11 +65,7 @@ const DeviceInfo& info(c10::DeviceIndex device) {
     d.target.vector_elements_per_s =
         static_cast<double>(p.vector_lanes) * p.vector_units_per_corelet * p.corelets_per_core * p.clock_ghz * 1e9;
     // The per-operation vector costs: from the resolved config in the device report.
-    std::size_t bytes = 0;
-    SPYRE_CHECK(spyreDeviceGetReport(driver_device(device), nullptr, &bytes));
-    std::string text(bytes, '\0');
-    SPYRE_CHECK(spyreDeviceGetReport(driver_device(device), text.data(), &bytes));
-    text.resize(bytes - 1);
+    const std::string text = device_report_json(driver_device(device));
     const auto report = nlohmann::json::parse(text, nullptr, false);
     if (!report.is_discarded()) {
       const auto costs = report.value("/config/resolved/cores/vector/op_cycles"_json_pointer, nlohmann::json::object());

@@ -103,6 +103,23 @@ void configure_driver(const std::string& config_path, const std::string& config_
   TORCH_CHECK(rc == SPYRE_SUCCESS, "spyre: configure: ", spyreGetLastErrorMessage());
 }
 
+std::string device_report_json(spyre_device_t device) {
+  std::size_t bytes = 0;
+  SPYRE_CHECK(spyreDeviceGetReport(device, nullptr, &bytes));
+  for (;;) {
+    std::string text(bytes + 256, '\0');  // room for a little growth
+    std::size_t capacity = text.size();
+    const spyre_result_t rc = spyreDeviceGetReport(device, text.data(), &capacity);
+    if (rc == SPYRE_ERROR_INVALID_SIZE && capacity > bytes) {
+      bytes = capacity;  // it grew past the room: retry with what it needs now
+      continue;
+    }
+    SPYRE_CHECK(rc);
+    text.resize(capacity - 1);
+    return text;
+  }
+}
+
 std::uint32_t driver_api_version() {
   std::uint32_t version = 0;
   SPYRE_CHECK(spyreDriverGetApiVersion(&version));

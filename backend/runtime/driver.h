@@ -45,6 +45,10 @@ c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 void check_device_index(c10::DeviceIndex index);
 
+// The device's report (spyreDeviceGetReport's JSON text). Work still running may grow
+// it between the size query and the copy; the call is retried with the larger size.
+std::string device_report_json(spyre_device_t device);
+
 // The driver ABI version this backend was loaded against (throws c10::Error on failure).
 std::uint32_t driver_api_version();
 

@@ -35,6 +35,7 @@
 
 #include "aten/cpu_fallback.h"
 #include "runtime/driver.h"
+#include "runtime/driver.h"
 #include "config/config_loader.h"
 #include "spyre/spyre_drv.h"
 #include "spyre_sim/commands.h"
@@ -177,16 +178,7 @@ spyre_device_t device_handle() {
   return d;
 }
 
-json device_report() {
-  size_t bytes = 0;
-  spyreDeviceGetReport(device_handle(), nullptr, &bytes);
-  std::string text(bytes, '\0');
-  if (spyreDeviceGetReport(device_handle(), text.data(), &bytes) != SPYRE_SUCCESS) {
-    throw std::runtime_error(spyreGetLastErrorMessage());
-  }
-  text.resize(bytes > 0 ? bytes - 1 : 0);
-  return json::parse(text);
-}
+json device_report() { return json::parse(backend::device_report_json(device_handle())); }
 
 // A TorchScript model with random inputs of the given shapes: "64,512" (fp32, as
 // models are usually saved) or "64,512:fp16" (the model is converted to the first
