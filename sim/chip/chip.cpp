@@ -81,11 +81,11 @@ std::uint64_t Chip::Impl::charge(std::uint64_t address, std::uint64_t bytes, std
   return charged;
 }
 
-Picoseconds Chip::Impl::reserve_channels(Picoseconds ready, const std::vector<std::uint64_t>& shares) {
+Picoseconds Chip::Impl::reserve_channels(Picoseconds now, Picoseconds ready, const std::vector<std::uint64_t>& shares) {
   Picoseconds end = ready;
   for (std::size_t c = 0; c < shares.size(); ++c) {
     if (shares[c] == 0) continue;
-    const auto iv = channels[c].reserve_bytes(ready, shares[c]);
+    const auto iv = channels[c].reserve_bytes(now, ready, shares[c]);
     end = std::max(end, iv.end);
     if (TraceRecorder* t = trace()) {
       t->complete(t->track(fmt::format("dram channel {}", c)), "dram", iv.start, iv.end, bytes_text(shares[c]));
@@ -189,8 +189,8 @@ Picoseconds Chip::host_transfer(Picoseconds ready, HostDirection direction, std:
   (in ? stats_.host_to_device_bytes : stats_.device_to_host_bytes) += bytes;
   (in ? stats_.dram_write_bytes : stats_.dram_read_bytes) += charged;
   if (timing_ == Timing::untimed) return ready;
-  const auto iv = (in ? impl_->pcie_to_device : impl_->pcie_to_host).reserve_bytes(ready, bytes);
-  const Picoseconds end = std::max(iv.end, impl_->reserve_channels(iv.start, shares)) + impl_->pcie_latency_ps +
+  const auto iv = (in ? impl_->pcie_to_device : impl_->pcie_to_host).reserve_bytes(now(), ready, bytes);
+  const Picoseconds end = std::max(iv.end, impl_->reserve_channels(now(), iv.start, shares)) + impl_->pcie_latency_ps +
                           impl_->dram_latency_ps;
   note_activity(ready, end);
   if (trace_) {
@@ -214,7 +214,7 @@ Picoseconds Chip::dram_fill(Picoseconds ready, std::uint64_t dst, std::uint64_t 
 
 Picoseconds Chip::occupy_channels(Picoseconds ready, const std::vector<std::uint64_t>& shares) {
   if (timing_ == Timing::untimed) return ready;
-  const Picoseconds end = impl_->reserve_channels(ready, shares) + impl_->dram_latency_ps;
+  const Picoseconds end = impl_->reserve_channels(now(), ready, shares) + impl_->dram_latency_ps;
   note_activity(ready, end);
   return end;
 }

@@ -68,8 +68,9 @@ struct Chip::Impl {
   std::vector<Server*> links(std::uint32_t from, const Topology::Path& path);
   // Charges a device range to the channels (whole sticks); returns the bytes charged.
   std::uint64_t charge(std::uint64_t address, std::uint64_t bytes, std::vector<std::uint64_t>& shares) const;
-  // Reserves the channels for per-channel shares from `ready`; returns the last end.
-  Picoseconds reserve_channels(Picoseconds ready, const std::vector<std::uint64_t>& shares);
+  // Reserves the channels for per-channel shares from `ready` (the call made at `now`);
+  // returns the last end.
+  Picoseconds reserve_channels(Picoseconds now, Picoseconds ready, const std::vector<std::uint64_t>& shares);
 
   // The timed device (timed_launch.cpp).
   void start_timed(LaunchRequest request, LaunchCallback done, isa::Limits limits);

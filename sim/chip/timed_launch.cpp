@@ -83,9 +83,9 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
     Server& engine = least_busy(c.dma_engines);
     const Picoseconds now = now_ps();
     const auto eng =
-        engine.reserve(now, impl.dma_setup_ps + timing::transfer_ps(cost.charged, impl.engine_bytes_per_s), cost.charged);
+        engine.reserve(now, now, impl.dma_setup_ps + timing::transfer_ps(cost.charged, impl.engine_bytes_per_s), cost.charged);
     const Picoseconds ready = eng.start + impl.dma_setup_ps;
-    Picoseconds end = std::max(eng.end, impl.reserve_channels(ready, cost.channel_bytes));
+    Picoseconds end = std::max(eng.end, impl.reserve_channels(now, ready, cost.channel_bytes));
     const Topology& topo = impl.topology;
     const std::uint32_t me = topo.core_stop(core(stream));
     std::uint32_t hops = 0;
@@ -95,9 +95,9 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
       const std::uint32_t from = cost.load ? mem : me;
       const auto p = topo.path(from, cost.load ? me : mem);
       hops = std::max(hops, p.hops);
-      for (Server* link : impl.links(from, p)) end = std::max(end, link->reserve_bytes(ready, cost.stop_bytes[m]).end);
+      for (Server* link : impl.links(from, p)) end = std::max(end, link->reserve_bytes(now, ready, cost.stop_bytes[m]).end);
     }
-    end = std::max(end, least_busy(c.sp_ports).reserve_bytes(ready, cost.useful).end);
+    end = std::max(end, least_busy(c.sp_ports).reserve_bytes(now, ready, cost.useful).end);
     end += impl.dram_latency_ps + hops * impl.hop_ps + impl.sp_latency_ps;
     if (TraceRecorder* t = impl.trace()) {
       const auto index = static_cast<std::size_t>(&engine - c.dma_engines.data());
@@ -114,7 +114,7 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
     const auto p = topo.path(from, topo.core_stop(core(dst_stream)));
     const Picoseconds now = now_ps();
     Picoseconds arrival = now;
-    for (Server* link : impl.links(from, p)) arrival = std::max(arrival, link->reserve_bytes(now, bytes).end);
+    for (Server* link : impl.links(from, p)) arrival = std::max(arrival, link->reserve_bytes(now, now, bytes).end);
     arrival += p.hops * impl.hop_ps;
     if (TraceRecorder* t = impl.trace()) {
       t->complete(t->track(fmt::format("core {} ring", core(stream))),

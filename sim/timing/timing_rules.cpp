@@ -52,17 +52,47 @@ Picoseconds transfer_ps(std::uint64_t bytes, double bytes_per_s) {
   return static_cast<Picoseconds>(std::ceil(static_cast<double>(bytes) * 1e12 / bytes_per_s - 1e-9));
 }
 
-Server::Interval Server::reserve_bytes(Picoseconds ready, std::uint64_t bytes) {
-  return reserve(ready, transfer_ps(bytes, bytes_per_s_), bytes);
+Server::Interval Server::reserve_bytes(Picoseconds now, Picoseconds ready, std::uint64_t bytes) {
+  return reserve(now, ready, transfer_ps(bytes, bytes_per_s_), bytes);
 }
 
-Server::Interval Server::reserve(Picoseconds ready, Picoseconds duration, std::uint64_t bytes) {
-  const Picoseconds start = std::max(ready, free_at_);
-  free_at_ = start + duration;
+Server::Interval Server::reserve(Picoseconds now, Picoseconds ready, Picoseconds duration, std::uint64_t bytes) {
+  // Forget what ended before now: no request can use it.
+  while (!busy_.empty() && busy_.begin()->second <= now) busy_.erase(busy_.begin());
+  // The earliest start at or after `ready` whose [start, start + duration) is idle.
+  Picoseconds start = ready;
+  auto it = busy_.upper_bound(start);
+  if (it != busy_.begin()) {
+    const auto prev = std::prev(it);
+    if (prev->second > start) start = prev->second;
+  }
+  while (it != busy_.end() && it->first < start + duration) {
+    start = std::max(start, it->second);
+    ++it;
+  }
+  const Picoseconds end = start + duration;
   busy_ps_ += duration;
   bytes_ += bytes;
   ++requests_;
-  return {start, free_at_};
+  if (duration > 0) {
+    // Insert [start, end), merged with neighbours it touches.
+    Picoseconds s0 = start, e0 = end;
+    auto next = busy_.lower_bound(start);
+    if (next != busy_.begin()) {
+      const auto prev = std::prev(next);
+      if (prev->second == s0) {
+        s0 = prev->first;
+        busy_.erase(prev);
+      }
+    }
+    next = busy_.find(e0);
+    if (next != busy_.end()) {
+      e0 = next->second;
+      busy_.erase(next);
+    }
+    busy_[s0] = e0;
+  }
+  return {start, end};
 }
 
 }  // namespace spyre::timing

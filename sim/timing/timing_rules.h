@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "config/chip_config.h"
@@ -68,12 +69,16 @@ class Server {
   Server() = default;
   explicit Server(double bytes_per_s) : bytes_per_s_(bytes_per_s) {}
 
-  // Occupies the server for `bytes` from the first free moment at or after `ready`.
-  Interval reserve_bytes(Picoseconds ready, std::uint64_t bytes);
-  // Occupies the server for `duration` from the first free moment at or after `ready`.
-  Interval reserve(Picoseconds ready, Picoseconds duration, std::uint64_t bytes = 0);
+  // Occupies the server for `bytes` (or `duration`) in the earliest idle gap at or
+  // after `ready` that is long enough: a request ready now is served in a gap before a
+  // reservation booked for later instead of queueing behind it. `now` is the
+  // simulation time of the call (every request is ready at or after it): the calendar
+  // forgets what ended before it.
+  Interval reserve_bytes(Picoseconds now, Picoseconds ready, std::uint64_t bytes);
+  Interval reserve(Picoseconds now, Picoseconds ready, Picoseconds duration, std::uint64_t bytes = 0);
 
-  Picoseconds free_at() const { return free_at_; }
+  // When the last reservation ends (0 if none).
+  Picoseconds free_at() const { return busy_.empty() ? 0 : busy_.rbegin()->second; }
   Picoseconds busy_ps() const { return busy_ps_; }
   std::uint64_t bytes() const { return bytes_; }
   std::uint64_t requests() const { return requests_; }
@@ -82,7 +87,7 @@ class Server {
 
  private:
   double bytes_per_s_ = 0;
-  Picoseconds free_at_ = 0;
+  std::map<Picoseconds, Picoseconds> busy_;  // start -> end, disjoint, adjacent ones merged
   Picoseconds busy_ps_ = 0;
   std::uint64_t bytes_ = 0;
   std::uint64_t requests_ = 0;

@@ -88,14 +88,38 @@ TEST_CASE("given concurrent requests, a server serves them first come first serv
   // Four 1000-byte requests ready at 0: [0,1], [1,2], [2,3], [3,4] us; the aggregate is the
   // server's bandwidth: 4000 B in 4 us = 1 GB/s.
   for (int i = 0; i < 4; ++i) {
-    const auto iv = channel.reserve_bytes(0, 1000);
+    const auto iv = channel.reserve_bytes(0, 0, 1000);
     CHECK(iv.start == static_cast<Picoseconds>(i) * 1000000);
     CHECK(iv.end == static_cast<Picoseconds>(i + 1) * 1000000);
   }
   CHECK(channel.busy_ps() == 4000000);
   CHECK(channel.bytes() == 4000);
   // A request ready after the server went idle starts when it is ready.
-  const auto late = channel.reserve_bytes(10000000, 500);
+  const auto late = channel.reserve_bytes(0, 10000000, 500);
   CHECK(late.start == 10000000);
   CHECK(late.end == 10500000);
+}
+
+TEST_CASE("given a reservation booked for later, an earlier-ready request uses the idle gap before it") {
+  Server channel(1e9);  // 1 byte per ns
+  // Booked first: 1000 B ready at 10 us -> [10, 11] us. Then 4096 B ready at 0 fit in
+  // the idle [0, 10] us before it: [0, 4.096] us, not [11, 15.096] behind it.
+  const auto later = channel.reserve_bytes(0, 10000000, 1000);
+  CHECK(later.start == 10000000);
+  const auto now = channel.reserve_bytes(0, 0, 4096);
+  CHECK(now.start == 0);
+  CHECK(now.end == 4096000);
+  // 8000 B ready at 4.096 us do not fit before 10 us (5.904 us idle): after 11 us.
+  const auto big = channel.reserve_bytes(0, 4096000, 8000);
+  CHECK(big.start == 11000000);
+  CHECK(big.end == 19000000);
+  // 5000 B ready at 4.096 us fit the same gap: [4.096, 9.096] us.
+  const auto fits = channel.reserve_bytes(0, 4096000, 5000);
+  CHECK(fits.start == 4096000);
+  CHECK(fits.end == 9096000);
+  CHECK(channel.free_at() == 19000000);
+  // Calls made later forget what ended before them; the calendar stays small.
+  const auto after = channel.reserve_bytes(20000000, 20000000, 1000);
+  CHECK(after.start == 20000000);
+  CHECK(channel.busy_ps() == (1000 + 4096 + 8000 + 5000 + 1000) * 1000);
 }
