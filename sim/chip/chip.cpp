@@ -61,7 +61,8 @@ Chip::Impl::Impl(Chip& c) : chip(c), topology(c.config_), cores(c.config_.cores.
 
 DeviceView Chip::Impl::view() {
   DeviceView v{.config = chip.config_, .topology = topology, .memory = chip.memory_, .scratchpads = {},
-               .core_stats = chip.core_stats_, .device = chip.device_, .data = chip.data_};
+               .core_stats = chip.core_stats_, .device = chip.device_, .data = chip.data_,
+               .half_through_dl16 = chip.config_.half_through_dl16()};
   v.scratchpads.reserve(cores.size());
   for (auto& core : cores) v.scratchpads.push_back(core.scratchpad->data());
   return v;

@@ -285,6 +285,25 @@ struct EnergyConfig {
   }
 };
 
+// How the device computes with 16-bit floats. ieee: fp16/bf16 operands and results are
+// exactly what their formats hold (math in fp32). dl16: they pass through the card's
+// DL16 format (sim/functional/dl16.h) on their way into and out of the math, as on the
+// card, so results show its numerics.
+enum class HalfPrecision { ieee, dl16 };
+inline const Choices<HalfPrecision>& half_precision_choices() {
+  static const Choices<HalfPrecision> choices = {{"ieee", HalfPrecision::ieee}, {"dl16", HalfPrecision::dl16}};
+  return choices;
+}
+
+struct NumericsConfig {
+  HalfPrecision half_precision = HalfPrecision::ieee;
+
+  template <class V>
+  void describe(V& v) {
+    v.choice("half_precision", half_precision, half_precision_choices());
+  }
+};
+
 struct ChipConfig {
   std::string name;
   double clock_ghz = 0;
@@ -296,6 +315,9 @@ struct ChipConfig {
   HostConfig host;
   FirmwareConfig firmware;
   std::optional<EnergyConfig> energy;
+  std::optional<NumericsConfig> numerics;  // absent: ieee
+
+  bool half_through_dl16() const { return numerics && numerics->half_precision == HalfPrecision::dl16; }
 
   template <class V>
   void describe(V& v) {
@@ -309,6 +331,7 @@ struct ChipConfig {
     v.section("host", host);
     v.section("firmware", firmware);
     v.optional_section("energy", energy);
+    v.optional_section("numerics", numerics);
   }
 };
 

@@ -57,6 +57,9 @@ Executor::Step Executor::step(std::uint32_t s) {
       fault(s, *reason);
       break;
     }
+    // The math of this instruction in the chip's numerics (per thread; set before every
+    // instruction, since another chip's stream may have run on this thread meanwhile).
+    numeric::set_half_through_dl16(device_.half_through_dl16);
     const Outcome outcome = std::visit([&](const auto& inst) { return run(s, inst); }, *current_);
     if (outcome == Outcome::blocked) return Step::blocked;
     if (outcome == Outcome::faulted) break;

@@ -80,6 +80,7 @@ struct DeviceView {
   std::vector<CoreStats>& core_stats;      // by core
   std::uint32_t device = 0;
   Data data = Data::real;
+  bool half_through_dl16 = false;  // the chip's numerics (config numerics.half_precision)
 };
 
 class Executor {

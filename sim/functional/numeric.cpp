@@ -1,5 +1,7 @@
 #include "functional/numeric.h"
 
+#include "functional/dl16.h"
+
 #include <cblas.h>
 #include <immintrin.h>
 
@@ -14,6 +16,8 @@ namespace spyre::sim::numeric {
 
 using isa::Broadcast;
 using isa::DType;
+
+constexpr std::size_t kChunk = 2048;
 
 // Loops here are compiled with -O3 for the baseline ISA (SSE2 vectorisation). No
 // target_clones: their ifunc resolvers run before sanitizer runtimes are up, which
@@ -90,11 +94,28 @@ void store_bf16(const float* src, std::uint8_t* dst, std::size_t n) {
 
 }  // namespace
 
+namespace {
+thread_local bool t_half_through_dl16 = false;
+
+void round_half_through_dl16(float* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = round_through_dl16(x[i]);
+}
+}  // namespace
+
+void set_half_through_dl16(bool on) { t_half_through_dl16 = on; }
+bool half_through_dl16() { return t_half_through_dl16; }
+
 void load_f32(DType t, const std::uint8_t* src, float* dst, std::size_t n) {
   switch (t) {
     case DType::fp32: std::memcpy(dst, src, n * 4); return;
-    case DType::fp16: load_fp16(src, dst, n); return;
-    case DType::bf16: load_bf16(src, dst, n); return;
+    case DType::fp16:
+      load_fp16(src, dst, n);
+      if (t_half_through_dl16) round_half_through_dl16(dst, n);
+      return;
+    case DType::bf16:
+      load_bf16(src, dst, n);
+      if (t_half_through_dl16) round_half_through_dl16(dst, n);
+      return;
     case DType::int8:
       for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(static_cast<std::int8_t>(src[i]));
       return;
@@ -112,6 +133,17 @@ void load_f32(DType t, const std::uint8_t* src, float* dst, std::size_t n) {
 }
 
 void store_f32(DType t, const float* src, std::uint8_t* dst, std::size_t n) {
+  if (t_half_through_dl16 && (t == DType::fp16 || t == DType::bf16)) {
+    // The result is DL16 on the card; then stored in the tensor's format.
+    float tmp[kChunk];
+    for (std::size_t i = 0; i < n; i += kChunk) {
+      const std::size_t m = std::min(kChunk, n - i);
+      for (std::size_t j = 0; j < m; ++j) tmp[j] = round_through_dl16(src[i + j]);
+      if (t == DType::fp16) store_fp16(tmp, dst + 2 * i, m);
+      else store_bf16(tmp, dst + 2 * i, m);
+    }
+    return;
+  }
   switch (t) {
     case DType::fp32: std::memcpy(dst, src, n * 4); return;
     case DType::fp16: store_fp16(src, dst, n); return;
@@ -133,7 +165,6 @@ void store_f32(DType t, const float* src, std::uint8_t* dst, std::size_t n) {
 
 namespace {
 
-constexpr std::size_t kChunk = 2048;
 
 // Integer view of an element (int8, int32, bool), widened.
 std::int64_t load_int(DType t, const std::uint8_t* p, std::size_t i) {

@@ -18,6 +18,12 @@ std::uint16_t f32_to_fp16(float f);
 float bf16_to_f32(std::uint16_t b);
 std::uint16_t f32_to_bf16(float f);
 
+// Whether fp16/bf16 values pass through DL16 on their way into and out of the math
+// (load_f32 / store_f32 and every instruction built on them), for the calling thread:
+// the executor sets it from the chip's config before each instruction. Off by default.
+void set_half_through_dl16(bool on);
+bool half_through_dl16();
+
 // n elements of dtype `t` <-> fp32 (ints convert exactly up to 2^24; bool is 0/1).
 void load_f32(isa::DType t, const std::uint8_t* src, float* dst, std::size_t n);
 void store_f32(isa::DType t, const float* src, std::uint8_t* dst, std::size_t n);

@@ -3,6 +3,8 @@
 // the timed device without data. Results, fault records and counters must be
 // identical; cycles must not depend on the data policy.
 #include <cinttypes>
+#include <cmath>
+#include <optional>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -19,6 +21,7 @@
 #include "compiler/reduce.h"
 #include "compiler/triangle.h"
 #include "config/derived_figures.h"
+#include "functional/numeric.h"
 #include "sim_test_support.h"
 
 using namespace spyre;
@@ -335,4 +338,48 @@ TEST_CASE("given a DMA and a ring message, the counters follow their definitions
     CHECK(r.cores[0].dma_load_bytes == 256);
     CHECK(r.cores[0].dma_store_bytes == 4);
   }
+}
+
+TEST_CASE("given a chip with DL16 numerics, fp16 math rounds through DL16 on the way in and out") {
+  // 1 + 2^-10 is an fp16 value but not a DL16 one (9 fraction bits): on the card it is
+  // a tie that rounds up to 1 + 2^-9. So is the sum 1 + 2^-10 of 1 and 2^-10.
+  const config::ChipConfig dl16 = ci_chip({"numerics.half_precision=dl16"});
+  REQUIRE(dl16.half_through_dl16());
+  sim::Chip chip(dl16, 0, sim::Timing::untimed);
+  sim::Chip plain(ci_chip(), 1, sim::Timing::untimed);
+  const std::vector<float> a = {1.0f, 1.0f + 1.0f / 1024, 3.0f, 70000.0f}, b = {1.0f / 1024, 0.0f, 0.25f, 1.0f};
+  // DL16: 1 + 2^-10 -> 1 + 2^-9; the input 1 + 2^-10 itself -> 1 + 2^-9; 3.25 exact;
+  // 70000 (fp16: inf) takes DL16's merged NaN/infinity code, which reads back as NaN.
+  // Plain fp16: the exact sums, and inf.
+  const std::vector<float> want_dl16 = {1.0f + 1.0f / 512, 1.0f + 1.0f / 512, 3.25f, NAN};
+  const std::vector<float> want_plain = {1.0f + 1.0f / 1024, 1.0f + 1.0f / 1024, 3.25f, INFINITY};
+  for (sim::Chip* c : {&chip, &plain}) {
+    const std::uint64_t pa = *c->memory().allocate(64), pb = *c->memory().allocate(64), po = *c->memory().allocate(64);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const std::uint16_t ha = sim::numeric::f32_to_fp16(a[i]), hb = sim::numeric::f32_to_fp16(b[i]);
+      std::memcpy(c->memory().host(pa) + 2 * i, &ha, 2);
+      std::memcpy(c->memory().host(pb) + 2 * i, &hb, 2);
+    }
+    const compiler::Target t = target_of(c->config());
+    isa::Program program(compiler::compile_binary(isa::BinaryOp::add, DType::fp16, a.size(), t, "add"));
+    std::optional<sim::LaunchRecord> record;
+    c->launch({.program = std::make_shared<const isa::Program>(std::move(program)), .args = {pa, pb, po},
+               .cores = {0, 1, 2, 3}, .name = "add", .id = 1},
+              [&](const sim::LaunchRecord& r) { record = r; });
+    REQUIRE(record);
+    REQUIRE_FALSE(record->fault);
+    const auto& want = c == &chip ? want_dl16 : want_plain;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, c->memory().host(po) + 2 * i, 2);
+      INFO((c == &chip ? "dl16 " : "ieee ") << i);
+      const float got = sim::numeric::fp16_to_f32(h);
+      if (std::isnan(want[i])) {
+        CHECK(std::isnan(got));
+      } else {
+        CHECK(got == want[i]);
+      }
+    }
+  }
+  sim::numeric::set_half_through_dl16(false);  // (per thread: leave this one as it was)
 }
