@@ -3,15 +3,9 @@
 // every entry point is wrapped by `guarded` (abi_support.h).
 #include <algorithm>
 #include <atomic>
-#include <bit>
-#include <cstddef>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "driver/abi_support.h"
 

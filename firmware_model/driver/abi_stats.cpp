@@ -2,16 +2,10 @@
 // Arguments are validated here, then the runtime and the device facade do the work;
 // every entry point is wrapped by `guarded` (abi_support.h).
 #include <algorithm>
-#include <atomic>
-#include <bit>
-#include <cstddef>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "driver/abi_support.h"
 
