@@ -40,7 +40,9 @@ std::string bytes_text(std::uint64_t b) {
 Chip::Impl::Impl(Chip& c) : chip(c), topology(c.config_), cores(c.config_.cores.count) {
   const auto& cfg = c.config_;
   const auto& d = c.figures_;
-  channels.assign(cfg.memory.channels, Server(d.dram_channel_bytes_per_s * cfg.memory.efficiency));
+  channels.assign(cfg.memory.channels, DramChannel(d.dram_channel_bytes_per_s * cfg.memory.efficiency,
+                                                  timing::ns_to_ps(cfg.memory.turnaround_ns),
+                                                  cfg.memory.write_batch_bytes));
   ring_cw.assign(topology.stops(), Server(d.ring_link_bytes_per_s));
   ring_ccw.assign(topology.stops(), Server(d.ring_link_bytes_per_s));
   pcie_to_device = Server(d.pcie_effective_bytes_per_s);
@@ -82,11 +84,12 @@ std::uint64_t Chip::Impl::charge(std::uint64_t address, std::uint64_t bytes, std
   return charged;
 }
 
-Picoseconds Chip::Impl::reserve_channels(Picoseconds now, Picoseconds ready, const std::vector<std::uint64_t>& shares) {
+Picoseconds Chip::Impl::reserve_channels(Picoseconds now, Picoseconds ready, const std::vector<std::uint64_t>& shares,
+                                         Direction direction) {
   Picoseconds end = ready;
   for (std::size_t c = 0; c < shares.size(); ++c) {
     if (shares[c] == 0) continue;
-    const auto iv = channels[c].reserve_bytes(now, ready, shares[c]);
+    const auto iv = channels[c].reserve(now, ready, shares[c], direction);
     end = std::max(end, iv.end);
     if (TraceRecorder* t = trace()) {
       t->complete(t->track(fmt::format("dram channel {}", c)), "dram", iv.start, iv.end, bytes_text(shares[c]));
@@ -191,7 +194,7 @@ Picoseconds Chip::host_transfer(Picoseconds ready, HostDirection direction, std:
   (in ? stats_.dram_write_bytes : stats_.dram_read_bytes) += charged;
   if (timing_ == Timing::untimed) return ready;
   const auto iv = (in ? impl_->pcie_to_device : impl_->pcie_to_host).reserve_bytes(now(), ready, bytes);
-  const Picoseconds end = std::max(iv.end, impl_->reserve_channels(now(), iv.start, shares)) + impl_->pcie_latency_ps +
+  const Picoseconds end = std::max(iv.end, impl_->reserve_channels(now(), iv.start, shares, in ? Direction::write : Direction::read)) + impl_->pcie_latency_ps +
                           impl_->dram_latency_ps;
   note_activity(ready, end);
   if (trace_) {
@@ -201,21 +204,24 @@ Picoseconds Chip::host_transfer(Picoseconds ready, HostDirection direction, std:
 }
 
 Picoseconds Chip::dram_copy(Picoseconds ready, std::uint64_t dst, std::uint64_t src, std::uint64_t bytes) {
-  std::vector<std::uint64_t> shares(config_.memory.channels, 0);
-  stats_.dram_read_bytes += impl_->charge(src, bytes, shares);
-  stats_.dram_write_bytes += impl_->charge(dst, bytes, shares);
-  return occupy_channels(ready, shares);
+  std::vector<std::uint64_t> reads(config_.memory.channels, 0), writes(config_.memory.channels, 0);
+  stats_.dram_read_bytes += impl_->charge(src, bytes, reads);
+  stats_.dram_write_bytes += impl_->charge(dst, bytes, writes);
+  return occupy_channels(ready, reads, writes);
 }
 
 Picoseconds Chip::dram_fill(Picoseconds ready, std::uint64_t dst, std::uint64_t bytes) {
-  std::vector<std::uint64_t> shares(config_.memory.channels, 0);
-  stats_.dram_write_bytes += impl_->charge(dst, bytes, shares);
-  return occupy_channels(ready, shares);
+  std::vector<std::uint64_t> writes(config_.memory.channels, 0);
+  stats_.dram_write_bytes += impl_->charge(dst, bytes, writes);
+  return occupy_channels(ready, {}, writes);
 }
 
-Picoseconds Chip::occupy_channels(Picoseconds ready, const std::vector<std::uint64_t>& shares) {
+Picoseconds Chip::occupy_channels(Picoseconds ready, const std::vector<std::uint64_t>& reads,
+                                  const std::vector<std::uint64_t>& writes) {
   if (timing_ == Timing::untimed) return ready;
-  const Picoseconds end = impl_->reserve_channels(now(), ready, shares) + impl_->dram_latency_ps;
+  const Picoseconds end = std::max(impl_->reserve_channels(now(), ready, reads, Direction::read),
+                                   impl_->reserve_channels(now(), ready, writes, Direction::write)) +
+                          impl_->dram_latency_ps;
   note_activity(ready, end);
   return end;
 }

@@ -144,7 +144,8 @@ class Chip {
   void note_activity(Picoseconds start, Picoseconds end);
   // Adds a finished launch to the statistics.
   void record_launch(const LaunchRecord& record);
-  Picoseconds occupy_channels(Picoseconds ready, const std::vector<std::uint64_t>& shares);
+  Picoseconds occupy_channels(Picoseconds ready, const std::vector<std::uint64_t>& reads,
+                              const std::vector<std::uint64_t>& writes);
 
   config::ChipConfig config_;
   config::DerivedFigures figures_;

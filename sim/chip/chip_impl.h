@@ -16,6 +16,8 @@
 
 namespace spyre::sim {
 
+using timing::Direction;
+using timing::DramChannel;
 using timing::Server;
 
 // A scratchpad's bytes: zero-filled, in huge pages, committed when the chip is built
@@ -50,7 +52,7 @@ struct Chip::Impl {
 
   Chip& chip;
   Topology topology;
-  std::vector<Server> channels;
+  std::vector<DramChannel> channels;
   std::vector<Server> ring_cw, ring_ccw;  // link i joins stop i and stop i+1
   Server pcie_to_device, pcie_to_host;
   std::vector<Core> cores;
@@ -68,9 +70,10 @@ struct Chip::Impl {
   std::vector<Server*> links(std::uint32_t from, const Topology::Path& path);
   // Charges a device range to the channels (whole sticks); returns the bytes charged.
   std::uint64_t charge(std::uint64_t address, std::uint64_t bytes, std::vector<std::uint64_t>& shares) const;
-  // Reserves the channels for per-channel shares from `ready` (the call made at `now`);
-  // returns the last end.
-  Picoseconds reserve_channels(Picoseconds now, Picoseconds ready, const std::vector<std::uint64_t>& shares);
+  // Reserves the channels for per-channel shares read or written from `ready` (the call
+  // made at `now`); returns the last end.
+  Picoseconds reserve_channels(Picoseconds now, Picoseconds ready, const std::vector<std::uint64_t>& shares,
+                               Direction direction);
 
   // The timed device (timed_launch.cpp).
   void start_timed(LaunchRequest request, LaunchCallback done, isa::Limits limits);

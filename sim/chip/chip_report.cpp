@@ -43,7 +43,11 @@ nlohmann::json Chip::report(Picoseconds elapsed_ps) const {
                      {"scratchpad_high_water_bytes", s.scratchpad_high_water}});
   }
   json channels = json::array();
-  for (const auto& s : impl_->channels) channels.push_back(server_json(s));
+  for (const auto& c : impl_->channels) {
+    json j = server_json(c.server());
+    j["turnarounds"] = c.turnarounds();
+    channels.push_back(std::move(j));
+  }
   std::uint64_t ring_busy = 0, ring_bytes = 0;
   for (const auto* links : {&impl_->ring_cw, &impl_->ring_ccw}) {
     for (const auto& s : *links) ring_busy += s.busy_ps(), ring_bytes += s.bytes();

@@ -85,7 +85,7 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
     const auto eng =
         engine.reserve(now, now, impl.dma_setup_ps + timing::transfer_ps(cost.charged, impl.engine_bytes_per_s), cost.charged);
     const Picoseconds ready = eng.start + impl.dma_setup_ps;
-    Picoseconds end = std::max(eng.end, impl.reserve_channels(now, ready, cost.channel_bytes));
+    Picoseconds end = std::max(eng.end, impl.reserve_channels(now, ready, cost.channel_bytes, cost.load ? Direction::read : Direction::write));
     const Topology& topo = impl.topology;
     const std::uint32_t me = topo.core_stop(core(stream));
     std::uint32_t hops = 0;

@@ -180,6 +180,11 @@ struct MemoryConfig {
   double efficiency = 0;
   double latency_ns = 0;
   std::uint64_t interleave_bytes = 0;
+  // Read/write turnaround (optional; absent: none): a channel's bus alternates between
+  // reading and writing in batches of write_batch_bytes, each switch costing
+  // turnaround_ns (docs/ARCHITECTURE.md §4).
+  double turnaround_ns = 0;
+  std::uint64_t write_batch_bytes = 512;
 
   template <class V>
   void describe(V& v) {
@@ -191,6 +196,8 @@ struct MemoryConfig {
     v.real("efficiency", efficiency, kEfficiency);
     v.real("latency_ns", latency_ns, Range{0, 1e6});
     v.bytes("interleave_bytes", interleave_bytes, Range{1, 1 << 30});
+    v.real("turnaround_ns", turnaround_ns, Range{0, 1e6}, 0.0);
+    v.bytes("write_batch_bytes", write_batch_bytes, Range{1, 1 << 30}, std::uint64_t{512});
   }
 };
 

@@ -208,7 +208,12 @@ class YamlReader {
     out = *v;
   }
 
-  void bytes(std::string_view key, std::uint64_t& out, const Range& range) {
+  void bytes(std::string_view key, std::uint64_t& out, const Range& range,
+             std::optional<std::uint64_t> fallback = std::nullopt) {
+    if (fallback && !node_[std::string(key)].IsDefined()) {
+      out = *fallback;
+      return;
+    }
     const YAML::Node n = scalar(key);
     const auto v = parse_bytes(n.Scalar());
     if (!v || *v == 0) {
@@ -320,7 +325,9 @@ class JsonWriter {
   void real(std::string_view key, const double& v, const Range&, std::optional<double> = std::nullopt) {
     out_[std::string(key)] = v;
   }
-  void bytes(std::string_view key, const std::uint64_t& v, const Range&) { out_[std::string(key)] = v; }
+  void bytes(std::string_view key, const std::uint64_t& v, const Range&, std::optional<std::uint64_t> = std::nullopt) {
+    out_[std::string(key)] = v;
+  }
   void text(std::string_view key, const std::string& v) { out_[std::string(key)] = v; }
 
   template <class E>

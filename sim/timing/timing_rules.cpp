@@ -95,4 +95,17 @@ Server::Interval Server::reserve(Picoseconds now, Picoseconds ready, Picoseconds
   return {start, end};
 }
 
+Server::Interval DramChannel::reserve(Picoseconds now, Picoseconds ready, std::uint64_t bytes, Direction direction) {
+  if (turnaround_ == 0) return server_.reserve_bytes(now, ready, bytes);
+  if (ready >= busy_until_ + 2 * turnaround_) since_[0] = since_[1] = 0;
+  since_[direction == Direction::read ? 0 : 1] += bytes;
+  const std::uint64_t trips = std::min(since_[0], since_[1]) / batch_;
+  since_[0] -= trips * batch_;
+  since_[1] -= trips * batch_;
+  turnarounds_ += 2 * trips;
+  const auto iv = server_.reserve(now, ready, transfer_ps(bytes, server_.bytes_per_s()) + 2 * trips * turnaround_, bytes);
+  busy_until_ = std::max(busy_until_, iv.end);
+  return iv;
+}
+
 }  // namespace spyre::timing

@@ -93,4 +93,41 @@ class Server {
   std::uint64_t requests_ = 0;
 };
 
+enum class Direction { read, write };
+
+// A DRAM channel: a Server whose bus turns around between reading and writing. The
+// controller does not switch for every request: it serves each direction in batches of
+// `batch_bytes` (writes wait in its write queue until a batch is ready; reads run
+// meanwhile), so while both directions have traffic the bus makes one round trip
+// (read -> write -> read, two turnarounds) per batch of the scarcer direction:
+//   a request's duration = bytes / bandwidth + 2 x turnaround x (round trips it completes)
+// where the channel counts each direction's bytes since its last round trip and a
+// request completes floor(min(reads, writes) / batch) of them. A channel idle for a
+// round trip (2 x turnaround) starts counting afresh. Over a busy period with R read
+// and W written bytes this costs (R + W) / bandwidth + 2 x turnaround x min(R, W) /
+// batch: one-directional traffic runs at the full rate, balanced traffic slowest.
+class DramChannel {
+ public:
+  DramChannel() = default;
+  DramChannel(double bytes_per_s, Picoseconds turnaround, std::uint64_t batch_bytes)
+      : server_(bytes_per_s), turnaround_(turnaround), batch_(batch_bytes) {}
+
+  Server::Interval reserve(Picoseconds now, Picoseconds ready, std::uint64_t bytes, Direction direction);
+
+  const Server& server() const { return server_; }
+  std::uint64_t turnarounds() const { return turnarounds_; }
+  void reset_stats() {
+    server_.reset_stats();
+    turnarounds_ = 0;
+  }
+
+ private:
+  Server server_;
+  Picoseconds turnaround_ = 0;
+  std::uint64_t batch_ = 1;
+  std::uint64_t since_[2] = {0, 0};  // bytes read, written since the last round trip
+  Picoseconds busy_until_ = 0;       // end of the latest reservation
+  std::uint64_t turnarounds_ = 0;
+};
+
 }  // namespace spyre::timing

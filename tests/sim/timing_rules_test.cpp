@@ -123,3 +123,54 @@ TEST_CASE("given a reservation booked for later, an earlier-ready request uses t
   CHECK(after.start == 20000000);
   CHECK(channel.busy_ps() == (1000 + 4096 + 8000 + 5000 + 1000) * 1000);
 }
+
+TEST_CASE("given reads and writes on one channel, the bus turns around once per write batch of the scarcer direction") {
+  // 1 byte per ns, 20 ns per turnaround, 512-byte batches.
+  DramChannel channel(1e9, 20000, 512);
+  // Reads only: 4 x 1024 B back to back, [0, 4096] ns, no turnaround.
+  for (int i = 0; i < 4; ++i) channel.reserve(0, 0, 1024, Direction::read);
+  CHECK(channel.server().free_at() == 4096000);
+  CHECK(channel.turnarounds() == 0);
+  // Then 1024 B written while the reads are still counted: min(4096, 1024) / 512 = 2
+  // round trips, 4 turnarounds: 1024 ns + 4 x 20 ns = 1104 ns.
+  const auto w = channel.reserve(0, 0, 1024, Direction::write);
+  CHECK(w.start == 4096000);
+  CHECK(w.end == 4096000 + 1104000);
+  CHECK(channel.turnarounds() == 4);
+  // The reads left over (4096 - 1024 B) complete round trips with later writes: 256 B
+  // written is half a batch (no trip yet), the next 256 B completes one: 256 + 40 ns.
+  const auto w1 = channel.reserve(0, 0, 256, Direction::write);
+  CHECK(w1.end - w1.start == 256000);
+  const auto w2 = channel.reserve(0, 0, 256, Direction::write);
+  CHECK(w2.end - w2.start == 256000 + 40000);
+  CHECK(channel.turnarounds() == 6);
+}
+
+TEST_CASE("given a channel idle for a round trip, its read and write counts start afresh") {
+  DramChannel channel(1e9, 20000, 512);
+  const auto r = channel.reserve(0, 0, 4096, Direction::read);  // [0, 4096] ns
+  // A write ready 40 ns after the reads ended (2 x turnaround idle): the bus turned
+  // around while idle; no round trip is charged.
+  const auto w = channel.reserve(0, r.end + 40000, 4096, Direction::write);
+  CHECK(w.end - w.start == 4096000);
+  CHECK(channel.turnarounds() == 0);
+  // A read right behind the writes: 4096 B read and 4096 B written since, 8 round trips.
+  const auto r2 = channel.reserve(0, 0, 4096, Direction::read);
+  CHECK(r2.start == w.end);
+  CHECK(r2.end - r2.start == 4096000 + 8 * 40000);
+}
+
+TEST_CASE("given a balanced stream, a channel's rate follows (R + W) / bandwidth + 2 x turnaround x min(R, W) / batch") {
+  // The default chip's channel: 204.8 / 16 GB/s x 0.73 = 9.344 GB/s, 20 ns, 512 B.
+  DramChannel channel(12.8e9 * 0.73, 20000, 512);
+  // 64 pairs of 4 KiB read + 4 KiB write: 512 KiB at 9.344 GB/s = 56.11 us, plus
+  // 2 x 20 ns x 256 KiB / 512 B = 20.48 us.
+  for (int i = 0; i < 64; ++i) {
+    channel.reserve(0, 0, 4096, Direction::read);
+    channel.reserve(0, 0, 4096, Direction::write);
+  }
+  // 128 x transfer_ps(4096) = 128 x 438357 ps; 512 trips x 40 ns.
+  CHECK(channel.server().free_at() == 128ull * 438357 + 512ull * 40000);
+  CHECK(channel.turnarounds() == 1024);
+  // Effective rate: 524288 B / 76.59 us = 6.845 GB/s (0.73 of the channel's 9.344).
+}
