@@ -7,7 +7,9 @@
 #include <limits>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <stdexcept>
+#include <tuple>
 
 #include "compiler/dma.h"
 #include "spyre/isa/program.h"
@@ -499,7 +501,13 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
     for (std::size_t d = 0; d < dims; ++d) o += static_cast<std::int64_t>(origin[d]) * s[d];
     return static_cast<std::uint64_t>(o) * isa::dtype_size(dtype);
   };
+  // What each slot's input buffers hold: a broadcast operand whose box is the same for
+  // every tile (a bias row, a scalar) is loaded once per core and slot, not per tile
+  // (steps never write the input buffers).
+  using Loaded = std::tuple<std::uint64_t, std::array<std::uint32_t, 3>, std::array<std::int64_t, 3>>;
+  std::vector<std::optional<Loaded>> loaded[2];
   const auto load = [&](std::vector<isa::Instruction>& code, const Unit& u, std::uint32_t slot) {
+    loaded[slot].resize(kernel.inputs.size());
     for (std::uint32_t i = 0; i < kernel.inputs.size(); ++i) {
       const auto& s = strides[i];
       const auto e0 = static_cast<std::uint32_t>(u.e.e0), e1 = static_cast<std::uint32_t>(u.e.e1),
@@ -512,9 +520,13 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
         case Form::col: box_shape = {e1, e2, 1}, box_stride = {s[1], s[2], 0}; break;
         case Form::scalar: break;
       }
+      const std::uint64_t source = offset(s, u.origin, kernel.inputs[i].dtype);
+      Loaded now{source, box_shape, box_stride};
+      if (forms[i] != Form::full && loaded[slot][i] == now) continue;
+      loaded[slot][i] = now;
       code.push_back(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), kernel.inputs[i].dtype,
-                                       static_cast<std::uint16_t>(i), offset(s, u.origin, kernel.inputs[i].dtype),
-                                       walker.input_addr(i, slot), box_shape, box_stride));
+                                       static_cast<std::uint16_t>(i), source, walker.input_addr(i, slot), box_shape,
+                                       box_stride));
     }
   };
 
@@ -525,6 +537,7 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
   for (std::uint32_t core = 0; core < cores; ++core) {
     const std::uint64_t first = units * core / cores, last = units * (core + 1) / cores;
     code.clear();
+    for (auto& l : loaded) l.clear();
     load(code, unit(first), 0);
     for (std::uint64_t u = first; u < last; ++u) {
       const auto slot = static_cast<std::uint32_t>((u - first) % 2);
