@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
 #ifdef SPYRE_WITH_BACKEND
   add_run_command(app, exit_code);
   add_diff_command(app, exit_code);
+  add_calibrate_command(app, exit_code);
 #endif
   add_sweep_commands(app, exit_code);
   try {

@@ -33,13 +33,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "aten/cpu_fallback.h"
-#include "runtime/driver.h"
-#include "runtime/driver.h"
-#include "config/config_loader.h"
-#include "spyre/spyre_drv.h"
-#include "spyre_sim/commands.h"
 #include "report/run_report.h"
+#include "spyre_sim/device_session.h"
 
 namespace spyre::tools {
 namespace {
@@ -172,14 +167,6 @@ Workload make_workload(const std::string& spec) {
   throw UsageError(fmt::format("unknown workload '{}' (workloads: {})", name, kWorkloadHelp));
 }
 
-spyre_device_t device_handle() {
-  spyre_device_t d = nullptr;
-  if (spyreDeviceGet(0, &d) != SPYRE_SUCCESS) throw std::runtime_error(spyreGetLastErrorMessage());
-  return d;
-}
-
-json device_report() { return json::parse(backend::device_report_json(device_handle())); }
-
 // A TorchScript model with random inputs of the given shapes: "64,512" (fp32, as
 // models are usually saved) or "64,512:fp16" (the model is converted to the first
 // input's dtype).
@@ -263,19 +250,7 @@ void require_writable(const std::string& path, const char* option) {
 }
 
 int run(const RunOptions& o) {
-  // Validate the config here (a clear usage error), then hand it to the driver.
-  const config::LoadedConfig loaded = config::load_config(o.config.config_path, o.config.overrides);
-  // Each --set goes to the driver as it is (no joined string to split again).
-  std::vector<const char*> overrides;
-  for (const auto& s : o.config.overrides) overrides.push_back(s.c_str());
-  const spyre_driver_config_t start{.struct_size = sizeof(spyre_driver_config_t),
-                                    .config_path = o.config.config_path.c_str(),
-                                    .overrides = overrides.data(),
-                                    .num_overrides = static_cast<std::uint32_t>(overrides.size()),
-                                    .device_count = 1,
-                                    .config_yaml = nullptr,
-                                    .mode = o.mode};
-  if (spyreDriverConfigure(&start) != SPYRE_SUCCESS) throw UsageError(spyreGetLastErrorMessage());
+  configure_driver(o.config, o.mode);
 
   if (o.workload.empty() == o.model.empty()) throw UsageError("give either --workload or --model (one of them)");
   if (!o.trace.empty()) require_writable(o.trace, "--trace");
@@ -341,24 +316,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--expect-json", o->expect, "golden report: exit 1 when cycles or traffic drift beyond --tolerance");
   cmd->add_option("--tolerance", o->tolerance, "allowed relative drift (default 2%)");
   cmd->add_flag("--update-golden", o->update_golden, "write this run's report to the --expect-json file");
-  cmd->add_option("--mode", o->mode,
+  add_mode_option(*cmd, o->mode,
                   "timed (default); no-data: the same cycles and traffic without computing values (fast what-if "
-                  "runs of big models); functional: no timing")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, spyre_device_mode_t>{
-          {"timed", SPYRE_MODE_TIMED}, {"no-data", SPYRE_MODE_NO_DATA}, {"functional", SPYRE_MODE_FUNCTIONAL}}));
-  cmd->callback([o, &exit_code] {
-    // PyTorch's errors, by type: a device fault, memory running out, or (any other
-    // c10::Error) a model or input the backend refused.
-    try {
-      exit_code = run(*o);
-    } catch (const backend::DeviceFaultError& e) {
-      throw DeviceFault(e.what_without_backtrace());
-    } catch (const c10::OutOfMemoryError& e) {
-      throw OutOfMemory(e.what_without_backtrace());
-    } catch (const c10::Error& e) {
-      throw UsageError(e.what_without_backtrace());
-    }
-  });
+                  "runs of big models); functional: no timing");
+  cmd->callback([o, &exit_code] { with_torch_errors([&] { exit_code = run(*o); }); });
 }
 
 void add_diff_command(CLI::App& app, int& exit_code) {

@@ -1,0 +1,44 @@
+#include "spyre_sim/device_session.h"
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "config/config_loader.h"
+
+namespace spyre::tools {
+
+void configure_driver(const ConfigOptions& config, spyre_device_mode_t mode) {
+  // Validate the config here (a clear usage error), then hand it to the driver.
+  (void)config::load_config(config.config_path, config.overrides);
+  // Each --set goes to the driver as it is (no joined string to split again).
+  std::vector<const char*> overrides;
+  for (const auto& s : config.overrides) overrides.push_back(s.c_str());
+  const spyre_driver_config_t start{.struct_size = sizeof(spyre_driver_config_t),
+                                    .config_path = config.config_path.c_str(),
+                                    .overrides = overrides.data(),
+                                    .num_overrides = static_cast<std::uint32_t>(overrides.size()),
+                                    .device_count = 1,
+                                    .config_yaml = nullptr,
+                                    .mode = mode};
+  if (spyreDriverConfigure(&start) != SPYRE_SUCCESS) throw UsageError(spyreGetLastErrorMessage());
+}
+
+spyre_device_t device_handle() {
+  spyre_device_t d = nullptr;
+  if (spyreDeviceGet(0, &d) != SPYRE_SUCCESS) throw std::runtime_error(spyreGetLastErrorMessage());
+  return d;
+}
+
+nlohmann::json device_report() { return nlohmann::json::parse(backend::device_report_json(device_handle())); }
+
+void add_mode_option(CLI::App& command, spyre_device_mode_t& mode, const char* help) {
+  command.add_option("--mode", mode, help)
+      ->transform(CLI::CheckedTransformer(std::map<std::string, spyre_device_mode_t>{
+          {"timed", SPYRE_MODE_TIMED}, {"no-data", SPYRE_MODE_NO_DATA}, {"functional", SPYRE_MODE_FUNCTIONAL}}));
+}
+
+}  // namespace spyre::tools
