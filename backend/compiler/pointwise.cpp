@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "compiler/dma.h"
+#include "compiler/transpose.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::compiler {
@@ -438,6 +439,8 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
   std::uint64_t elements = 1;
   for (const auto d : shape) elements *= d;
   if (elements == 0) throw std::invalid_argument(name + ": nothing to compute (zero elements)");
+
+  if (auto transposed = compile_transposed_copy(kernel, target, name)) return std::move(*transposed);
 
   std::vector<std::vector<std::int64_t>> strides;
   for (const auto& o : kernel.inputs) strides.push_back(padded(o.strides, dims));

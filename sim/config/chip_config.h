@@ -85,7 +85,9 @@ struct ComputeArrayConfig {
   X(select) X(reduce) X(convert)
 // Costs added after configs were written: optional, with these defaults (ASSUMPTION:
 // like tanh, a range reduction and a polynomial), so older configs still load.
-#define SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(X) X(sin, 6) X(cos, 6)
+// transpose: a block's rows to columns (the card's restickify), one vector per cycle
+// like copy.
+#define SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(X) X(sin, 6) X(cos, 6) X(transpose, 1)
 
 // Issue interval, in cycles, of one vector of `lanes` elements for each operation.
 struct VectorOpCycles {

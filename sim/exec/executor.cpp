@@ -205,6 +205,13 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::VFill& f) {
   return vector(s, *current_, "copy", f.count);
 }
 
+Executor::Outcome Executor::run(std::uint32_t s, const isa::VTranspose& t) {
+  if (real(t.dtype)) numeric::transpose(t, sp(s));
+  const std::uint64_t n = std::uint64_t{t.rows} * t.cols;
+  touch(s, t.dst + n * isa::dtype_size(t.dtype));
+  return vector(s, *current_, "transpose", n);
+}
+
 Executor::Outcome Executor::run(std::uint32_t s, const isa::DmaLoad& d) {
   return move(s, d.arg, true, d.token, [&](std::uint64_t argument, functional::DmaResult& moved, const auto& on_run) {
     return functional::transfer(d, true, argument, device_.memory, sp(s), moved, on_run, real(d.dtype));

@@ -512,6 +512,23 @@ void fill(const isa::VFill& f, std::uint8_t* sp) {
   for (std::size_t i = 0; i < f.count; ++i) std::memcpy(dst + size * i, pattern, size);
 }
 
+void transpose(const isa::VTranspose& t, std::uint8_t* sp) {
+  // Data movement only: the bytes as they are (no rounding, no DL16).
+  const std::size_t size = isa::dtype_size(t.dtype);
+  const std::uint8_t* src = sp + t.src;
+  std::uint8_t* dst = sp + t.dst;
+  // In blocks of 32 x 32 elements, so both sides stay in the host's cache.
+  constexpr std::size_t kBlock = 32;
+  for (std::size_t r0 = 0; r0 < t.rows; r0 += kBlock) {
+    for (std::size_t c0 = 0; c0 < t.cols; c0 += kBlock) {
+      const std::size_t r1 = std::min<std::size_t>(t.rows, r0 + kBlock), c1 = std::min<std::size_t>(t.cols, c0 + kBlock);
+      for (std::size_t r = r0; r < r1; ++r) {
+        for (std::size_t c = c0; c < c1; ++c) std::memcpy(dst + (c * t.rows + r) * size, src + (r * t.cols + c) * size, size);
+      }
+    }
+  }
+}
+
 void matmul(const isa::Matmul& mm, std::uint8_t* sp) {
   const std::size_t a_rows = mm.trans_a ? mm.k : mm.m, a_cols = mm.trans_a ? mm.m : mm.k;
   const std::size_t b_rows = mm.trans_b ? mm.n : mm.k, b_cols = mm.trans_b ? mm.k : mm.n;

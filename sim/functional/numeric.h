@@ -39,6 +39,7 @@ void compare(const isa::VCompare& inst, std::uint8_t* sp);
 void select(const isa::VSelect& inst, std::uint8_t* sp);
 void reduce(const isa::VReduce& inst, std::uint8_t* sp);
 void fill(const isa::VFill& inst, std::uint8_t* sp);
+void transpose(const isa::VTranspose& inst, std::uint8_t* sp);
 void matmul(const isa::Matmul& inst, std::uint8_t* sp);
 
 // The fp32 function behind each float unary op (the reference of the unary tests).

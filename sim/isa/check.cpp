@@ -230,6 +230,17 @@ struct Checker {
     if (auto r = check_fill_value(f.dtype, f.value)) return r;
     return sp_range("destination", f.dst, f.count, f.dtype, l);
   }
+  Reason operator()(const VTranspose& t) const {
+    if (t.rows == 0 || t.cols == 0) return std::string("rows and cols must be positive");
+    const std::uint64_t n = std::uint64_t{t.rows} * t.cols;
+    if (auto r = sp_range("source", t.src, n, t.dtype, l)) return r;
+    if (auto r = sp_range("destination", t.dst, n, t.dtype, l)) return r;
+    const std::uint64_t bytes = n * dtype_size(t.dtype);
+    if (t.src < t.dst + bytes && t.dst < t.src + bytes) {
+      return "destination sp:" + str(t.dst) + " overlaps the source sp:" + str(t.src) + " (" + str(bytes) + " bytes each)";
+    }
+    return std::nullopt;
+  }
   Reason operator()(const RingSend& s) const {
     if (auto r = check_token(s.token)) return r;
     if (s.dst_core >= l.num_streams) {

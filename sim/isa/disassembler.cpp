@@ -67,6 +67,9 @@ struct Printer {
   std::string operator()(const VFill& f) const {
     return fmt("vfill %s sp:%u n=%u #%g", n(to_string(f.dtype)).c_str(), f.dst, f.count, f.value);
   }
+  std::string operator()(const VTranspose& t) const {
+    return fmt("vtranspose %s sp:%u [%ux%u] -> sp:%u", n(to_string(t.dtype)).c_str(), t.src, t.rows, t.cols, t.dst);
+  }
   std::string operator()(const RingSend& s) const {
     return fmt("ring_send t%u sp:%u %u bytes -> core %u tag %u", s.token, s.sp_addr, s.bytes, s.dst_core, s.tag);
   }

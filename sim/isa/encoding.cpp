@@ -167,6 +167,14 @@ void fields(F& f, D& d) requires std::is_same_v<std::remove_const_t<D>, VFill> {
   f(16, d.value);
 }
 template <class F, class D>
+void fields(F& f, D& d) requires std::is_same_v<std::remove_const_t<D>, VTranspose> {
+  f(2, d.dtype);
+  f(4, d.src);
+  f(8, d.dst);
+  f(12, d.rows);
+  f(16, d.cols);
+}
+template <class F, class D>
 void fields(F& f, D& d) requires std::is_same_v<std::remove_const_t<D>, RingSend> {
   f(1, d.token);
   f(2, d.dst_core);

@@ -14,7 +14,7 @@ std::string_view to_string(Opcode op) {
   static constexpr std::string_view names[] = {
       "end",     "nop",     "dma_load", "dma_store", "wait",  "matmul",    "vunary",    "vbinary",
       "vcompare", "vselect", "vreduce",  "vconvert",  "vfill", "ring_send", "ring_recv", "barrier",
-      "dma_gather"};
+      "dma_gather", "vtranspose"};
   const auto i = static_cast<std::uint8_t>(op);
   return i < kNumOpcodes ? names[i] : "opcode?";
 }

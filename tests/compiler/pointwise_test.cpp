@@ -62,3 +62,58 @@ TEST_CASE("given a streaming kernel, the predicted time is its bytes or its vect
   add.steps.push_back(compiler::Step::unary(isa::UnaryOp::exp, isa::DType::fp32, compiler::Value::step(0)));
   CHECK(compiler::predict_pointwise_s(add, t) == Catch::Approx((1 << 19) * 5 / 1e7 + 200e-9));
 }
+
+TEST_CASE("given a copy from a transposed source, blocks are loaded by rows, transposed on the vector unit and stored by rows") {
+  const compiler::Target target{.cores = 2, .scratchpad_bytes = 1 << 20, .stick_bytes = 128};
+  // x.t().contiguous() of a 300 x 500 fp16 x: shape {300, 500} (innermost first), the
+  // source walks dimension 0 with stride 500 and dimension 1 with stride 1.
+  compiler::PointwiseKernel k;
+  k.shape = {300, 500};
+  k.inputs = {{isa::DType::fp16, {500, 1}}};
+  k.output = {isa::DType::fp16, {1, 300}};
+  const isa::Program p(compiler::compile_pointwise(k, target, "aten::copy_"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1 << 20, .num_streams = 2}));
+  // 256 x 256 blocks (four of 128 KiB fit 1 MiB): 2 x 2 blocks, one core each two.
+  std::uint64_t elements = 0;
+  for (std::uint32_t s = 0; s < 2; ++s) {
+    for (std::uint32_t pc = 0; pc < p.stream_length(s); ++pc) {
+      const isa::Decoded d = p.decode_at(s, pc);
+      if (const auto* l = std::get_if<isa::DmaLoad>(&*d.inst)) {
+        CHECK(l->mem_stride[0] == 1);  // every source row contiguous
+        CHECK(l->mem_stride[1] == 500);
+      }
+      if (const auto* st = std::get_if<isa::DmaStore>(&*d.inst)) {
+        CHECK(st->mem_stride[0] == 1);  // every destination row contiguous
+        CHECK(st->mem_stride[1] == 300);
+      }
+      if (const auto* t = std::get_if<isa::VTranspose>(&*d.inst)) elements += std::uint64_t{t->rows} * t->cols;
+    }
+  }
+  CHECK(elements == 300 * 500);
+  // A copy whose source is already contiguous along dimension 0 is the pointwise copy.
+  k.inputs = {{isa::DType::fp16, {1, 300}}};
+  const isa::Program plain(compiler::compile_pointwise(k, target, "aten::copy_"));
+  for (std::uint32_t pc = 0; pc < plain.stream_length(0); ++pc) {
+    CHECK_FALSE(std::holds_alternative<isa::VTranspose>(*plain.decode_at(0, pc).inst));
+  }
+}
+
+TEST_CASE("given a broadcast row, each core loads it once per buffer slot, not once per tile") {
+  const compiler::Target target{.cores = 1, .scratchpad_bytes = 1 << 20, .stick_bytes = 128};
+  // [64 x 8192] + [8192] fp16 on one core: tiles of whole rows (how many depends on
+  // the registers that fit), each needing the same row.
+  compiler::PointwiseKernel k;
+  k.shape = {8192, 64};
+  k.inputs = {{isa::DType::fp16, {1, 8192}}, {isa::DType::fp16, {1, 0}}};
+  k.output = {isa::DType::fp16, {1, 8192}};
+  k.steps = {compiler::Step::binary(isa::BinaryOp::add, isa::DType::fp32, compiler::Value::input(0),
+                                    compiler::Value::input(1))};
+  const isa::Program p(compiler::compile_pointwise(k, target, "aten::add"));
+  int row_loads = 0, full_loads = 0;
+  for (std::uint32_t pc = 0; pc < p.stream_length(0); ++pc) {
+    const isa::Decoded d = p.decode_at(0, pc);
+    if (const auto* l = std::get_if<isa::DmaLoad>(&*d.inst)) ++(l->arg == 1 ? row_loads : full_loads);
+  }
+  CHECK(full_loads > 2);
+  CHECK(row_loads == 2);  // slots 0 and 1, however many tiles
+}

@@ -48,7 +48,8 @@ std::vector<Instruction> one_of_each() {
           RingRecv{.token = 4, .src_core = 1, .tag = 99, .forward_to = 2, .sp_addr = 30, .bytes = 20},
           Barrier{.id = 5, .count = 4},
           DmaGather{.token = 9, .wide_index = true, .arg = 2, .index_sp = 8, .count = 3, .sp_addr = 64,
-                    .row_bytes = 256, .offset = 0x1000, .rows = 32000, .row_stride = 8192}};
+                    .row_bytes = 256, .offset = 0x1000, .rows = 32000, .row_stride = 8192},
+          VTranspose{.dtype = DType::fp16, .src = 0, .dst = 4096, .rows = 64, .cols = 32}};
 }
 
 bool same(const Instruction& a, const Instruction& b) { return encode(a) == encode(b); }
@@ -220,6 +221,17 @@ TEST_CASE("given a corrupted blob, parsing or validation rejects it") {
     const Program p(bad);
     CHECK_THROWS_WITH(p.validate(kLimits), ContainsSubstring("does not end with END"));
   }
+}
+
+TEST_CASE("given a transpose whose destination overlaps its source, the check names both") {
+  // 4 x 8 fp32 = 128 bytes at sp:0; a destination at sp:64 overlaps it.
+  CHECK_THAT(check(VTranspose{.dtype = DType::fp32, .src = 0, .dst = 64, .rows = 4, .cols = 8}, kLimits).value_or(""),
+             ContainsSubstring("destination sp:64 overlaps the source sp:0 (128 bytes each)"));
+  CHECK_FALSE(check(VTranspose{.dtype = DType::fp32, .src = 0, .dst = 128, .rows = 4, .cols = 8}, kLimits));
+  CHECK_THAT(check(VTranspose{.dtype = DType::fp32, .src = 0, .dst = 128, .rows = 0, .cols = 8}, kLimits).value_or(""),
+             ContainsSubstring("rows and cols must be positive"));
+  CHECK(disassemble(VTranspose{.dtype = DType::bf16, .src = 0, .dst = 256, .rows = 3, .cols = 5}) ==
+        "vtranspose bf16 sp:0 [3x5] -> sp:256");
 }
 
 TEST_CASE("given instructions, the disassembly reads as assembly") {

@@ -257,3 +257,21 @@ def test_in_place_ops_on_expanded_tensors_match_the_cpu(op):
         assert isinstance(results[1], torch.Tensor) and torch.equal(results[0], results[1])
     else:
         assert results[1] is results[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16, torch.int8, torch.int32, torch.int64,
+                                   torch.bool], ids=str)
+def test_transposed_copies_run_the_transpose_kernel_and_match_the_cpu(dtype):
+    # Ragged sizes (not multiples of a block or a stick), a batch dimension, a sliced
+    # transposed view, and a thin matrix.
+    for shape in ((300, 517), (3, 70, 130), (2, 1000), (1000, 3)):
+        x = sample(dtype, shape)
+        d = x.to("spyre")
+        for got, want in ((d.transpose(-1, -2).contiguous(), x.transpose(-1, -2).contiguous()),
+                          (d.transpose(-1, -2)[..., 1:, :].contiguous(), x.transpose(-1, -2)[..., 1:, :].contiguous())):
+            assert torch.equal(got.cpu(), want), (dtype, shape)
+    torch.spyre.synchronize()
+    torch.spyre.reset_fallback_counts()
+    big = sample(dtype, (512, 512)).to("spyre")
+    big.t().contiguous()
+    assert torch.spyre.fallback_counts() == {}

@@ -498,3 +498,18 @@ TEST_CASE("given matmuls with transposes, padding and accumulation, results are 
     CHECK(gaps_touched == 0);
   }
 }
+
+TEST_CASE("given a block of every element size, a transpose moves each element to its mirrored place unchanged") {
+  for (const DType t : {DType::int8, DType::fp16, DType::fp32}) {
+    const std::size_t size = isa::dtype_size(t), rows = 37, cols = 70;  // blocks of 32 and a ragged edge
+    std::vector<std::uint8_t> sp(2 * rows * cols * size);
+    for (std::size_t i = 0; i < rows * cols * size; ++i) sp[i] = static_cast<std::uint8_t>(i * 7 + i / 251);
+    const std::uint32_t dst = static_cast<std::uint32_t>(rows * cols * size);
+    numeric::transpose(isa::VTranspose{.dtype = t, .src = 0, .dst = dst, .rows = 37, .cols = 70}, sp.data());
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t c = 0; c < cols; ++c) {
+        REQUIRE(std::memcmp(sp.data() + dst + (c * rows + r) * size, sp.data() + (r * cols + c) * size, size) == 0);
+      }
+    }
+  }
+}

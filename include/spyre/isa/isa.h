@@ -58,8 +58,9 @@ enum class Opcode : std::uint8_t {
   ring_recv = 14,
   barrier = 15,
   dma_gather = 16,  // rows of a device-memory table, picked by indices in the scratchpad
+  vtranspose = 17,  // a block's rows become its columns (the card's restickify)
 };
-inline constexpr std::uint8_t kNumOpcodes = 17;
+inline constexpr std::uint8_t kNumOpcodes = 18;
 std::string_view to_string(Opcode op);
 
 enum class UnaryOp : std::uint8_t {
@@ -197,6 +198,13 @@ struct VFill {
   double value = 0;
 };
 
+// Writes the rows x cols block at src transposed at dst (cols x rows):
+// dst[c * rows + r] = src[r * cols + c]. The blocks must not overlap.
+struct VTranspose {
+  DType dtype = DType::fp32;
+  std::uint32_t src = 0, dst = 0, rows = 0, cols = 0;
+};
+
 // Sends `bytes` of this core's scratchpad to core `dst_core` of the same launch over
 // the ring, matched by `tag`; asynchronous, completes `token`.
 struct RingSend {
@@ -228,7 +236,8 @@ struct End {};
 struct Nop {};
 
 using Instruction = std::variant<End, Nop, DmaLoad, DmaStore, Wait, Matmul, VUnary, VBinary, VCompare,
-                                 VSelect, VReduce, VConvert, VFill, RingSend, RingRecv, Barrier, DmaGather>;
+                                 VSelect, VReduce, VConvert, VFill, RingSend, RingRecv, Barrier, DmaGather,
+                                 VTranspose>;
 
 Opcode opcode_of(const Instruction& inst);
 
