@@ -193,6 +193,15 @@ std::vector<Case> generator_cases(const compiler::Target& t) {
     cases.push_back({"pointwise", compile_pointwise(k, t, "pointwise"),
                      {{bytes_of(64 * 33, DType::fp16)}, {bytes_of(64, DType::fp32)}, {bytes_of(64 * 33, DType::fp32)}}});
   }
+  {
+    // out[300 x 200] (bf16) = a[200 x 300].t(): the transposed copy (vtranspose).
+    PointwiseKernel k;
+    k.shape = {200, 300};
+    k.inputs = {{DType::bf16, {300, 1}}};
+    k.output = {DType::bf16, {1, 200}};
+    cases.push_back({"transposed copy", compile_pointwise(k, t, "transpose"),
+                     {{bytes_of(200 * 300, DType::bf16)}, {bytes_of(200 * 300, DType::bf16)}}});
+  }
   const auto matmul = [&](MatmulShape s) {
     std::vector<Arg> args = {{bytes_of(s.m * s.k, s.dtype)}, {bytes_of(s.k * s.n, s.dtype)}, {bytes_of(s.m * s.n, s.dtype)}};
     if (s.bias) args.push_back({bytes_of(s.n, *s.bias)});
