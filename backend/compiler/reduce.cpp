@@ -2,6 +2,7 @@
 #include "compiler/does_not_fit.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -141,18 +142,42 @@ std::vector<std::uint8_t> compile_reduce(const ReduceShape& s, const Target& tar
   const std::uint32_t sp_out[2] = {sp_tmp + align(ac * 4), sp_tmp + align(ac * 4) + align(ac * out_size)};
 
   const std::uint64_t chunks_a = (s.outer + ac - 1) / ac, chunks_r = (s.reduced + rc - 1) / rc;
-  const std::uint32_t cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(target.cores, chunks_a));
+  // Fewer output chunks than cores (a full sum, a few long rows): each chunk's reduced
+  // range is split over `parts` cores, which send their partial results over the ring
+  // to the first core of their group; it combines them and stores. Otherwise each core
+  // takes whole output chunks.
+  const std::uint64_t parts = chunks_a < target.cores && chunks_r > 1
+                                  ? std::min<std::uint64_t>(chunks_r, target.cores / chunks_a)
+                                  : 1;
+  const std::uint32_t cores =
+      static_cast<std::uint32_t>(parts > 1 ? chunks_a * parts : std::min<std::uint64_t>(target.cores, chunks_a));
   const std::int64_t low = lowest_offset({s.outer, s.reduced}, {s.outer_stride, s.reduced_stride});
+  constexpr std::uint8_t kRingToken = 4;
   isa::ProgramBuilder b(name, cores);
   for (std::uint32_t core = 0; core < cores; ++core) {
-    const auto [first_a, last_a] = share(chunks_a, cores, core);
-    const std::uint64_t first = first_a * chunks_r, last = last_a * chunks_r;  // units: (a chunk, r chunk)
-    const auto extent = [&](std::uint64_t u) {
-      const std::uint64_t a0 = (u / chunks_r) * ac, r0 = (u % chunks_r) * rc;
-      return std::array<std::uint64_t, 4>{a0, r0, std::min(ac, s.outer - a0), std::min(rc, s.reduced - r0)};
+    // This core's segments: an output chunk and a run of its reduced chunks.
+    struct Segment {
+      std::uint64_t a, r_first, r_last;
     };
-    const auto load = [&](std::uint64_t u, std::uint32_t slot) {
-      const auto [a0, r0, alen, rlen] = extent(u);
+    std::vector<Segment> segments;
+    if (parts > 1) {
+      const auto [r_first, r_last] = share(chunks_r, static_cast<std::uint32_t>(parts), core % parts);
+      segments.push_back({core / parts, r_first, r_last});
+    } else {
+      const auto [first_a, last_a] = share(chunks_a, cores, core);
+      for (std::uint64_t a = first_a; a < last_a; ++a) segments.push_back({a, 0, chunks_r});
+    }
+    std::vector<std::array<std::uint64_t, 4>> units;  // a0, r0, alen, rlen
+    std::vector<std::pair<bool, bool>> ends;           // first and last unit of a segment
+    for (const Segment& g : segments) {
+      for (std::uint64_t r = g.r_first; r < g.r_last; ++r) {
+        const std::uint64_t a0 = g.a * ac, r0 = r * rc;
+        units.push_back({a0, r0, std::min(ac, s.outer - a0), std::min(rc, s.reduced - r0)});
+        ends.emplace_back(r == g.r_first, r + 1 == g.r_last);
+      }
+    }
+    const auto load = [&](std::size_t u, std::uint32_t slot) {
+      const auto [a0, r0, alen, rlen] = units[u];
       const std::uint64_t offset =
           static_cast<std::uint64_t>(static_cast<std::int64_t>(a0) * s.outer_stride +
                                      static_cast<std::int64_t>(r0) * s.reduced_stride - low) * in_size;
@@ -163,14 +188,14 @@ std::vector<std::uint8_t> compile_reduce(const ReduceShape& s, const Target& tar
                                                 {s.outer_stride, s.reduced_stride, 0}));
     };
     std::uint64_t stores = 0;
-    load(first, 0);
-    for (std::uint64_t u = first; u < last; ++u) {
-      const auto slot = static_cast<std::uint32_t>((u - first) % 2);
-      if (u + 1 < last) load(u + 1, 1 - slot);
+    if (!units.empty()) load(0, 0);
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const auto slot = static_cast<std::uint32_t>(u % 2);
+      if (u + 1 < units.size()) load(u + 1, 1 - slot);
       b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
-      const auto [a0, r0, alen, rlen] = extent(u);
+      const auto [a0, r0, alen, rlen] = units[u];
       const auto a = static_cast<std::uint32_t>(alen), r = static_cast<std::uint32_t>(rlen);
-      const bool first_r = r0 == 0, last_r = r0 + rlen == s.reduced;
+      const auto [first_r, last_r] = ends[u];
       b.add(core, isa::VReduce{.op = s.op, .in = s.in, .out = acc_t, .axis = static_cast<std::uint8_t>(rows_mode ? 1 : 0),
                                .src = sp_in[slot], .dst = first_r ? sp_acc : sp_tmp, .rows = rows_mode ? a : r,
                                .cols = rows_mode ? r : a});
@@ -179,6 +204,19 @@ std::vector<std::uint8_t> compile_reduce(const ReduceShape& s, const Target& tar
                                  .b = sp_tmp, .dst = sp_acc, .rows = 1, .cols = a});
       }
       if (!last_r) continue;
+      if (parts > 1) {
+        const auto root = static_cast<std::uint16_t>(core / parts * parts);
+        if (core != root) {  // a partial result: to the group's first core
+          b.add(core, isa::RingSend{.token = kRingToken, .dst_core = root, .tag = 0, .sp_addr = sp_acc, .bytes = a * 4});
+          continue;
+        }
+        for (std::uint32_t q = root + 1; q < root + parts; ++q) {
+          b.add(core, isa::RingRecv{.token = kRingToken, .src_core = static_cast<std::uint16_t>(q), .tag = 0,
+                                    .sp_addr = sp_tmp, .bytes = a * 4});
+          b.add(core, isa::VBinary{.op = combine(s.op), .dtype = acc_t, .bcast = isa::Broadcast::none, .a = sp_acc,
+                                   .b = sp_tmp, .dst = sp_acc, .rows = 1, .cols = a});
+        }
+      }
       if (s.scale != 1) {
         b.add(core, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = acc_t, .bcast = isa::Broadcast::immediate,
                                  .a = sp_acc, .b = 0, .dst = sp_acc, .rows = 1, .cols = a, .imm = s.scale});
@@ -194,7 +232,7 @@ std::vector<std::uint8_t> compile_reduce(const ReduceShape& s, const Target& tar
                                      {a, 1, 1}, {1, 0, 0}));
       ++stores;
     }
-    b.add(core, isa::Wait{.token_mask = 0xf});
+    b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(parts > 1 ? 0x1f : 0xf)});
   }
   return b.build();
 }

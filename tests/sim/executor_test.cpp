@@ -214,6 +214,10 @@ std::vector<Case> generator_cases(const compiler::Target& t) {
   matmul({.m = 512, .n = 512, .k = 512});
   cases.push_back({"reduce rows", compile_reduce({.outer = 100, .reduced = 1000, .outer_stride = 1000, .reduced_stride = 1}, t, "reduce"),
                    {{bytes_of(100 * 1000, DType::fp32)}, {bytes_of(100, DType::fp32)}}});
+  cases.push_back({"reduce all (partials over the ring)",
+                   compile_reduce({.outer = 1, .reduced = 300000, .in = DType::bf16, .out = DType::fp32, .scale = 0.5}, t,
+                                  "reduce"),
+                   {{bytes_of(300000, DType::bf16)}, {bytes_of(1, DType::fp32)}}});
   cases.push_back({"reduce columns",
                    compile_reduce({.outer = 300, .reduced = 70, .outer_stride = 1, .reduced_stride = 300,
                                    .in = DType::fp16, .out = DType::fp16, .op = isa::ReduceOp::max}, t, "reduce"),
