@@ -72,14 +72,19 @@ std::optional<std::vector<std::uint8_t>> compile_transposed_copy(const Pointwise
       b.add(core, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), dtype, 0, k.in_offset, src_sp(slot),
                                          {k.ej, k.ei, 1}, {1, in[0], 0}));
     };
-    load(first, 0);
-    for (std::uint64_t u = first; u < last; ++u) {
-      const auto slot = static_cast<std::uint32_t>((u - first) % 2);
-      if (u + 1 < last) load(u + 1, 1 - slot);
+    // Each core starts its run at a different block: cores working on the same block
+    // row at the same time would store into the same DRAM channels (the destination
+    // rows of one block column are a whole row stride apart).
+    const std::uint64_t count = last - first;
+    const auto nth = [&](std::uint64_t i) { return first + (i + core) % count; };
+    load(nth(0), 0);
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const auto slot = static_cast<std::uint32_t>(i % 2);
+      if (i + 1 < count) load(nth(i + 1), 1 - slot);
       b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
-      // The store of block u - 2 read this slot's transposed buffer.
-      if (u >= first + 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
-      const Block k = block(u);
+      // The store of block i - 2 read this slot's transposed buffer.
+      if (i >= 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
+      const Block k = block(nth(i));
       b.add(core, isa::VTranspose{.dtype = dtype, .src = src_sp(slot), .dst = dst_sp(slot), .rows = k.ei, .cols = k.ej});
       // Transposed block: ej rows (dimension 1) of ei elements contiguous in the output.
       b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), dtype, 1, k.out_offset, dst_sp(slot),
