@@ -72,6 +72,9 @@ const DeviceInfo& info(c10::DeviceIndex device) {
       for (const auto& [name, cycles] : costs.items()) {
         if (cycles.is_number()) d.target.vector_op_cycles[name] = cycles.get<double>();
       }
+      // An engine's rate with its outstanding-request limit (the chip's derived figure).
+      const auto engine = report.value("/derived/dma_engine_bytes_per_s"_json_pointer, nlohmann::json());
+      if (engine.is_number() && engine.get<double>() > 0) d.target.dma_engine_bytes_per_s = engine.get<double>();
     }
     d.hash = p.config_hash;
     it = infos.emplace(device, std::move(d)).first;

@@ -47,7 +47,8 @@ Chip::Impl::Impl(Chip& c) : chip(c), topology(c.config_), cores(c.config_.cores.
   ring_ccw.assign(topology.stops(), Server(d.ring_link_bytes_per_s));
   pcie_to_device = Server(d.pcie_effective_bytes_per_s);
   pcie_to_host = Server(d.pcie_effective_bytes_per_s);
-  engine_bytes_per_s = static_cast<double>(cfg.dma.bytes_per_cycle) * d.clock_hz;
+  engine_bytes_per_s = d.dma_engine_bytes_per_s;
+  sp_bytes_per_s = d.scratchpad_core_bytes_per_s;
   const double port_bps = static_cast<double>(cfg.cores.scratchpad.bytes_per_cycle_per_port) * d.clock_hz;
   for (auto& k : cores) {
     k.dma_engines.assign(cfg.dma.engines_per_core, Server(engine_bytes_per_s));

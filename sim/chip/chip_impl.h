@@ -59,6 +59,7 @@ struct Chip::Impl {
   std::list<std::shared_ptr<TimedLaunch>> launches;
   Picoseconds dram_latency_ps, hop_ps, sp_latency_ps, dma_setup_ps, pcie_latency_ps;
   double engine_bytes_per_s;
+  double sp_bytes_per_s;  // all of a core's scratchpad ports
 
   explicit Impl(Chip& c);
 

@@ -57,9 +57,8 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
 
   std::uint32_t core(std::uint32_t stream) const { return request.cores[stream]; }
 
-  void busy(std::uint32_t stream, bool compute, std::uint64_t cycles, const isa::Instruction& inst) {
+  void busy(std::uint32_t stream, bool compute, Picoseconds duration, const isa::Instruction& inst) {
     const Picoseconds start = now_ps();
-    const Picoseconds duration = impl.chip.clock().ps(cycles);
     CoreStats& stats = impl.core_stats(core(stream));
     (compute ? stats.compute_busy_ps : stats.vector_busy_ps) += duration;
     if (TraceRecorder* t = impl.trace()) {
@@ -69,11 +68,21 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
     wait_until(start + duration);
   }
 
+  // The array's cycles, or the time the core's scratchpad ports need to stream its
+  // operands and result if that is longer (the ports' combined rate; DMA traffic through
+  // the ports is not counted against it).
   void compute(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst) override {
-    busy(stream, true, cycles, inst);
+    Picoseconds duration = impl.chip.clock().ps(cycles);
+    if (const auto* mm = std::get_if<isa::Matmul>(&inst)) {
+      const std::uint64_t bytes = timing::matmul_scratchpad_bytes(impl.chip.config(), mm->m, mm->n, mm->k,
+                                                                  isa::dtype_size(mm->in), isa::dtype_size(mm->out),
+                                                                  mm->accumulate);
+      duration = std::max(duration, timing::transfer_ps(bytes, impl.sp_bytes_per_s));
+    }
+    busy(stream, true, duration, inst);
   }
   void vector(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst) override {
-    busy(stream, false, cycles, inst);
+    busy(stream, false, impl.chip.clock().ps(cycles), inst);
   }
 
   // An engine (setup + bytes at its rate), the channels, the ring links between each

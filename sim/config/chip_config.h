@@ -164,6 +164,9 @@ struct DmaConfig {
   std::uint64_t setup_cycles = 0;
   std::uint64_t bytes_per_cycle = 0;
   std::uint64_t stick_bytes = 0;
+  // Stick requests one engine keeps in flight (optional; 0 or absent: no limit). Each
+  // waits the DRAM latency, so an engine moves at most outstanding x stick / latency.
+  std::uint64_t outstanding_requests = 0;
 
   template <class V>
   void describe(V& v) {
@@ -171,6 +174,7 @@ struct DmaConfig {
     v.integer("setup_cycles", setup_cycles, Range{0, 1e6});
     v.integer("bytes_per_cycle", bytes_per_cycle, Range{1, 1 << 20});
     v.bytes("stick_bytes", stick_bytes, Range{1, 1 << 16});
+    v.integer("outstanding_requests", outstanding_requests, Range{0, 1 << 20}, std::uint64_t{0});
   }
 };
 

@@ -179,7 +179,12 @@ class YamlReader {
     target.describe(*this);
   }
 
-  void integer(std::string_view key, std::uint64_t& out, const Range& range) {
+  void integer(std::string_view key, std::uint64_t& out, const Range& range,
+               std::optional<std::uint64_t> fallback = std::nullopt) {
+    if (fallback && !node_[std::string(key)].IsDefined()) {
+      out = *fallback;
+      return;
+    }
     const YAML::Node n = scalar(key);
     const std::string& s = n.Scalar();
     std::uint64_t v = 0;
@@ -321,7 +326,9 @@ class JsonWriter {
  public:
   explicit JsonWriter(nlohmann::json& out) : out_(out) {}
 
-  void integer(std::string_view key, const std::uint64_t& v, const Range&) { out_[std::string(key)] = v; }
+  void integer(std::string_view key, const std::uint64_t& v, const Range&, std::optional<std::uint64_t> = std::nullopt) {
+    out_[std::string(key)] = v;
+  }
   void real(std::string_view key, const double& v, const Range&, std::optional<double> = std::nullopt) {
     out_[std::string(key)] = v;
   }

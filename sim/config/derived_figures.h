@@ -33,6 +33,7 @@ struct DerivedFigures {
   double pcie_raw_bytes_per_s = 0;                 // one direction, after line encoding
   double pcie_effective_bytes_per_s = 0;           // x efficiency
   double scratchpad_core_bytes_per_s = 0;          // all ports of one core
+  double dma_engine_bytes_per_s = 0;               // one engine: datapath or request limit
   std::uint64_t scratchpad_total_bytes = 0;
   std::uint64_t scratchpad_usable_total_bytes = 0;
   double ridge_ops_per_byte_fp16 = 0;              // peak fp16 FLOP/s over DRAM peak B/s

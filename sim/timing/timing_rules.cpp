@@ -25,6 +25,21 @@ std::uint64_t core_matmul_cycles(const config::ChipConfig& chip, config::MacType
   return array_matmul_cycles(array.dataflow, array.rows, array.cols, m, cost::div_up(n, chip.cores.corelets), k, depth);
 }
 
+std::uint64_t matmul_scratchpad_bytes(const config::ChipConfig& chip, std::uint64_t m, std::uint64_t n,
+                                      std::uint64_t k, std::uint64_t in_size, std::uint64_t out_size, bool accumulate) {
+  const auto& array = chip.cores.compute_array;
+  const std::uint64_t corelets = std::max<std::uint64_t>(1, chip.cores.corelets);
+  const std::uint64_t share = cost::div_up(n, corelets);
+  std::uint64_t elements = 0;
+  for (std::uint64_t c = 0, done = 0; c < corelets && done < n; ++c) {
+    const std::uint64_t cols = std::min(share, n - done);
+    elements += cost::array_operand_elements(static_cast<cost::Dataflow>(array.dataflow), array.rows, array.cols, m,
+                                             cols, k);
+    done += cols;
+  }
+  return elements * in_size + m * n * out_size * (accumulate ? 2 : 1);
+}
+
 std::uint64_t vector_cycles(const config::ChipConfig& chip, double op_cycles, std::uint64_t elements) {
   const auto& v = chip.cores.vector;
   const std::uint64_t width = v.lanes * v.units_per_corelet * chip.cores.corelets;

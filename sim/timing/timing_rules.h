@@ -31,6 +31,13 @@ std::uint64_t array_matmul_cycles(config::Dataflow dataflow, std::uint64_t rows,
 std::uint64_t core_matmul_cycles(const config::ChipConfig& chip, config::MacType type, std::uint64_t m,
                                  std::uint64_t n, std::uint64_t k);
 
+// Bytes a core's MATMUL moves through its scratchpad ports: each corelet's array
+// streams its operands (cost::array_operand_elements, for the corelet's share of N) at
+// the input size, and the result is written once (read too when accumulating) at the
+// output size. The instruction takes at least bytes / (ports x port rate).
+std::uint64_t matmul_scratchpad_bytes(const config::ChipConfig& chip, std::uint64_t m, std::uint64_t n,
+                                      std::uint64_t k, std::uint64_t in_size, std::uint64_t out_size, bool accumulate);
+
 // A vector operation over `elements` values on one core: the core's vector units
 // (corelets x units_per_corelet, `lanes` wide) issue one vector every `op_cycles`
 // cycles, then the pipeline drains:

@@ -549,3 +549,56 @@ TEST_CASE("given tracing, the trace is Chrome JSON with a track per unit and cou
   CHECK(counters.count("core 0 scratchpad bytes") == 1);
   CHECK(complete >= 5);
 }
+
+TEST_CASE("given an engine's outstanding-request limit, one core's loads are capped by it and a second engine doubles them") {
+  // 16 channels of 32 B/ns (512 B/ns in all), 100 ns DRAM latency, 8 requests of 128 B
+  // in flight per engine: 8 x 128 B / 100 ns = 10.24 B/ns per engine.
+  const std::vector<std::string> wide = {"memory.channels=16", "memory.peak_gbps=1024", "memory.latency_ns=100",
+                                         "dma.outstanding_requests=8"};
+  const auto two_loads = [&](const std::vector<std::string>& set) {
+    sim::Simulation simulation;
+    auto& chip = simulation.add_chip(ci_chip(with(with(round_numbers(), wide), set)));
+    const auto buf = *chip.memory().allocate(2 * 65536);
+    isa::ProgramBuilder b("loads", 1);
+    b.add(0, load(0, 0, 0, 32768)).add(0, load(65536, 0, 65536, 32768, DType::fp16, 1)).add(0, isa::Wait{.token_mask = 3});
+    return duration(run(simulation, chip, b, {buf}));
+  };
+  const auto one_load = [&](const std::vector<std::string>& set) {
+    sim::Simulation simulation;
+    auto& chip = simulation.add_chip(ci_chip(with(with(round_numbers(), wide), set)));
+    const auto buf = *chip.memory().allocate(65536);
+    isa::ProgramBuilder b("load", 1);
+    b.add(0, load(0, 0, 0, 32768)).add(0, wait_for(0));
+    return duration(run(simulation, chip, b, {buf}));
+  };
+  // One 64 KiB load: the engine takes setup 32 ns + 65536 / 10.24 = 6400 ns -> [0, 6432];
+  // the channels (4096 B each at 32 B/ns, from 32 ns) and the ring link (512 ns) finish
+  // earlier; + DRAM latency 100 + scratchpad latency 4 = 6536 ns.
+  CHECK(one_load({}) == 6536000);
+  // Without the limit the engine moves 128 B/ns: [0, 544]; the ring link [32, 544] too;
+  // 544 + 104 = 648 ns.
+  CHECK(one_load({"dma.outstanding_requests=0"}) == 648000);
+  // Two loads on one engine: the second waits for it, [6432, 12864], + 104 = 12968 ns.
+  CHECK(two_loads({"dma.engines_per_core=1"}) == 12968000);
+  // Two engines take one load each, side by side: 6536 ns.
+  CHECK(two_loads({"dma.engines_per_core=2"}) == 6536000);
+}
+
+TEST_CASE("given fewer or narrower scratchpad ports, a matmul waits for its operands to stream") {
+  const auto mm_time = [&](const std::vector<std::string>& set) {
+    sim::Simulation simulation;
+    auto& chip = simulation.add_chip(ci_chip(with(with(round_numbers(), textbook_array()), set)));
+    isa::ProgramBuilder b("mm", 1);
+    b.add(0, mm64());
+    return duration(run(simulation, chip, b, {}));
+  };
+  // 64x64x64 fp16 on one 32x32 output-stationary array streams A once per column fold
+  // and B once per row fold: 2 x 64 x 64 + 2 x 64 x 64 = 16384 elements x 2 B = 32768 B,
+  // and writes C once: 64 x 64 x 4 B = 16384 B; 49152 B in all.
+  // 4 ports x 256 B/cycle: 48 cycles, under the array's 503.
+  CHECK(mm_time({}) == 503000);
+  // 1 port of 16 B/cycle: 49152 / 16 = 3072 cycles (1 GHz).
+  CHECK(mm_time({"cores.scratchpad.ports=1", "cores.scratchpad.bytes_per_cycle_per_port=16"}) == 3072000);
+  // 2 such ports: 1536 cycles.
+  CHECK(mm_time({"cores.scratchpad.ports=2", "cores.scratchpad.bytes_per_cycle_per_port=16"}) == 1536000);
+}

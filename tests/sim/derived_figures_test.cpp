@@ -34,8 +34,11 @@ TEST_CASE("given the default config, bandwidths and the ridge point follow from 
   // PCIe Gen5 x16: 32 GT/s x 16 lanes x 128/130 / 8 = 63.015 GB/s; x 0.85 = 53.563 GB/s.
   CHECK(d.pcie_raw_bytes_per_s == Approx(63.01538e9));
   CHECK(d.pcie_effective_bytes_per_s == Approx(53.56308e9));
-  // 4 ports x 128 B/cycle x 1.5 GHz = 768 GB/s per core.
-  CHECK(d.scratchpad_core_bytes_per_s == Approx(768e9));
+  // 4 ports x 256 B/cycle x 1.5 GHz = 1536 GB/s per core.
+  CHECK(d.scratchpad_core_bytes_per_s == Approx(1536e9));
+  // A DMA engine: 128 B/cycle x 1.5 GHz = 192 GB/s, but 64 requests of 128 B in flight
+  // over 120 ns of DRAM latency give 64 x 128 / 120e-9 = 68.267 GB/s: the lower one.
+  CHECK(d.dma_engine_bytes_per_s == Approx(68.26667e9));
   // 32 cores x 2 MiB = 64 MiB.
   CHECK(d.scratchpad_total_bytes == 64ull << 20);
   // 98.304e12 FLOP/s / 204.8e9 B/s = 480 FLOP/byte.

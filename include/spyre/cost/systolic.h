@@ -38,6 +38,24 @@ constexpr std::uint64_t core_matmul_cycles(Dataflow dataflow, std::uint64_t rows
   return array_matmul_cycles(dataflow, rows, cols, m, div_up(n, corelets), k, simd_depth);
 }
 
+// Operand elements an R x C array streams from the scratchpad for an m x n x k
+// multiply: the stationary operand once, the moving ones once per fold that needs them.
+//   output stationary: A once per column fold, B once per row fold:
+//     ceil(n/C) x m x k + ceil(m/R) x n x k
+//   weight stationary: B resident (k x n once), A once per column fold:
+//     ceil(n/C) x m x k + k x n
+//   input stationary: A resident (m x k once), B once per column fold of M:
+//     ceil(m/C) x k x n + m x k
+// (At full speed an output-stationary fold streams (R + C) x depth elements a cycle:
+// 8 x 8 at depth 8, 128 elements = 256 fp16 bytes a cycle.)
+constexpr std::uint64_t array_operand_elements(Dataflow dataflow, std::uint64_t rows, std::uint64_t cols,
+                                               std::uint64_t m, std::uint64_t n, std::uint64_t k) {
+  if (dataflow == Dataflow::weight_stationary) return div_up(n, cols) * m * k + k * n;
+  if (dataflow == Dataflow::input_stationary) return div_up(m, cols) * k * n + m * k;
+  return div_up(n, cols) * m * k + div_up(m, rows) * n * k;
+}
+
+static_assert(array_operand_elements(Dataflow::output_stationary, 8, 8, 16, 16, 64) == 2 * 16 * 64 + 2 * 16 * 64);
 static_assert(array_matmul_cycles(Dataflow::output_stationary, 32, 32, 64, 64, 64, 1) == 503);
 static_assert(array_matmul_cycles(Dataflow::weight_stationary, 32, 32, 64, 64, 64, 1) == 631);
 
