@@ -75,6 +75,8 @@ const DeviceInfo& info(c10::DeviceIndex device) {
       // An engine's rate with its outstanding-request limit (the chip's derived figure).
       const auto engine = report.value("/derived/dma_engine_bytes_per_s"_json_pointer, nlohmann::json());
       if (engine.is_number() && engine.get<double>() > 0) d.target.dma_engine_bytes_per_s = engine.get<double>();
+      const auto turnaround = report.value("/derived/dram_turnaround_s_per_byte"_json_pointer, nlohmann::json());
+      if (turnaround.is_number()) d.target.dram_turnaround_s_per_byte = turnaround.get<double>();
     }
     d.hash = p.config_hash;
     it = infos.emplace(device, std::move(d)).first;

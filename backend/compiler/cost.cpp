@@ -9,13 +9,13 @@
 namespace spyre::compiler {
 namespace {
 
-// Seconds for `bytes` of DRAM traffic against one core's vector work on
-// `vector_elements_per_core` (elements x cycles per vector of its operations),
-// overlapped by double buffering, plus the latencies of the first load and the last
-// store.
-double streaming_s(double bytes, double vector_elements_per_core, const Target& t) {
+// Seconds for `read` and `written` bytes of DRAM traffic (with the read/write
+// turnaround) against one core's vector work on `vector_elements_per_core` (elements x
+// cycles per vector of its operations), overlapped by double buffering, plus the
+// latencies of the first load and the last store.
+double streaming_s(double read, double written, double vector_elements_per_core, const Target& t) {
   if (t.dram_bytes_per_s <= 0 || t.vector_elements_per_s <= 0) return 0;
-  const double dram = bytes / t.dram_bytes_per_s;
+  const double dram = t.dram_s(read, written);
   const double vector = vector_elements_per_core / t.vector_elements_per_s;
   return std::max(dram, vector) + 2 * (t.dma_setup_s + t.dram_latency_s);
 }
@@ -25,8 +25,9 @@ double streaming_s(double bytes, double vector_elements_per_core, const Target& 
 double predict_pointwise_s(const PointwiseKernel& k, const Target& t) {
   double elements = 1;
   for (const auto d : k.shape) elements *= static_cast<double>(d);
-  double bytes = elements * isa::dtype_size(k.output.dtype);
-  for (const auto& in : k.inputs) bytes += elements * isa::dtype_size(in.dtype);
+  const double written = elements * isa::dtype_size(k.output.dtype);
+  double read = 0;
+  for (const auto& in : k.inputs) read += elements * isa::dtype_size(in.dtype);
   // Each step is one vector pass (at its op's cost); conversions to and from the step
   // dtype one more each.
   double passes = 0;
@@ -40,19 +41,19 @@ double predict_pointwise_s(const PointwiseKernel& k, const Target& t) {
     }
   }
   for (const auto& in : k.inputs) passes += in.dtype != k.output.dtype ? t.op_cycles("convert") : 0;
-  return streaming_s(bytes, elements / std::max<double>(1, t.cores) * passes, t);
+  return streaming_s(read, written, elements / std::max<double>(1, t.cores) * passes, t);
 }
 
 double predict_softmax_s(const SoftmaxShape& s, const Target& t) {
   const double elements = static_cast<double>(s.rows) * static_cast<double>(s.cols);
-  const double bytes = elements * (isa::dtype_size(s.in) + isa::dtype_size(s.out));
+  const double read = elements * isa::dtype_size(s.in), written = elements * isa::dtype_size(s.out);
   // max, x - max, exp, sum, divide (log_softmax: log and subtract instead), the
   // conversions in and out.
   double passes = t.op_cycles("reduce") + t.op_cycles("sub") + t.op_cycles("exp") + t.op_cycles("reduce") +
                   (s.log ? t.op_cycles("sub") : t.op_cycles("div"));
   if (s.in != isa::DType::fp32) passes += t.op_cycles("convert");
   if (s.out != isa::DType::fp32) passes += t.op_cycles("convert");
-  return streaming_s(bytes, elements / std::max<double>(1, t.cores) * passes, t);
+  return streaming_s(read, written, elements / std::max<double>(1, t.cores) * passes, t);
 }
 
 double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target& t) {
@@ -85,10 +86,9 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   const double b_bytes = s.b_transposed ? cols * k_row
                                         : static_cast<double>(s.k) * col_panels * sticks(static_cast<double>(tn) * size);
   const double c_bytes = rows * col_panels * sticks(static_cast<double>(tn) * size);
-  const double block_bytes = a_bytes + b_bytes + c_bytes;
   const std::uint64_t waves = ceil_div(p.super_blocks, p.groups);
   const double active = static_cast<double>(std::min<std::uint64_t>(p.groups, p.super_blocks));
-  const double dram = active * block_bytes / t.dram_bytes_per_s;
+  const double dram = t.dram_s(active * (a_bytes + b_bytes), active * c_bytes);
   // The work is a pipeline of stages, one per K step of each tile of each wave: a
   // stage's panels load while the previous stage computes (prefetch runs across tiles
   // and waves). The first stage's load and the last stage's compute do not overlap;

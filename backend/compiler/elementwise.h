@@ -40,6 +40,8 @@ struct Target {
   double clock_hz = 0;
   std::uint32_t vector_latency_cycles = 0;
   double dram_latency_s = 0;
+  // Read/write turnaround: DRAM time = (R + W) / dram_bytes_per_s + this x min(R, W).
+  double dram_turnaround_s_per_byte = 0;
   double dma_setup_s = 0, dma_engine_bytes_per_s = 0;
   std::uint32_t dma_engines = 1;
   double ring_hop_s = 0, ring_link_bytes_per_s = 0;
@@ -54,6 +56,12 @@ struct Target {
   double op_cycles(std::string_view cost_name) const {
     const auto it = vector_op_cycles.find(std::string(cost_name));
     return it == vector_op_cycles.end() ? 1.0 : it->second;
+  }
+  // Seconds of DRAM time for `read` and `written` bytes: the deliverable bandwidth plus
+  // the read/write turnaround on the scarcer direction (0 when the bandwidth is unknown).
+  double dram_s(double read, double written) const {
+    if (dram_bytes_per_s <= 0) return 0;
+    return (read + written) / dram_bytes_per_s + dram_turnaround_s_per_byte * (read < written ? read : written);
   }
   // One core's multiply-accumulates per second for operands of `t` (0: unknown).
   double macs_per_s(isa::DType t) const {

@@ -106,7 +106,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
           const std::uint64_t b_extra = rt == 2 && ceil_div(s.k, tk) >= kRotateSteps ? tk : 0;
           const std::uint64_t read = sb * (std::min<std::uint64_t>(gr * rt * tm, s.m) * s.k +
                                            std::min<std::uint64_t>(gc * tn, s.n) * (s.k + b_extra)) * size;
-          const std::uint64_t bytes = read + s.batch * s.m * s.n * size;
+          const std::uint64_t written = s.batch * s.m * s.n * size;
           double time = compute;
           const double macs_per_s = target.macs_per_s(s.dtype);  // the operands' rate, not always fp16's
           if (macs_per_s > 0 && target.dram_bytes_per_s > 0) {
@@ -114,7 +114,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
             // so among compute-bound plans the one moving fewer bytes wins. In-place
             // accumulators (rt 2) wait for their stores between waves.
             const double c = compute / macs_per_s;
-            const double d = static_cast<double>(bytes) / target.dram_bytes_per_s;
+            const double d = target.dram_s(static_cast<double>(read), static_cast<double>(written));
             const double stall = rt == 2 ? static_cast<double>((waves - 1) * std::min<std::uint64_t>(groups, sb) * gr *
                                                                gc * tm * tn * size) / target.dram_bytes_per_s
                                          : 0.0;

@@ -75,6 +75,12 @@ DerivedFigures derive(const ChipConfig& chip) {
         std::min(d.dma_engine_bytes_per_s, static_cast<double>(chip.dma.outstanding_requests * chip.dma.stick_bytes) /
                                                (chip.memory.latency_ns * 1e-9));
   }
+  // Each channel makes a round trip (2 turnarounds) per write batch of the scarcer
+  // direction; with traffic spread over the channels, per byte of the chip's
+  // min(R, W): 2 x turnaround / (channels x batch). (Default: 2 x 20 ns / (16 x 512 B)
+  // = 4.883 ps/B.)
+  d.dram_turnaround_s_per_byte = 2 * chip.memory.turnaround_ns * 1e-9 /
+                                 static_cast<double>(chip.memory.channels * chip.memory.write_batch_bytes);
   d.scratchpad_total_bytes = c.scratchpad.bytes * c.count;
   d.scratchpad_usable_total_bytes = c.scratchpad.usable_bytes * c.count;
   d.ridge_ops_per_byte_fp16 = d.peak_ops_per_s(MacType::fp16) / d.dram_peak_bytes_per_s;
@@ -107,6 +113,7 @@ nlohmann::json to_json(const DerivedFigures& d) {
       {"pcie_effective_bytes_per_s", d.pcie_effective_bytes_per_s},
       {"scratchpad_core_bytes_per_s", d.scratchpad_core_bytes_per_s},
       {"dma_engine_bytes_per_s", d.dma_engine_bytes_per_s},
+      {"dram_turnaround_s_per_byte", d.dram_turnaround_s_per_byte},
       {"scratchpad_total_bytes", d.scratchpad_total_bytes},
       {"scratchpad_usable_total_bytes", d.scratchpad_usable_total_bytes},
       {"ridge_ops_per_byte_fp16", d.ridge_ops_per_byte_fp16},

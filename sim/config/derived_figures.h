@@ -34,6 +34,9 @@ struct DerivedFigures {
   double pcie_effective_bytes_per_s = 0;           // x efficiency
   double scratchpad_core_bytes_per_s = 0;          // all ports of one core
   double dma_engine_bytes_per_s = 0;               // one engine: datapath or request limit
+  // Read/write turnaround per byte of the scarcer direction, over the whole chip:
+  // time = (R + W) / deliverable + this x min(R, W).
+  double dram_turnaround_s_per_byte = 0;
   std::uint64_t scratchpad_total_bytes = 0;
   std::uint64_t scratchpad_usable_total_bytes = 0;
   double ridge_ops_per_byte_fp16 = 0;              // peak fp16 FLOP/s over DRAM peak B/s

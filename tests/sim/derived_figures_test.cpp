@@ -39,6 +39,8 @@ TEST_CASE("given the default config, bandwidths and the ridge point follow from 
   // A DMA engine: 128 B/cycle x 1.5 GHz = 192 GB/s, but 64 requests of 128 B in flight
   // over 120 ns of DRAM latency give 64 x 128 / 120e-9 = 68.267 GB/s: the lower one.
   CHECK(d.dma_engine_bytes_per_s == Approx(68.26667e9));
+  // Turnaround: 2 x 20 ns / (16 channels x 512 B) = 4.8828 ps per byte of min(R, W).
+  CHECK(d.dram_turnaround_s_per_byte == Approx(4.8828125e-12));
   // 32 cores x 2 MiB = 64 MiB.
   CHECK(d.scratchpad_total_bytes == 64ull << 20);
   // 98.304e12 FLOP/s / 204.8e9 B/s = 480 FLOP/byte.
