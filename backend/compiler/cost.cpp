@@ -88,7 +88,11 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   const double c_bytes = rows * col_panels * sticks(static_cast<double>(tn) * size);
   const std::uint64_t waves = ceil_div(p.super_blocks, p.groups);
   const double active = static_cast<double>(std::min<std::uint64_t>(p.groups, p.super_blocks));
-  const double dram = t.dram_s(active * (a_bytes + b_bytes), active * c_bytes);
+  // A wave's tiles are stored while the next wave loads: those stores pay the read/write
+  // turnaround; the last wave's stores meet no reads.
+  const double overlap = static_cast<double>(waves - 1) / static_cast<double>(waves);
+  const double dram = active * (a_bytes + b_bytes + c_bytes) / t.dram_bytes_per_s +
+                      overlap * t.dram_turnaround_s_per_byte * std::min(active * (a_bytes + b_bytes), active * c_bytes);
   // The work is a pipeline of stages, one per K step of each tile of each wave: a
   // stage's panels load while the previous stage computes (prefetch runs across tiles
   // and waves). The first stage's load and the last stage's compute do not overlap;
@@ -115,7 +119,10 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   // ring hops) and the last tile's conversion to the output dtype and its store.
   const double engine = t.dma_engine_bytes_per_s > 0 ? t.dma_engine_bytes_per_s : t.dram_bytes_per_s;
   const double latency = t.dma_setup_s + t.dram_latency_s + t.scratchpad_latency_s + t.memory_stops * t.ring_hop_s;
-  const double first = latency;
+  // The first stage's panels come through the core's DMA engines (each capped by its
+  // request limit) before anything overlaps.
+  const double first_panels = static_cast<double>(tm * p.tk + p.tk * tn) * size;
+  const double first = latency + first_panels / (engine * std::min<double>(2, std::max<std::uint32_t>(1, t.dma_engines)));
   const double width = t.vector_elements_per_s > 0 ? t.vector_elements_per_s : t.clock_hz;
   const double last = static_cast<double>(tm * tn) * t.op_cycles("convert") / width +
                       t.vector_latency_cycles / t.clock_hz + latency + static_cast<double>(tm * tn) * size / engine;

@@ -185,8 +185,10 @@ TEST_CASE("given a plan, the predicted GEMM time follows the stage model's arith
   // compute: 8 x 8 folds x (64 + 14) - 1 = 4991 cycles = 4.991 us;
   // DRAM: A, B and C are 64 rows of 128 bytes (one stick each): 3 x 8192 B = 24.576 us;
   // one stage: 24.576 + 4.991; the last tile: its conversion, 4096 values at one per
-  // cycle (no vector figures given) = 4.096 us, and its store, 8192 B = 8.192 us.
-  CHECK(compiler::predict_matmul_s(shape, plan, t) * 1e6 == Catch::Approx(24.576 + 4.991 + 4.096 + 8.192));
+  // cycle (no vector figures given) = 4.096 us, and its store, 8192 B = 8.192 us; the
+  // first stage's panels through the core's one engine (at the DRAM rate, no engine
+  // rate given): A and B, 2 x 8192 B = 16.384 us.
+  CHECK(compiler::predict_matmul_s(shape, plan, t) * 1e6 == Catch::Approx(24.576 + 4.991 + 4.096 + 8.192 + 16.384));
   // Unknown rates: no prediction.
   t.clock_hz = 0;
   CHECK(compiler::predict_matmul_s(shape, plan, t) == 0);
