@@ -86,12 +86,17 @@ std::uint64_t Chip::Impl::charge(std::uint64_t address, std::uint64_t bytes, std
 }
 
 Picoseconds Chip::Impl::reserve_channels(Picoseconds now, Picoseconds ready, const std::vector<std::uint64_t>& shares,
-                                         Direction direction) {
+                                         Direction direction, std::vector<Picoseconds>* stop_end) {
   Picoseconds end = ready;
+  if (stop_end) stop_end->assign(topology.memory_stops(), ready);
   for (std::size_t c = 0; c < shares.size(); ++c) {
     if (shares[c] == 0) continue;
     const auto iv = channels[c].reserve(now, ready, shares[c], direction);
     end = std::max(end, iv.end);
+    if (stop_end) {
+      Picoseconds& e = (*stop_end)[topology.memory_stop_of_channel(static_cast<std::uint32_t>(c))];
+      e = std::max(e, iv.end);
+    }
     if (TraceRecorder* t = trace()) {
       t->complete(t->track(fmt::format("dram channel {}", c)), "dram", iv.start, iv.end, bytes_text(shares[c]));
       t->dram_bytes(iv.start, iv.end, shares[c]);

@@ -73,8 +73,9 @@ struct Chip::Impl {
   std::uint64_t charge(std::uint64_t address, std::uint64_t bytes, std::vector<std::uint64_t>& shares) const;
   // Reserves the channels for per-channel shares read or written from `ready` (the call
   // made at `now`); returns the last end.
+  // `stop_end`, when given, gets each memory stop's last channel end (at least `ready`).
   Picoseconds reserve_channels(Picoseconds now, Picoseconds ready, const std::vector<std::uint64_t>& shares,
-                               Direction direction);
+                               Direction direction, std::vector<Picoseconds>* stop_end = nullptr);
 
   // The timed device (timed_launch.cpp).
   void start_timed(LaunchRequest request, LaunchCallback done, isa::Limits limits);

@@ -86,7 +86,10 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
   }
 
   // An engine (setup + bytes at its rate), the channels, the ring links between each
-  // memory stop and the core, a scratchpad port; then the latencies.
+  // memory stop and the core, a scratchpad port; then the latencies. A load is a
+  // pipelined flow: its bytes cross a link as they arrive from the stage before, so each
+  // link (and then the port) is booked to finish no earlier than that stage delivers
+  // (start = max(ready, previous stage's end - own duration)), not from the DMA's start.
   Picoseconds dma(std::uint32_t stream, const DmaCost& cost) override {
     auto& c = impl.cores[core(stream)];
     Server& engine = least_busy(c.dma_engines);
@@ -94,19 +97,31 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
     const auto eng =
         engine.reserve(now, now, impl.dma_setup_ps + timing::transfer_ps(cost.charged, impl.engine_bytes_per_s), cost.charged);
     const Picoseconds ready = eng.start + impl.dma_setup_ps;
-    Picoseconds end = std::max(eng.end, impl.reserve_channels(now, ready, cost.channel_bytes, cost.load ? Direction::read : Direction::write));
+    std::vector<Picoseconds> stop_end;
+    Picoseconds end = std::max(eng.end, impl.reserve_channels(now, ready, cost.channel_bytes,
+                                                              cost.load ? Direction::read : Direction::write, &stop_end));
     const Topology& topo = impl.topology;
     const std::uint32_t me = topo.core_stop(core(stream));
     std::uint32_t hops = 0;
+    Picoseconds delivered = ready;  // (a load) when the last link hands its bytes to the core
     for (std::uint32_t m = 0; m < cost.stop_bytes.size(); ++m) {
       if (cost.stop_bytes[m] == 0) continue;
       const std::uint32_t mem = topo.memory_stop(m);
       const std::uint32_t from = cost.load ? mem : me;
       const auto p = topo.path(from, cost.load ? me : mem);
       hops = std::max(hops, p.hops);
-      for (Server* link : impl.links(from, p)) end = std::max(end, link->reserve_bytes(now, ready, cost.stop_bytes[m]).end);
+      Picoseconds before = stop_end[m];
+      for (Server* link : impl.links(from, p)) {
+        const Picoseconds own = timing::transfer_ps(cost.stop_bytes[m], link->bytes_per_s());
+        const Picoseconds at = cost.load && before > ready + own ? before - own : ready;
+        before = link->reserve_bytes(now, at, cost.stop_bytes[m]).end;
+        end = std::max(end, before);
+      }
+      delivered = std::max(delivered, before);
     }
-    end = std::max(end, least_busy(c.sp_ports).reserve_bytes(now, ready, cost.useful).end);
+    Server& port = least_busy(c.sp_ports);
+    const Picoseconds own = timing::transfer_ps(cost.useful, port.bytes_per_s());
+    end = std::max(end, port.reserve_bytes(now, cost.load && delivered > ready + own ? delivered - own : ready, cost.useful).end);
     end += impl.dram_latency_ps + hops * impl.hop_ps + impl.sp_latency_ps;
     if (TraceRecorder* t = impl.trace()) {
       const auto index = static_cast<std::size_t>(&engine - c.dma_engines.data());
