@@ -53,6 +53,7 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
   std::uint32_t blocked = 0;  // streams waiting for a message or a barrier
   std::uint32_t waiting_for_core = 0;
   bool deadlock_check_pending = false;
+  std::vector<Picoseconds> stop_end;  // (dma's scratch: each memory stop's last channel end)
   sc_core::sc_event changed;
 
   std::uint32_t core(std::uint32_t stream) const { return request.cores[stream]; }
@@ -97,7 +98,6 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
     const auto eng =
         engine.reserve(now, now, impl.dma_setup_ps + timing::transfer_ps(cost.charged, impl.engine_bytes_per_s), cost.charged);
     const Picoseconds ready = eng.start + impl.dma_setup_ps;
-    std::vector<Picoseconds> stop_end;
     Picoseconds end = std::max(eng.end, impl.reserve_channels(now, ready, cost.channel_bytes,
                                                               cost.load ? Direction::read : Direction::write, &stop_end));
     const Topology& topo = impl.topology;

@@ -73,16 +73,18 @@ Server::Interval Server::reserve_bytes(Picoseconds now, Picoseconds ready, std::
 
 Server::Interval Server::reserve(Picoseconds now, Picoseconds ready, Picoseconds duration, std::uint64_t bytes) {
   // Forget what ended before now: no request can use it.
-  while (!busy_.empty() && busy_.begin()->second <= now) busy_.erase(busy_.begin());
-  // The earliest start at or after `ready` whose [start, start + duration) is idle.
-  Picoseconds start = ready;
-  auto it = busy_.upper_bound(start);
-  if (it != busy_.begin()) {
-    const auto prev = std::prev(it);
-    if (prev->second > start) start = prev->second;
+  while (head_ < busy_.size() && busy_[head_].end <= now) ++head_;
+  if (head_ >= 64 && 2 * head_ >= busy_.size()) {
+    busy_.erase(busy_.begin(), busy_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
   }
-  while (it != busy_.end() && it->first < start + duration) {
-    start = std::max(start, it->second);
+  // The earliest start at or after `ready` whose [start, start + duration) is idle.
+  const auto first = busy_.begin() + static_cast<std::ptrdiff_t>(head_);
+  auto it = std::upper_bound(first, busy_.end(), ready, [](Picoseconds v, const Interval& i) { return v < i.start; });
+  Picoseconds start = ready;
+  if (it != first && std::prev(it)->end > start) start = std::prev(it)->end;
+  while (it != busy_.end() && it->start < start + duration) {
+    start = std::max(start, it->end);
     ++it;
   }
   const Picoseconds end = start + duration;
@@ -90,22 +92,19 @@ Server::Interval Server::reserve(Picoseconds now, Picoseconds ready, Picoseconds
   bytes_ += bytes;
   ++requests_;
   if (duration > 0) {
-    // Insert [start, end), merged with neighbours it touches.
-    Picoseconds s0 = start, e0 = end;
-    auto next = busy_.lower_bound(start);
-    if (next != busy_.begin()) {
-      const auto prev = std::prev(next);
-      if (prev->second == s0) {
-        s0 = prev->first;
-        busy_.erase(prev);
-      }
+    // Insert [start, end) before `it`, merged with the neighbours it touches.
+    const bool joins_prev = it != first && std::prev(it)->end == start;
+    const bool joins_next = it != busy_.end() && it->start == end;
+    if (joins_prev && joins_next) {
+      std::prev(it)->end = it->end;
+      busy_.erase(it);
+    } else if (joins_prev) {
+      std::prev(it)->end = end;
+    } else if (joins_next) {
+      it->start = start;
+    } else {
+      busy_.insert(it, Interval{start, end});
     }
-    next = busy_.find(e0);
-    if (next != busy_.end()) {
-      e0 = next->second;
-      busy_.erase(next);
-    }
-    busy_[s0] = e0;
   }
   return {start, end};
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "config/chip_config.h"
 #include "config/derived_figures.h"
@@ -85,7 +86,7 @@ class Server {
   Interval reserve(Picoseconds now, Picoseconds ready, Picoseconds duration, std::uint64_t bytes = 0);
 
   // When the last reservation ends (0 if none).
-  Picoseconds free_at() const { return busy_.empty() ? 0 : busy_.rbegin()->second; }
+  Picoseconds free_at() const { return head_ == busy_.size() ? 0 : busy_.back().end; }
   Picoseconds busy_ps() const { return busy_ps_; }
   std::uint64_t bytes() const { return bytes_; }
   std::uint64_t requests() const { return requests_; }
@@ -94,7 +95,11 @@ class Server {
 
  private:
   double bytes_per_s_ = 0;
-  std::map<Picoseconds, Picoseconds> busy_;  // start -> end, disjoint, adjacent ones merged
+  // Busy intervals from busy_[head_] on: sorted, disjoint, adjacent ones merged. (A
+  // flat vector: the live calendar is short, and pipelined transfers book many small
+  // intervals; a map's node per booking cost 13% of a memory-bound simulation.)
+  std::vector<Interval> busy_;
+  std::size_t head_ = 0;
   Picoseconds busy_ps_ = 0;
   std::uint64_t bytes_ = 0;
   std::uint64_t requests_ = 0;
