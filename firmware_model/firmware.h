@@ -71,6 +71,7 @@ struct Launch {
   std::string name;
   std::uint64_t queue_tag = 0;  // reported in launch records
   std::uint64_t flow = 0;       // trace link to the host call (sim::LaunchRequest::flow)
+  std::uint64_t min_read_bytes = 0, min_write_bytes = 0;  // the op's least traffic (0: unknown)
 };
 
 struct EventRecord {

@@ -86,7 +86,8 @@ class TimedFirmware final : public Firmware {
     sc_core::sc_event finished;
     sim::LaunchRecord record;
     chip_.launch({.program = l.program, .args = std::move(l.args), .cores = cores, .name = l.name, .id = id,
-                  .flow = l.flow, .queue_tag = l.queue_tag},
+                  .flow = l.flow, .queue_tag = l.queue_tag, .min_read_bytes = l.min_read_bytes,
+                  .min_write_bytes = l.min_write_bytes},
                  [&](const sim::LaunchRecord& r) {
                    record = r;
                    done = true;
@@ -173,7 +174,8 @@ class ImmediateFirmware final : public Firmware {
     }
     sim::LaunchRecord record;
     chip_.launch({.program = l.program, .args = std::move(l.args), .cores = cores, .name = l.name,
-                  .id = next_launch_id(), .flow = l.flow, .queue_tag = l.queue_tag},
+                  .id = next_launch_id(), .flow = l.flow, .queue_tag = l.queue_tag,
+                  .min_read_bytes = l.min_read_bytes, .min_write_bytes = l.min_write_bytes},
                  [&](const sim::LaunchRecord& r) { record = r; });
     return record;
   }

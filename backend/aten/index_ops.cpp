@@ -53,7 +53,8 @@ at::Tensor index_select_impl(const char* name, const at::Tensor& self, std::int6
   const std::string key = std::string(name) + "|" + std::to_string(s.count) + "x" + std::to_string(s.row_bytes) +
                           "B|" + std::to_string(s.rows) + (s.wide_index ? "|i64" : "|i32");
   run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_gather(s, t, name); },
-             {device_address(table), device_address(index), device_address(gathered)}, name);
+             {device_address(table), device_address(index), device_address(gathered)}, name,
+             {.read = s.count * (s.wide_index ? 8 : 4) + s.count * s.row_bytes, .written = s.count * s.row_bytes});
   if (d != 0) result.copy_(gathered.movedim(0, d));
   return deliver(result, out, OutDtype::exact);
 }

@@ -42,7 +42,8 @@ at::Tensor triangle(const char* name, bool lower, const at::Tensor& self, std::i
                           std::to_string(s.cols) + "x" + std::to_string(s.element_bytes) + "B|" +
                           std::to_string(diagonal);
   run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_triangle(s, t, name); },
-             {device_address(x), device_address(result)}, name);
+             {device_address(x), device_address(result)}, name,
+             {.read = s.matrices * s.rows * s.cols * s.element_bytes, .written = s.matrices * s.rows * s.cols * s.element_bytes});
   return deliver(result, out, OutDtype::exact);
 }
 

@@ -142,15 +142,15 @@ spyre_program_t cached_program_if_fits(c10::DeviceIndex device, const std::strin
 }
 
 void run_cached(c10::DeviceIndex device, const std::string& key, const Compile& compile,
-                const std::vector<std::uint64_t>& args, const std::string& name) {
-  launch(device, cached_program(device, key, [&] { return compile(target(device)); }, name), args, name);
+                const std::vector<std::uint64_t>& args, const std::string& name, Traffic traffic) {
+  launch(device, cached_program(device, key, [&] { return compile(target(device)); }, name), args, name, traffic);
 }
 
 bool run_cached_if_fits(c10::DeviceIndex device, const std::string& key, const Compile& compile,
-                        const std::vector<std::uint64_t>& args, const std::string& name) {
+                        const std::vector<std::uint64_t>& args, const std::string& name, Traffic traffic) {
   const spyre_program_t program = cached_program_if_fits(device, key, [&] { return compile(target(device)); }, name);
   if (program == nullptr) return false;
-  launch(device, program, args, name);
+  launch(device, program, args, name, traffic);
   return true;
 }
 

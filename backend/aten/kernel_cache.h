@@ -14,6 +14,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "compiler/elementwise.h"
+#include "runtime/launch.h"
 #include "spyre/spyre_drv.h"
 
 namespace spyre::backend {
@@ -37,11 +38,12 @@ spyre_program_t cached_program_if_fits(c10::DeviceIndex device, const std::strin
 // What every device op does: the program for `key` (compiled by `compile` for the
 // device's target on the first call), launched on the current stream with `args`.
 using Compile = std::function<std::vector<std::uint8_t>(const compiler::Target&)>;
+// `traffic`: the op's least DRAM traffic, for the roofline (runtime/launch.h).
 void run_cached(c10::DeviceIndex device, const std::string& key, const Compile& compile,
-                const std::vector<std::uint64_t>& args, const std::string& name);
+                const std::vector<std::uint64_t>& args, const std::string& name, Traffic traffic);
 // As run_cached, but false (nothing launched) when no tiling fits the device.
 bool run_cached_if_fits(c10::DeviceIndex device, const std::string& key, const Compile& compile,
-                        const std::vector<std::uint64_t>& args, const std::string& name);
+                        const std::vector<std::uint64_t>& args, const std::string& name, Traffic traffic);
 
 // A tensor's data as a launch argument.
 inline std::uint64_t device_address(const at::Tensor& t) { return reinterpret_cast<std::uint64_t>(t.data_ptr()); }

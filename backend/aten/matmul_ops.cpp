@@ -113,7 +113,15 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
                           (s.activation ? "|" + std::string(isa::to_string(*s.activation)) : "");
   std::vector<std::uint64_t> args{device_address(a), device_address(b), device_address(out)};
   if (bias.defined()) args.push_back(device_address(bias));
-  run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); }, args, name);
+  // Each operand once (a batch-broadcast operand once for all batches), the bias row once.
+  const std::uint64_t in_size = isa::dtype_size(s.dtype);
+  const Traffic traffic{
+      .read = (s.m * s.k * (s.a_batch_stride != 0 ? s.batch : 1) + s.k * s.n * (s.b_batch_stride != 0 ? s.batch : 1)) *
+                  in_size +
+              (bias.defined() ? static_cast<std::uint64_t>(bias.numel() * bias.element_size()) : 0),
+      .written = static_cast<std::uint64_t>(out.numel() * out.element_size())};
+  run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); }, args, name,
+             traffic);
   return out;
 }
 

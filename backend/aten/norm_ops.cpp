@@ -98,8 +98,12 @@ Result native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_sha
   if (weight.defined()) args.push_back(device_address(w = weight.contiguous()));
   if (bias.defined()) args.push_back(device_address(b = bias.contiguous()));
   args.insert(args.end(), {device_address(out), device_address(mean), device_address(rstd)});
+  const auto bytes = [](const at::Tensor& t) {
+    return t.defined() ? static_cast<std::uint64_t>(t.numel() * t.element_size()) : std::uint64_t{0};
+  };
+  const Traffic traffic{.read = bytes(x) + bytes(w) + bytes(b), .written = bytes(out) + bytes(mean) + bytes(rstd)};
   if (!run_cached_if_fits(device, key, [&](const compiler::Target& t) { return compiler::compile_layer_norm(s, t, kName); },
-                          args, kName)) {
+                          args, kName, traffic)) {
     return on_cpu();  // a row longer than the scratchpad holds
   }
   return {out, mean, rstd};

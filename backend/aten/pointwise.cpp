@@ -99,7 +99,7 @@ void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::ve
   for (std::size_t i = 0; i < args.size(); ++i) addresses.push_back(address(args[i], k.inputs[i]));
   addresses.push_back(address(0, k.output));
   run_cached(device.index(), key, [&](const compiler::Target& t) { return compiler::compile_pointwise(k, t, name); },
-             addresses, name);
+             addresses, name, {.read = compiler::min_read_bytes(k), .written = compiler::min_write_bytes(k)});
 }
 
 bool device_copy(const at::Tensor& dst, const at::Tensor& src) {

@@ -128,7 +128,7 @@ at::Tensor reduce(const char* name, isa::ReduceOp op, bool mean, at::Tensor out,
   run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_reduce(s, t, name); },
              {reinterpret_cast<std::uint64_t>(static_cast<char*>(v.data_ptr()) + low * v.element_size()),
               device_address(result)},
-             name);
+             name, {.read = s.outer * s.reduced * isa::dtype_size(s.in), .written = s.outer * isa::dtype_size(s.out)});
   return deliver(result, out, rule);
 }
 
@@ -212,7 +212,8 @@ at::Tensor softmax(const char* name, SoftmaxKind kind, at::Tensor out, const at:
   const std::string key = std::string(name) + "|" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "|" +
                           std::string(isa::to_string(s.in)) + ">" + std::string(isa::to_string(s.out));
   run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_softmax(s, t, name); },
-             {device_address(x), device_address(y)}, name);
+             {device_address(x), device_address(y)}, name,
+             {.read = s.rows * s.cols * isa::dtype_size(s.in), .written = s.rows * s.cols * isa::dtype_size(s.out)});
   if (self.dim() > 0 && d != self.dim() - 1) {
     result.copy_(y.movedim(-1, d));
   } else if (self.dim() > 0) {

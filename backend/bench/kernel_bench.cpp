@@ -115,8 +115,13 @@ void gemms(bool quick) {
     const double flops = 2.0 * static_cast<double>(m * n * k);
     const double bytes = static_cast<double>(r.dram_read_bytes + r.dram_write_bytes);
     const double compulsory = 2.0 * static_cast<double>(m * k + k * n + m * n);
-    // The best these bytes allow: compute at peak, or the bytes at the DRAM's rate.
-    const double bound = (flops / peak_flops) / std::max(flops / peak_flops, bytes / dram) * 100;
+    // The best these bytes allow: compute at peak, or the bytes at the memory model's
+    // best for their read/write mix (include/spyre/cost/roofline.h).
+    const auto& target = spyre::backend::target(0);
+    const double bound = (flops / peak_flops) /
+                         spyre::cost::roofline_s(flops, peak_flops, static_cast<double>(r.dram_read_bytes),
+                                                 static_cast<double>(r.dram_write_bytes), dram,
+                                                 target.dram_turnaround_s_per_byte) * 100;
     const auto plan = spyre::compiler::plan_matmul(
         {.m = static_cast<std::uint64_t>(m), .n = static_cast<std::uint64_t>(n), .k = static_cast<std::uint64_t>(k),
          .dtype = spyre::isa::DType::fp16},

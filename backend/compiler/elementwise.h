@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/cost/roofline.h"
 #include "spyre/cost/systolic.h"
 #include "spyre/isa/isa.h"
 
@@ -60,8 +61,7 @@ struct Target {
   // Seconds of DRAM time for `read` and `written` bytes: the deliverable bandwidth plus
   // the read/write turnaround on the scarcer direction (0 when the bandwidth is unknown).
   double dram_s(double read, double written) const {
-    if (dram_bytes_per_s <= 0) return 0;
-    return (read + written) / dram_bytes_per_s + dram_turnaround_s_per_byte * (read < written ? read : written);
+    return cost::dram_time_s(read, written, dram_bytes_per_s, dram_turnaround_s_per_byte);
   }
   // One core's multiply-accumulates per second for operands of `t` (0: unknown).
   double macs_per_s(isa::DType t) const {

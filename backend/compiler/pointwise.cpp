@@ -389,6 +389,24 @@ Extent box(const std::vector<std::uint64_t>& d, std::uint64_t t) {
 
 }  // namespace
 
+std::uint64_t min_read_bytes(const PointwiseKernel& kernel) {
+  std::uint64_t bytes = 0;
+  for (const Operand& o : kernel.inputs) {
+    std::uint64_t distinct = 1;
+    for (std::size_t d = 0; d < kernel.shape.size(); ++d) {
+      if (d >= o.strides.size() || o.strides[d] != 0) distinct *= kernel.shape[d];
+    }
+    bytes += distinct * isa::dtype_size(o.dtype);
+  }
+  return bytes;
+}
+
+std::uint64_t min_write_bytes(const PointwiseKernel& kernel) {
+  std::uint64_t elements = 1;
+  for (const auto d : kernel.shape) elements *= d;
+  return elements * isa::dtype_size(kernel.output.dtype);
+}
+
 std::int64_t lowest_offset(const std::vector<std::uint64_t>& shape, const std::vector<std::int64_t>& strides) {
   std::int64_t low = 0;
   for (std::size_t d = 0; d < shape.size() && d < strides.size(); ++d) {

@@ -73,6 +73,11 @@ struct PointwiseKernel {
   std::string key() const;
 };
 
+// The least DRAM bytes the kernel needs: each input's distinct elements once (a
+// broadcast dimension, stride 0, counts once) and the output once.
+std::uint64_t min_read_bytes(const PointwiseKernel& kernel);
+std::uint64_t min_write_bytes(const PointwiseKernel& kernel);
+
 // The lowest element offset (<= 0) an operand with these strides touches. A launch
 // passes each operand's address as data + lowest_offset * element size, so programs
 // address every operand with non-negative offsets.

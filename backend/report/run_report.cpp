@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "spyre/cost/roofline.h"
+
 
 namespace spyre::report {
 
@@ -42,6 +44,7 @@ json make_report(const std::string& workload, double flops, const json& device,
   const json derived = device.value("derived", json::object());
   const double clock_hz = num(derived, "clock_hz");
   const double dram_bw = std::max(1.0, num(derived, "dram_deliverable_bytes_per_s"));
+  const double turnaround = num(derived, "dram_turnaround_s_per_byte");
   json kernels = json::array();
   double first = 0, last = 0, read = 0, write = 0, ring = 0, macs = 0, bound_s = 0;
   bool any = false;
@@ -70,8 +73,14 @@ json make_report(const std::string& workload, double flops, const json& device,
     const double k_macs = total_macs(r.value("macs", json::object()));
     const double bytes = num(r, "dram_read_bytes") + num(r, "dram_write_bytes");
     const double peak = peak_for(r.value("macs", json::object()), derived);
-    // Roofline: the least time the kernel's operations and DRAM bytes allow.
-    const double bound = std::max(2 * k_macs / peak, bytes / dram_bw);
+    // Roofline (include/spyre/cost/roofline.h): the least time the kernel's operations
+    // and its op's minimum DRAM traffic allow (the bytes it moved when the launch did
+    // not say).
+    const double min_read = num(r, "min_read_bytes"), min_write = num(r, "min_write_bytes");
+    const bool known = min_read + min_write > 0;
+    const double least_read = known ? min_read : num(r, "dram_read_bytes");
+    const double least_write = known ? min_write : num(r, "dram_write_bytes");
+    const double bound = cost::roofline_s(2 * k_macs, peak, least_read, least_write, dram_bw, turnaround);
     bound_s += bound;
     read += num(r, "dram_read_bytes");
     write += num(r, "dram_write_bytes");
@@ -88,6 +97,8 @@ json make_report(const std::string& workload, double flops, const json& device,
                        {"dram_write_bytes", num(r, "dram_write_bytes")},
                        {"ring_link_bytes", num(r, "ring_link_bytes")},
                        {"intensity_flop_per_byte", bytes > 0 ? 2 * k_macs / bytes : 0.0},
+                       {"min_dram_bytes", least_read + least_write},
+                       {"traffic_ratio", least_read + least_write > 0 ? bytes / (least_read + least_write) : 0.0},
                        {"achieved_flops_per_s", t > 0 ? 2 * k_macs / t : 0.0},
                        {"achieved_bytes_per_s", t > 0 ? bytes / t : 0.0},
                        {"roofline_fraction", t > 0 ? bound / t : 0.0}});
@@ -191,13 +202,14 @@ std::string report_text(const json& r) {
                      e.value("dram_j", 0.0) * 1e3, e.value("ring_j", 0.0) * 1e3, e.value("scratchpad_j", 0.0) * 1e3,
                      e.value("static_j", 0.0) * 1e3);
   }
-  s += fmt::format("{:<22} {:>10} {:>10} {:>9} {:>9} {:>8} {:>9}\n", "kernel", "time us", "cycles", "GFLOP",
-                   "DRAM MB", "FLOP/B", "roofline");
+  s += fmt::format("{:<22} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>9}\n", "kernel", "time us", "cycles", "GFLOP",
+                   "DRAM MB", "least MB", "FLOP/B", "roofline");
   for (const auto& k : r["kernels"]) {
-    s += fmt::format("{:<22} {:>10.3f} {:>10} {:>9.3f} {:>9.3f} {:>8.1f} {:>8.1f}%\n", k.value("name", "?"),
+    s += fmt::format("{:<22} {:>10.3f} {:>10} {:>9.3f} {:>9.3f} {:>9.3f} {:>8.1f} {:>8.1f}%\n", k.value("name", "?"),
                      k.value("time_ps", 0.0) * 1e-6, k.value("cycles", 0), k.value("flops", 0.0) * 1e-9,
                      (k.value("dram_read_bytes", 0.0) + k.value("dram_write_bytes", 0.0)) * 1e-6,
-                     k.value("intensity_flop_per_byte", 0.0), k.value("roofline_fraction", 0.0) * 100);
+                     k.value("min_dram_bytes", 0.0) * 1e-6, k.value("intensity_flop_per_byte", 0.0),
+                     k.value("roofline_fraction", 0.0) * 100);
   }
   return s;
 }

@@ -37,13 +37,15 @@ void launch_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& bl
 }
 
 void launch(c10::DeviceIndex device, spyre_program_t program, const std::vector<std::uint64_t>& args,
-            const std::string& op_name) {
+            const std::string& op_name, Traffic traffic) {
   spyre_launch_desc_t desc{};
   desc.struct_size = sizeof desc;
   desc.program = program;
   desc.args = args.data();
   desc.num_args = static_cast<std::uint32_t>(args.size());
   desc.name = op_name.c_str();
+  desc.min_read_bytes = traffic.read;
+  desc.min_write_bytes = traffic.written;
   const spyre_queue_t queue = queue_of(current_stream(device));
   const spyre_result_t rc = spyreLaunch(queue, &desc);
   if (rc == SPYRE_ERROR_QUEUE_IN_ERROR_STATE) synchronize_queue(queue, op_name.c_str());

@@ -15,12 +15,19 @@
 
 namespace spyre::backend {
 
+// The least DRAM traffic an op needs (each input's distinct elements read once, each
+// output written once): the roofline reports measure the kernel against
+// (spyre_launch_desc_t.min_read_bytes). Zero: unknown.
+struct Traffic {
+  std::uint64_t read = 0, written = 0;
+};
+
 void launch_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& blob,
                     const std::vector<std::uint64_t>& args, const std::string& op_name);
 
 // Launches an already loaded program (see kernel_cache.h).
 void launch(c10::DeviceIndex device, spyre_program_t program, const std::vector<std::uint64_t>& args,
-            const std::string& op_name);
+            const std::string& op_name, Traffic traffic = {});
 
 bool launch_blocking();
 

@@ -73,7 +73,9 @@ spyre_result_t spyreLaunch(spyre_queue_t queue, const spyre_launch_desc_t* desc)
     Runtime& rt = Runtime::get();
     auto q = usable_queue(rt, queue);
     require(desc, "desc");
-    require_size(desc->struct_size, sizeof(spyre_launch_desc_t), "spyre_launch_desc_t");
+    // 0.6 callers end at name; the minimum traffic is read when present.
+    require_size(desc->struct_size, offsetof(spyre_launch_desc_t, min_read_bytes), "spyre_launch_desc_t");
+    const bool v07 = desc->struct_size >= sizeof(spyre_launch_desc_t);
     auto p = rt.lookup<ProgramObject>(desc->program, "program");
     if (p->device != q->device) raise(SPYRE_ERROR_INVALID_ARGUMENT, "the program was loaded on another device");
     if (desc->num_args > isa::kMaxArgs) {
@@ -109,6 +111,10 @@ spyre_result_t spyreLaunch(spyre_queue_t queue, const spyre_launch_desc_t* desc)
     l.core_mask = std::move(mask);
     l.name = desc->name != nullptr && *desc->name != '\0' ? desc->name : p->name;
     l.queue_tag = reinterpret_cast<std::uintptr_t>(queue);
+    if (v07) {
+      l.min_read_bytes = desc->min_read_bytes;
+      l.min_write_bytes = desc->min_write_bytes;
+    }
     // The host call on the trace's host track (at the virtual host time it ends), with
     // an arrow to the kernel it launched.
     static std::atomic<std::uint64_t> flows{0};

@@ -62,8 +62,9 @@ extern "C" {
  * 0.5: spyre_driver_config_t.config_yaml and .mode (spyre_device_mode_t).
  * 0.6: spyre_device_properties_t: the compute array's dataflow, the vector pipeline,
  *      and the memory system (DRAM channels, latency, interleave; DMA engines; ring;
- *      scratchpad), what a kernel compiler's cost model needs. */
-#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 6)
+ *      scratchpad), what a kernel compiler's cost model needs.
+ * 0.7: spyre_launch_desc_t.min_read_bytes / min_write_bytes (the roofline's traffic). */
+#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 7)
 
 /* ---------------------------------------------------------------------------------
  * Result codes. Ranges: 0 success; 1..0x0fff "not yet"; 0x1000.. caller errors;
@@ -452,6 +453,12 @@ typedef struct spyre_launch_desc_t {
   uint32_t num_args;               /* <= max_kernel_args */
   uint64_t core_mask[SPYRE_MAX_CORES / 64]; /* cores the launch may use; all zero = any */
   const char* name;                /* [optional] overrides the program name for this launch */
+  /* Since 0.7 [optional, 0 = unknown]: the least DRAM traffic the operation needs (each
+   * input read once, a broadcast operand at its own size, each output written once).
+   * Reports measure the kernel against the roofline of these bytes, not of the bytes it
+   * moved, so wasted traffic shows. A 0.6-sized struct is accepted without them. */
+  uint64_t min_read_bytes;
+  uint64_t min_write_bytes;
 } spyre_launch_desc_t;
 
 /* Queue-ordered kernel launch: stream i of the program runs on the i-th core the

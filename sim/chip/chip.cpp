@@ -147,6 +147,8 @@ void Chip::record_launch(const LaunchRecord& r) {
   k.dram_read_bytes += r.dram_read_bytes;
   k.dram_write_bytes += r.dram_write_bytes;
   k.ring_bytes += r.ring_bytes;
+  k.min_read_bytes += r.min_read_bytes;
+  k.min_write_bytes += r.min_write_bytes;
   if (record_limit_ && *record_limit_ == 0) {
     ++s.launch_records_dropped;
     return;

@@ -59,14 +59,16 @@ nlohmann::json Chip::report(Picoseconds elapsed_ps) const {
     kernels.push_back({{"name", name}, {"launches", k.launches}, {"faults", k.faults}, {"time_ps", k.time_ps},
                        {"macs", m}, {"instructions", k.instructions}, {"vector_elements", k.vector_elements},
                        {"dram_read_bytes", k.dram_read_bytes}, {"dram_write_bytes", k.dram_write_bytes},
-                       {"ring_link_bytes", k.ring_bytes}});
+                       {"ring_link_bytes", k.ring_bytes}, {"min_read_bytes", k.min_read_bytes},
+                       {"min_write_bytes", k.min_write_bytes}});
   }
   json launches = json::array();
   for (const auto& r : stats_.launch_records) {
     json l = {{"id", r.id}, {"name", r.name}, {"start_ps", r.start}, {"end_ps", r.end},
               {"instructions", r.instructions}, {"vector_elements", r.vector_elements},
               {"dram_read_bytes", r.dram_read_bytes}, {"dram_write_bytes", r.dram_write_bytes},
-              {"ring_link_bytes", r.ring_bytes}};
+              {"ring_link_bytes", r.ring_bytes}, {"min_read_bytes", r.min_read_bytes},
+              {"min_write_bytes", r.min_write_bytes}};
     json m = json::object();
     for (const MacType t : config::kMacTypes) m[std::string(config::to_string(t))] = r.macs[static_cast<int>(t)];
     l["macs"] = m;

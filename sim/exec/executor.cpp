@@ -35,6 +35,8 @@ Executor::Executor(DeviceView device, const LaunchRequest& request, isa::Limits 
   record_.cores.assign(request.cores.begin(), request.cores.begin() + program_.num_streams());
   record_.flow = request.flow;
   record_.queue_tag = request.queue_tag;
+  record_.min_read_bytes = request.min_read_bytes;
+  record_.min_write_bytes = request.min_write_bytes;
 }
 
 Executor::Step Executor::step(std::uint32_t s) {

@@ -59,6 +59,8 @@ struct LaunchRecord {
   std::optional<Fault> fault;
   std::uint64_t flow = 0;  // links the host call that launched it in traces (0: none)
   std::uint64_t queue_tag = 0;  // opaque, from the request: which host queue launched it
+  // From the request: the op's least DRAM traffic (0: unknown), for the roofline.
+  std::uint64_t min_read_bytes = 0, min_write_bytes = 0;
 };
 
 // Every launch of one kernel name, summed (bounded by the number of distinct names).
@@ -68,6 +70,7 @@ struct KernelTotals {
   std::array<std::uint64_t, 6> macs{};
   std::uint64_t vector_elements = 0, instructions = 0;
   std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0, ring_bytes = 0;
+  std::uint64_t min_read_bytes = 0, min_write_bytes = 0;
 };
 
 struct LaunchRequest {
@@ -78,6 +81,7 @@ struct LaunchRequest {
   std::uint64_t id = 0;
   std::uint64_t flow = 0;              // trace link to the host call (trace_host_call)
   std::uint64_t queue_tag = 0;         // copied into the record
+  std::uint64_t min_read_bytes = 0, min_write_bytes = 0;  // copied into the record
 };
 
 using LaunchCallback = std::function<void(const LaunchRecord&)>;

@@ -489,6 +489,29 @@ static void queues_events_programs(void) {
   desc = launch_desc(mm, NULL, 0);
   desc.struct_size = 4;
   EXPECT(spyreLaunch(q, &desc), SPYRE_ERROR_UNSUPPORTED_VERSION);
+  {
+    /* 0.7: the op's least traffic reaches the launch record in the device report; a
+     * 0.6-sized descriptor (ending at `name`) is still accepted, without it. */
+    size_t bytes = 0;
+    char* report;
+    desc = launch_desc(mm, NULL, 0);
+    desc.name = "with_traffic";
+    desc.min_read_bytes = 12345;
+    desc.min_write_bytes = 678;
+    EXPECT(spyreLaunch(q, &desc), SPYRE_SUCCESS);
+    desc = launch_desc(mm, NULL, 0);
+    desc.struct_size = (uint32_t)offsetof(spyre_launch_desc_t, min_read_bytes);
+    desc.min_read_bytes = 999; /* past the 0.6 struct: not read */
+    EXPECT(spyreLaunch(q, &desc), SPYRE_SUCCESS);
+    EXPECT(spyreQueueSynchronize(q), SPYRE_SUCCESS);
+    EXPECT(spyreDeviceGetReport(dev0, NULL, &bytes), SPYRE_SUCCESS);
+    report = (char*)malloc(bytes);
+    EXPECT(spyreDeviceGetReport(dev0, report, &bytes), SPYRE_SUCCESS);
+    CHECK(strstr(report, "\"min_read_bytes\":12345") != NULL);
+    CHECK(strstr(report, "\"min_write_bytes\":678") != NULL);
+    CHECK(strstr(report, "\"min_read_bytes\":999") == NULL);
+    free(report);
+  }
   EXPECT(spyreLaunch(q, NULL), SPYRE_ERROR_INVALID_NULL_POINTER);
   desc = launch_desc(NULL, NULL, 0);
   EXPECT(spyreLaunch(q, &desc), SPYRE_ERROR_INVALID_HANDLE);

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 import spyre_sim
@@ -30,3 +31,22 @@ def test_run_counts_fallbacks_of_ops_without_kernels():
     report = spyre_sim.run(lambda t: torch.cumsum(t, 0), torch.randn(100))
     assert report["metrics"]["cpu_fallbacks"] == 1
     assert report["cpu_fallbacks"] == {"aten::cumsum.out": 1}  # the boxed fallback names the overload it ran
+
+
+def test_the_roofline_counts_the_ops_least_traffic_so_wasted_bytes_show():
+    import spyre_sim
+
+    x = torch.randn(1024, 2048, dtype=torch.float16).to("spyre")
+    y = torch.randn(1024, 2048, dtype=torch.float16).to("spyre")
+    # An add moves exactly its least traffic: two inputs read, one output written once.
+    k = spyre_sim.run(lambda: x + y)["kernels"][0]
+    assert k["min_dram_bytes"] == 3 * 1024 * 2048 * 2
+    assert k["traffic_ratio"] == pytest.approx(1.0)
+    assert k["roofline_fraction"] > 0.95
+    # A copy of every other column: its least traffic is the half it keeps, read once and
+    # written once; the kernel reads its strided source a 128-byte stick per element, so
+    # it moves far more and sits far below the roofline of the op.
+    k = spyre_sim.run(lambda: x[:, ::2].contiguous())["kernels"][0]
+    assert k["min_dram_bytes"] == 2 * 1024 * 1024 * 2
+    assert k["traffic_ratio"] > 10
+    assert k["roofline_fraction"] < 0.1
