@@ -1,5 +1,5 @@
 // Device kernels for mm, bmm, addmm, baddbmm, addmv (functional, out=, in-place) in fp32,
-// fp16 and bf16; matmul and linear decompose into these. Operands are read in place
+// fp16 and bf16, and _int_mm (int8 x int8 -> int32 on the arrays at their int8 depth); matmul and linear decompose into these. Operands are read in place
 // when each matrix is row- or column-major (transposed views included) with any row
 // pitch and any batch stride (0 for broadcast batches); other layouts get a device
 // copy first. Bias terms
@@ -51,8 +51,10 @@ struct Epilogue {
 };
 
 // a @ b for [m, k] @ [k, n] or batched [B, m, k] @ [B, k, n], on the device when it
-// can (else on the CPU, counted), as a new contiguous tensor.
-at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b_in, Epilogue epilogue = {}) {
+// can (else on the CPU, counted), as a new contiguous tensor. `int8_to_int32`:
+// _int_mm's int8 operands, accumulated and returned in int32.
+at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b_in, Epilogue epilogue = {},
+                   bool int8_to_int32 = false) {
   const bool batched = a_in.dim() == 3;
   TORCH_CHECK(a_in.dim() == b_in.dim() && (a_in.dim() == 2 || batched), name, ": expected ",
               batched ? "3-D" : "2-D", " tensors, got ", a_in.dim(), "-D and ", b_in.dim(), "-D");
@@ -64,15 +66,16 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
               a_in.scalar_type(), " != ", b_in.scalar_type());
   const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   const std::int64_t batch = batched ? a_in.size(0) : 1;
-  const auto dtype = device_float_dtype(a_in.scalar_type());
+  const auto dtype = int8_to_int32 ? std::optional<isa::DType>(isa::DType::int8) : device_float_dtype(a_in.scalar_type());
   if (!dtype || !is_spyre(a_in) || b_in.device() != a_in.device()) {
     TORCH_INTERNAL_ASSERT(epilogue.bias == nullptr && !epilogue.activation, "spyre: an epilogue needs the device path");
     count_fallback(name);
     const c10::Device device = is_spyre(a_in) ? a_in.device() : b_in.device();
+    if (int8_to_int32) return at::_int_mm(a_in.cpu(), b_in.cpu()).to(device);
     return (batched ? at::bmm(a_in.cpu(), b_in.cpu()) : at::mm(a_in.cpu(), b_in.cpu())).to(device);
   }
   at::Tensor out = at::empty(batched ? std::vector<std::int64_t>{batch, m, n} : std::vector<std::int64_t>{m, n},
-                             a_in.options());
+                             a_in.options().dtype(int8_to_int32 ? at::kInt : a_in.scalar_type()));
   if (out.numel() == 0) return out;
   if (k == 0) {  // an empty sum: zeros, then the epilogue on them
     out.zero_();
@@ -102,6 +105,7 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
     s.bias = *device_float_dtype(bias.scalar_type());
   }
   s.activation = epilogue.activation;
+  if (int8_to_int32) s.out = isa::DType::int32;
   const c10::DeviceGuard guard(a.device());
   const c10::DeviceIndex device = a.device().index();
   const std::string key = std::string(name) + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(batch) +
@@ -152,6 +156,18 @@ at::Tensor with_bias(at::Tensor prod, const at::Tensor& self, c10::Scalar beta, 
 at::Tensor mm(const at::Tensor& a, const at::Tensor& b) { return product("aten::mm", a, b); }
 at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   deliver(product("aten::mm.out", a, b), out, OutDtype::exact);
+  return out;
+}
+// torch._int_mm: int8 [m, k] x int8 [k, n] -> int32 [m, n], exact (int32 accumulation).
+at::Tensor int_mm(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "_int_mm: expected 2-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
+  TORCH_CHECK(a.scalar_type() == at::kChar && b.scalar_type() == at::kChar,
+              "_int_mm: expected int8 (torch.int8) operands, got ", a.scalar_type(), " and ", b.scalar_type());
+  return product("aten::_int_mm", a, b, {}, /*int8_to_int32=*/true);
+}
+at::Tensor& int_mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == at::kInt, "_int_mm: expected an int32 out tensor, got ", out.scalar_type());
+  deliver(int_mm(a, b), out, OutDtype::exact);
   return out;
 }
 at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) { return product("aten::bmm", a, b); }
@@ -266,6 +282,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("addmv", addmv_fn);
   m.impl("addmv.out", addmv_out);
   m.impl("mm", mm);
+  m.impl("_int_mm", int_mm);
+  m.impl("_int_mm.out", int_mm_out);
   m.impl("mm.out", mm_out);
   m.impl("bmm", bmm);
   m.impl("bmm.out", bmm_out);

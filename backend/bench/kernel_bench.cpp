@@ -18,7 +18,9 @@
 // Narrow ATen includes (no precompiled header here: an executable's -fPIE flags
 // cannot reuse the library's).
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/_int_mm.h>
 #include <ATen/ops/_softmax.h>
+#include <ATen/ops/randint.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
@@ -130,6 +132,30 @@ void gemms(bool quick) {
                fmt::format("{}x{}x{}", m, n, k), t * 1e6, flops / t * 1e-12, flops / t / peak_flops * 100,
                bytes * 1e-6, compulsory * 1e-6, bytes / compulsory, bound, plan.grid_rows, plan.grid_cols, plan.groups,
                plan.rows_per_core);
+  }
+}
+
+// torch._int_mm on the arrays at the config's int8 SIMD depth, against the int8 peak.
+void int8_gemms(bool quick) {
+  const auto p = properties();
+  const double peak_ops = 2 * p.peak_macs_per_s[SPYRE_MAC_INT8];
+  fmt::print("\nint8 GEMM (torch._int_mm, int32 accumulation; int8 peak {:.1f} TOPS, SIMD depth {})\n", peak_ops * 1e-12,
+             p.simd_depth[SPYRE_MAC_INT8]);
+  fmt::print("{:>16} {:>10} {:>8} {:>6} {:>11}\n", "m x n x k", "time us", "TOPS", "%peak", "DRAM MB");
+  std::vector<std::array<std::int64_t, 3>> shapes = {{1024, 1024, 1024}, {4096, 4096, 4096}};
+  if (quick) shapes = {{256, 256, 256}};
+  const auto opts = at::TensorOptions().dtype(at::kChar).device(kDevice);
+  for (const auto& [m, n, k] : shapes) {
+    const at::Tensor a = at::randint(-128, 128, {m, k}, at::TensorOptions().dtype(at::kChar)).to(opts);
+    const at::Tensor b = at::randint(-128, 128, {k, n}, at::TensorOptions().dtype(at::kChar)).to(opts);
+    at::_int_mm(a, b);  // compile and load
+    at::_int_mm(a, b);
+    const auto r = last_launch("aten::_int_mm");
+    const double t = seconds(r);
+    const double ops = 2.0 * static_cast<double>(m * n * k);
+    fmt::print("{:>16} {:>10.1f} {:>8.2f} {:>6.1f} {:>11.1f}\n", fmt::format("{}x{}x{}", m, n, k), t * 1e6,
+               ops / t * 1e-12, ops / t / peak_ops * 100,
+               static_cast<double>(r.dram_read_bytes + r.dram_write_bytes) * 1e-6);
   }
 }
 
@@ -294,6 +320,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   gemms(quick);
+  int8_gemms(quick);
   bandwidth_kernels(quick);
   predictions(quick, dtype);
   compile_times();

@@ -85,7 +85,8 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
                                         : rows * k_row;
   const double b_bytes = s.b_transposed ? cols * k_row
                                         : static_cast<double>(s.k) * col_panels * sticks(static_cast<double>(tn) * size);
-  const double c_bytes = rows * col_panels * sticks(static_cast<double>(tn) * size);
+  const double out_size = isa::dtype_size(s.out_dtype());
+  const double c_bytes = rows * col_panels * sticks(static_cast<double>(tn) * out_size);
   const std::uint64_t waves = ceil_div(p.super_blocks, p.groups);
   const double active = static_cast<double>(std::min<std::uint64_t>(p.groups, p.super_blocks));
   // A wave's tiles are stored while the next wave loads: those stores pay the read/write
@@ -125,7 +126,7 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   const double first = latency + first_panels / (engine * std::min<double>(2, std::max<std::uint32_t>(1, t.dma_engines)));
   const double width = t.vector_elements_per_s > 0 ? t.vector_elements_per_s : t.clock_hz;
   const double last = static_cast<double>(tm * tn) * t.op_cycles("convert") / width +
-                      t.vector_latency_cycles / t.clock_hz + latency + static_cast<double>(tm * tn) * size / engine;
+                      t.vector_latency_cycles / t.clock_hz + latency + static_cast<double>(tm * tn) * out_size / engine;
   return body + first + last;
 }
 

@@ -24,12 +24,13 @@ T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t ele
                      {1, row_stride, 0});
 }
 
-// Scratchpad bytes: A and B panels double-buffered, rt accumulators in fp32, and (one
-// tile per core) a separate output buffer; with two tiles per core each accumulator
-// is converted in place.
+// Scratchpad bytes: A and B panels double-buffered, rt accumulators of 4 bytes (fp32 or
+// int32), and (one tile per core) a separate output buffer; with two tiles per core
+// each accumulator is converted in place.
 std::uint64_t footprint(std::uint64_t tm, std::uint64_t tn, std::uint64_t tk, std::uint64_t size, std::uint32_t rt = 1,
-                        std::uint64_t bias_size = 0) {
-  return 2 * (tm * tk + tk * tn) * size + rt * tm * tn * 4 + (rt == 1 ? tm * tn * size : 0) +
+                        std::uint64_t bias_size = 0, std::uint64_t out_size = 0) {
+  if (out_size == 0) out_size = size;
+  return 2 * (tm * tk + tk * tn) * size + rt * tm * tn * 4 + (rt == 1 ? tm * tn * out_size : 0) +
          (bias_size > 0 ? tn * (4 + bias_size) + 4 : 0);  // + padding that aligns the fp32 bias row
 }
 
@@ -63,7 +64,7 @@ std::uint16_t bit(std::uint32_t token) { return static_cast<std::uint16_t>(1u <<
 }  // namespace
 
 MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
-  const std::uint64_t size = isa::dtype_size(s.dtype);
+  const std::uint64_t size = isa::dtype_size(s.dtype), out_size = isa::dtype_size(s.out_dtype());
   const std::uint64_t bias_size = s.bias ? isa::dtype_size(*s.bias) : 0;
   MatmulPlan best;
   double best_time = -1;
@@ -80,7 +81,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
       std::uint64_t tk = 0;
       for (const std::uint64_t c : {1024ull, 512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
         if (c > 512 && (ceil_div(s.k, c) < kRotateSteps || rt * tm * tn < 256 * 256)) continue;
-        if (footprint(tm, tn, std::min(c, s.k), size, rt, bias_size) <= target.scratchpad_bytes) {
+        if (footprint(tm, tn, std::min(c, s.k), size, rt, bias_size, out_size) <= target.scratchpad_bytes) {
           tk = std::min(c, s.k);
           break;
         }
@@ -106,7 +107,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
           const std::uint64_t b_extra = rt == 2 && ceil_div(s.k, tk) >= kRotateSteps ? tk : 0;
           const std::uint64_t read = sb * (std::min<std::uint64_t>(gr * rt * tm, s.m) * s.k +
                                            std::min<std::uint64_t>(gc * tn, s.n) * (s.k + b_extra)) * size;
-          const std::uint64_t written = s.batch * s.m * s.n * size;
+          const std::uint64_t written = s.batch * s.m * s.n * out_size;
           double time = compute;
           const double macs_per_s = target.macs_per_s(s.dtype);  // the operands' rate, not always fp16's
           if (macs_per_s > 0 && target.dram_bytes_per_s > 0) {
@@ -116,7 +117,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
             const double c = compute / macs_per_s;
             const double d = target.dram_s(static_cast<double>(read), static_cast<double>(written));
             const double stall = rt == 2 ? static_cast<double>((waves - 1) * std::min<std::uint64_t>(groups, sb) * gr *
-                                                               gc * tm * tn * size) / target.dram_bytes_per_s
+                                                               gc * tm * tn * out_size) / target.dram_bytes_per_s
                                          : 0.0;
             time = std::max(c, d) + 0.15 * std::min(c, d) + stall;
           }
@@ -133,6 +134,12 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
 
 std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& target, const std::string& name) {
   const std::uint64_t size = isa::dtype_size(s.dtype);
+  const isa::DType acc = s.accumulator(), out_t = s.out_dtype();
+  const std::uint64_t out_size = isa::dtype_size(out_t);
+  if (acc == isa::DType::int32 && (s.bias || s.activation || out_t != isa::DType::int32)) {
+    throw std::invalid_argument(name + ": " + std::string(isa::to_string(s.dtype)) +
+                                " operands accumulate in int32 and produce int32, without an epilogue");
+  }
   const MatmulPlan p = plan_matmul(s, target);
   if (p.tm == 0) {
     throw DoesNotFit(name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
@@ -153,7 +160,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   // The epilogue's bias row: as loaded, then in fp32.
   // (fp32, so 4-byte aligned: an fp16/bf16 output buffer of odd tm x tn ends at 2 mod 4.)
   const std::uint32_t after =
-      ((rt == 1 ? sp_o + static_cast<std::uint32_t>(p.tm * p.tn * size) : sp_c[1] + c_bytes) + 3u) & ~3u;
+      ((rt == 1 ? sp_o + static_cast<std::uint32_t>(p.tm * p.tn * out_size) : sp_c[1] + c_bytes) + 3u) & ~3u;
   const std::uint32_t sp_bias = after, sp_bias_raw = after + static_cast<std::uint32_t>(p.tn * 4);
 
   const std::uint64_t tiles_m = ceil_div(s.m, p.tm), tiles_n = ceil_div(s.n, p.tn);
@@ -381,7 +388,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
           const std::uint32_t c_at = c + r0 * t.n * 4;
           b.add(stream, isa::Matmul{.a = a_at, .b = sp_b[bslot], .c = c_at, .m = rows, .n = t.n, .k = k,
                                     .lda = s.a_transposed ? t.m[r] : k, .ldb = s.b_transposed ? k : t.n, .ldc = t.n,
-                                    .in = s.dtype, .out = isa::DType::fp32, .trans_a = s.a_transposed,
+                                    .in = s.dtype, .out = acc, .trans_a = s.a_transposed,
                                     .trans_b = s.b_transposed, .accumulate = !u.first});
           if (!u.last) continue;
           // The tile's rows are complete: the epilogue, then convert (or copy, fp32) and store.
@@ -401,16 +408,15 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
             b.add(stream, isa::VUnary{.op = *s.activation, .dtype = isa::DType::fp32, .src = c_at, .dst = c_at,
                                       .count = rows * t.n});
           }
-          const std::uint32_t out = rt == 1 ? sp_o + static_cast<std::uint32_t>(r0 * t.n * size) : c_at;
+          const std::uint32_t out = rt == 1 ? sp_o + static_cast<std::uint32_t>(r0 * t.n * out_size) : c_at;
           if (rt == 1 && store_pending && r0 == 0) b.add(stream, isa::Wait{.token_mask = bit(kStore)});
-          if (s.dtype != isa::DType::fp32) {
-            b.add(stream, isa::VConvert{.from = isa::DType::fp32, .to = s.dtype, .src = c_at, .dst = out,
-                                        .count = rows * t.n});
+          if (out_t != acc) {
+            b.add(stream, isa::VConvert{.from = acc, .to = out_t, .src = c_at, .dst = out, .count = rows * t.n});
           } else if (out != c_at) {
-            b.add(stream, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s.dtype, .src = c_at, .dst = out,
+            b.add(stream, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = out_t, .src = c_at, .dst = out,
                                       .count = rows * t.n});
           }
-          const auto store = dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + (rt == 1 ? 0 : r)), s.dtype, 2,
+          const auto store = dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + (rt == 1 ? 0 : r)), out_t, 2,
                                                 t.batch * s.m * s.n + (t.i0[r] + r0) * s.n + t.j0, out, t.n, rows,
                                                 static_cast<std::int64_t>(s.n));
           if (rt == 1 && ph.tile + 1 < tiles.size()) {

@@ -40,6 +40,12 @@ struct MatmulShape {
   // and batch), then an activation.
   std::optional<isa::DType> bias = std::nullopt;
   std::optional<isa::UnaryOp> activation = std::nullopt;
+  // C's dtype when it is not the operands' (int8 operands: int32, the accumulator; no
+  // epilogue then). Accumulation is in fp32 for floats, int32 for int8.
+  std::optional<isa::DType> out = std::nullopt;
+
+  isa::DType out_dtype() const { return out ? *out : dtype; }
+  isa::DType accumulator() const { return isa::is_float(dtype) ? isa::DType::fp32 : isa::DType::int32; }
 };
 
 // How compile_matmul laid the work out (for tests, dumps and the benchmark).

@@ -172,3 +172,25 @@ def test_mm_matches_a_float64_reference_within_fp32_accumulation(dtype, mkn):
     tol = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
     torch.testing.assert_close(got.double(), a.double() @ b.double(), rtol=tol, atol=tol * k**0.5)
     torch.testing.assert_close(got_t.double(), a.double() @ bt.double().t(), rtol=tol, atol=tol * k**0.5)
+
+
+@pytest.mark.parametrize("m,n,k", [(64, 64, 64), (33, 70, 129), (1, 300, 256), (200, 17, 1000)])
+def test_int_mm_runs_on_the_arrays_and_matches_the_cpu_exactly(m, n, k):
+    g = torch.Generator().manual_seed(m * n + k)
+    a = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (k, n), generator=g, dtype=torch.int8)
+    torch.spyre.synchronize()
+    torch.spyre.reset_fallback_counts()
+    before = torch.spyre.report()["macs"]["int8"]
+    got = torch._int_mm(a.to("spyre"), b.to("spyre"))
+    assert got.dtype == torch.int32 and got.device.type == "spyre"
+    assert torch.equal(got.cpu(), torch._int_mm(a, b))
+    assert torch.spyre.fallback_counts() == {}
+    torch.spyre.synchronize()
+    assert torch.spyre.report()["macs"]["int8"] - before == m * n * k
+    # A transposed operand is read in place; out= takes an int32 tensor.
+    out = torch.empty(m, n, dtype=torch.int32, device="spyre")
+    torch._int_mm(a.to("spyre"), b.t().contiguous().to("spyre").t(), out=out)
+    assert torch.equal(out.cpu(), torch._int_mm(a, b))
+    with pytest.raises(RuntimeError, match="int8"):
+        torch._int_mm(a.to("spyre").float(), b.to("spyre").float())
