@@ -21,6 +21,8 @@ MacType mac_type(isa::DType t) {
     case isa::DType::fp32: return MacType::fp32;
     case isa::DType::fp16: return MacType::fp16;
     case isa::DType::bf16: return MacType::bf16;
+    case isa::DType::fp8_e4m3:
+    case isa::DType::fp8_e5m2: return MacType::fp8;
     default: return MacType::int8;
   }
 }

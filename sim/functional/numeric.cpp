@@ -102,6 +102,61 @@ void round_half_through_dl16(float* x, std::size_t n) {
 }
 }  // namespace
 
+namespace {
+
+// fp8 (isa::DType's comment gives the formats): decoded exactly; encoded by rounding to
+// nearest, ties to even, as PyTorch's float8 types do: e4m3 has no infinity, so a value
+// that rounds past 448 (and an infinity) becomes NaN; e5m2 overflows to infinity.
+struct Fp8Format {
+  int mbits, bias;
+  bool has_inf;
+  float max;
+};
+constexpr Fp8Format kE4m3{3, 7, false, 448.0f}, kE5m2{2, 15, true, 57344.0f};
+
+float fp8_to_f32(std::uint8_t code, const Fp8Format& f) {
+  const bool negative = (code & 0x80) != 0;
+  const int e = (code & 0x7f) >> f.mbits, m = code & ((1 << f.mbits) - 1);
+  const int emax = (1 << (7 - f.mbits)) - 1;
+  float v;
+  if (f.has_inf && e == emax) {
+    v = m == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+  } else if (!f.has_inf && e == emax && m == (1 << f.mbits) - 1) {
+    v = std::numeric_limits<float>::quiet_NaN();
+  } else if (e == 0) {
+    v = std::ldexp(static_cast<float>(m), 1 - f.bias - f.mbits);
+  } else {
+    v = std::ldexp(static_cast<float>(m + (1 << f.mbits)), e - f.bias - f.mbits);
+  }
+  return negative ? -v : v;
+}
+
+std::uint8_t f32_to_fp8(float x, const Fp8Format& f) {
+  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const std::uint8_t nan = static_cast<std::uint8_t>(sign | 0x7f);
+  const std::uint8_t inf = static_cast<std::uint8_t>(sign | (f.has_inf ? 0x7c : 0x7f));
+  if (std::isnan(x)) return nan;
+  const float a = std::fabs(x);
+  if (std::isinf(a)) return inf;
+  if (a == 0) return sign;
+  int exp = 0;
+  std::frexp(a, &exp);  // a = f x 2^exp, f in [0.5, 1): floor(log2 a) = exp - 1
+  const int e = std::max(exp - 1, 1 - f.bias);
+  const float quantum = std::ldexp(1.0f, e - f.mbits);
+  const float r = std::nearbyint(a / quantum) * quantum;  // ties to even (the default mode)
+  if (r > f.max) return f.has_inf ? inf : nan;
+  if (r == 0) return sign;
+  std::frexp(r, &exp);
+  const int re = exp - 1;
+  if (re < 1 - f.bias) {  // subnormal
+    return static_cast<std::uint8_t>(sign | static_cast<int>(std::ldexp(r, f.bias - 1 + f.mbits)));
+  }
+  const int m = static_cast<int>(std::ldexp(r, f.mbits - re)) - (1 << f.mbits);
+  return static_cast<std::uint8_t>(sign | ((re + f.bias) << f.mbits) | m);
+}
+
+}  // namespace
+
 void set_half_through_dl16(bool on) { t_half_through_dl16 = on; }
 bool half_through_dl16() { return t_half_through_dl16; }
 
@@ -128,6 +183,12 @@ void load_f32(DType t, const std::uint8_t* src, float* dst, std::size_t n) {
       return;
     case DType::boolean:
       for (std::size_t i = 0; i < n; ++i) dst[i] = src[i] != 0 ? 1.0f : 0.0f;
+      return;
+    case DType::fp8_e4m3:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = fp8_to_f32(src[i], kE4m3);
+      return;
+    case DType::fp8_e5m2:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = fp8_to_f32(src[i], kE5m2);
       return;
   }
 }
@@ -159,6 +220,12 @@ void store_f32(DType t, const float* src, std::uint8_t* dst, std::size_t n) {
       return;
     case DType::boolean:
       for (std::size_t i = 0; i < n; ++i) dst[i] = src[i] != 0.0f ? 1 : 0;
+      return;
+    case DType::fp8_e4m3:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = f32_to_fp8(src[i], kE4m3);
+      return;
+    case DType::fp8_e5m2:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = f32_to_fp8(src[i], kE5m2);
       return;
   }
 }

@@ -5,7 +5,7 @@
 namespace spyre::isa {
 
 std::string_view to_string(DType t) {
-  static constexpr std::string_view names[] = {"fp32", "fp16", "bf16", "int8", "int32", "bool"};
+  static constexpr std::string_view names[] = {"fp32", "fp16", "bf16", "int8", "int32", "bool", "fp8_e4m3", "fp8_e5m2"};
   const auto i = static_cast<std::uint8_t>(t);
   return i < kNumDTypes ? names[i] : "dtype?";
 }

@@ -41,7 +41,9 @@ std::uint16_t round_by_search(double x, double (*value)(std::uint16_t), std::uin
   const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
   const double a = std::fabs(x);
   const double top = value(max_finite), next_ulp = top - value(max_finite - 1);
-  if (a >= top + next_ulp / 2) return sign | inf;  // the tie rounds to the even "next" = inf
+  // Past the largest finite value by half an ulp: the "next" code (infinity, or e4m3's
+  // NaN); the tie goes to whichever of the two is even.
+  if (a > top + next_ulp / 2 || (a == top + next_ulp / 2 && (max_finite & 1) != 0)) return sign | inf;
   std::uint16_t lo = 0, hi = max_finite;  // largest pattern with value <= a
   while (lo < hi) {
     const auto mid = static_cast<std::uint16_t>((lo + hi + 1) / 2);
@@ -54,6 +56,32 @@ std::uint16_t round_by_search(double x, double (*value)(std::uint16_t), std::uin
   return sign | r;
 }
 std::uint16_t ref_fp16(double x) { return round_by_search(x, fp16_value, 0x7bff, 0x7c00, 0x7e00); }
+
+// fp8 from their definitions (PyTorch's float8_e4m3fn and float8_e5m2): sign, exponent,
+// fraction; subnormals at exponent 0; e4m3's S.1111.111 is NaN (no infinity), e5m2's
+// top exponent holds infinity and NaN.
+double e4m3_value(std::uint16_t c) {
+  const int e = (c >> 3) & 15, m = c & 7;
+  double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10);
+  if (e == 15 && m == 7) v = std::numeric_limits<double>::quiet_NaN();
+  return (c & 0x80) ? -v : v;
+}
+double e5m2_value(std::uint16_t c) {
+  const int e = (c >> 2) & 31, m = c & 3;
+  double v = e == 0 ? std::ldexp(m, -16) : std::ldexp(4 + m, e - 17);
+  if (e == 31) v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  return (c & 0x80) ? -v : v;
+}
+// Overflow: e4m3 to NaN (0x7f; 448 + half an ulp, 464, is a tie that stays at the even
+// 448), e5m2 to infinity (0x7c; its tie at 61440 goes to the even infinity).
+std::uint8_t ref_e4m3(double x) {
+  const std::uint16_t c = round_by_search(x, e4m3_value, 0x7e, 0x7f, 0x7f);
+  return static_cast<std::uint8_t>((c & 0x7f) | ((c & 0x8000) ? 0x80 : 0));
+}
+std::uint8_t ref_e5m2(double x) {
+  const std::uint16_t c = round_by_search(x, e5m2_value, 0x7b, 0x7c, 0x7f);
+  return static_cast<std::uint8_t>((c & 0x7f) | ((c & 0x8000) ? 0x80 : 0));
+}
 std::uint16_t ref_bf16(double x) { return round_by_search(x, bf16_value, 0x7f7f, 0x7f80, 0x7fc0); }
 
 // A value of `t` stored at p, as double (exact for every dtype here).
@@ -65,6 +93,8 @@ double get(DType t, const std::uint8_t* p, std::size_t i) {
     case DType::int8: return static_cast<std::int8_t>(p[i]);
     case DType::int32: { std::int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
     case DType::boolean: return p[i] != 0;
+    case DType::fp8_e4m3: return e4m3_value(p[i]);
+    case DType::fp8_e5m2: return e5m2_value(p[i]);
   }
   return 0;
 }
@@ -84,6 +114,8 @@ void put(DType t, std::uint8_t* p, std::size_t i, double x) {
       return;
     }
     case DType::boolean: p[i] = x != 0; return;
+    case DType::fp8_e4m3: p[i] = ref_e4m3(x); return;
+    case DType::fp8_e5m2: p[i] = ref_e5m2(x); return;
   }
 }
 
@@ -109,7 +141,8 @@ std::int64_t ulps(DType t, double x, double y) {
   return std::llabs(ordered(bx) - ordered(by));
 }
 
-constexpr DType kAll[] = {DType::fp32, DType::fp16, DType::bf16, DType::int8, DType::int32, DType::boolean};
+constexpr DType kAll[] = {DType::fp32, DType::fp16,  DType::bf16,     DType::int8,
+                          DType::int32, DType::boolean, DType::fp8_e4m3, DType::fp8_e5m2};
 constexpr DType kFloats[] = {DType::fp32, DType::fp16, DType::bf16};
 
 // Random values of `t` at p, with specials mixed in for floats.
@@ -183,7 +216,7 @@ TEST_CASE("given every pair of dtypes, conversion matches the reference bit for 
       for (std::size_t i = 0; i < n; ++i) {
         double v = get(from, src.data(), i);
         // int32 -> fp16/bf16 goes through fp32, as PyTorch's casts do.
-        if (from == DType::int32 && (to == DType::fp16 || to == DType::bf16)) v = static_cast<float>(v);
+        if (from == DType::int32 && (to == DType::fp16 || to == DType::bf16 || isa::is_fp8(to))) v = static_cast<float>(v);
         if (!isa::is_float(from) && !isa::is_float(to) && to != DType::boolean) {
           // Integer narrowing wraps (two's complement), it does not saturate.
           const auto w = static_cast<std::int64_t>(v);
@@ -512,4 +545,37 @@ TEST_CASE("given a block of every element size, a transpose moves each element t
       }
     }
   }
+}
+
+TEST_CASE("given every fp8 code, decoding matches the format's definition, and encoding rounds back to it") {
+  std::vector<std::uint8_t> codes(256), back(256);
+  std::vector<float> values(256);
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<std::uint8_t>(c);
+  for (const DType t : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    numeric::load_f32(t, codes.data(), values.data(), 256);
+    numeric::store_f32(t, values.data(), back.data(), 256);
+    std::size_t bad = 0;
+    for (int c = 0; c < 256; ++c) {
+      const double want = get(t, codes.data(), c);
+      bad += !(values[c] == want || (std::isnan(values[c]) && std::isnan(want)));
+      bad += !(back[c] == codes[c] || (std::isnan(values[c]) && std::isnan(get(t, back.data(), c))));
+    }
+    INFO(isa::to_string(t));
+    CHECK(bad == 0);
+  }
+  // Hand-worked: e4m3's largest 448 = 1.75 x 2^8 (0x7e), smallest subnormal 2^-9 (0x01);
+  // 464 ties to the even 448, 465 and infinity become NaN; e5m2's largest 57344 (0x7b),
+  // 61440 ties up to infinity (0x7c).
+  const float xs[] = {448.0f, 0x1p-9f, 464.0f, 465.0f, INFINITY, 57344.0f, 61440.0f, -0x1p-10f};
+  std::uint8_t e4[8], e5[8];
+  numeric::store_f32(DType::fp8_e4m3, xs, e4, 8);
+  numeric::store_f32(DType::fp8_e5m2, xs, e5, 8);
+  CHECK(e4[0] == 0x7e);
+  CHECK(e4[1] == 0x01);
+  CHECK(e4[2] == 0x7e);
+  CHECK(e4[3] == 0x7f);
+  CHECK(e4[4] == 0x7f);
+  CHECK(e4[7] == 0x80);  // -2^-10 is half the smallest subnormal: the tie goes to the even -0
+  CHECK(e5[5] == 0x7b);
+  CHECK(e5[6] == 0x7c);
 }

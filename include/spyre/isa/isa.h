@@ -23,8 +23,11 @@ inline constexpr std::uint32_t kNumTokens = 16;         // DMA / ring completion
 inline constexpr std::uint32_t kMaxArgs = 256;          // argument-table entries per launch
 inline constexpr std::uint32_t kMaxStreams = 1024;      // instruction streams (cores) per program
 
-enum class DType : std::uint8_t { fp32 = 0, fp16 = 1, bf16 = 2, int8 = 3, int32 = 4, boolean = 5 };
-inline constexpr std::uint8_t kNumDTypes = 6;
+// fp8_e4m3: 1 sign, 4 exponent (bias 7), 3 fraction bits, no infinity, NaN = S.1111.111,
+// largest 448 (PyTorch's float8_e4m3fn); fp8_e5m2: 1, 5 (bias 15), 2, IEEE-like with
+// infinities, largest 57344 (float8_e5m2). Both have subnormals.
+enum class DType : std::uint8_t { fp32 = 0, fp16 = 1, bf16 = 2, int8 = 3, int32 = 4, boolean = 5, fp8_e4m3 = 6, fp8_e5m2 = 7 };
+inline constexpr std::uint8_t kNumDTypes = 8;
 
 constexpr std::uint32_t dtype_size(DType t) {
   switch (t) {
@@ -34,10 +37,13 @@ constexpr std::uint32_t dtype_size(DType t) {
     case DType::int8: return 1;
     case DType::int32: return 4;
     case DType::boolean: return 1;
+    case DType::fp8_e4m3: return 1;
+    case DType::fp8_e5m2: return 1;
   }
   return 0;
 }
-constexpr bool is_float(DType t) { return t == DType::fp32 || t == DType::fp16 || t == DType::bf16; }
+constexpr bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
+constexpr bool is_float(DType t) { return t == DType::fp32 || t == DType::fp16 || t == DType::bf16 || is_fp8(t); }
 std::string_view to_string(DType t);
 
 enum class Opcode : std::uint8_t {
