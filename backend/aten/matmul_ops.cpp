@@ -48,7 +48,17 @@ Layout layout_of(const at::Tensor& t) {
 struct Epilogue {
   const at::Tensor* bias = nullptr;
   std::optional<isa::UnaryOp> activation = std::nullopt;
+  // _scaled_mm: fp8 operands, an fp32 device scalar multiplying every result before the
+  // bias, and the result's dtype.
+  const at::Tensor* scale = nullptr;
+  std::optional<at::ScalarType> out_dtype = std::nullopt;
 };
+
+std::optional<isa::DType> fp8_dtype(at::ScalarType t) {
+  if (t == at::kFloat8_e4m3fn) return isa::DType::fp8_e4m3;
+  if (t == at::kFloat8_e5m2) return isa::DType::fp8_e5m2;
+  return std::nullopt;
+}
 
 // a @ b for [m, k] @ [k, n] or batched [B, m, k] @ [B, k, n], on the device when it
 // can (else on the CPU, counted), as a new contiguous tensor. `int8_to_int32`:
@@ -66,7 +76,11 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
               a_in.scalar_type(), " != ", b_in.scalar_type());
   const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   const std::int64_t batch = batched ? a_in.size(0) : 1;
-  const auto dtype = int8_to_int32 ? std::optional<isa::DType>(isa::DType::int8) : device_float_dtype(a_in.scalar_type());
+  const auto dtype = int8_to_int32       ? std::optional<isa::DType>(isa::DType::int8)
+                     : epilogue.scale != nullptr ? fp8_dtype(a_in.scalar_type())
+                                                 : device_float_dtype(a_in.scalar_type());
+  TORCH_CHECK(epilogue.scale == nullptr || (dtype && is_spyre(a_in) && b_in.device() == a_in.device()), name,
+              ": expected fp8 operands on one spyre device");
   if (!dtype || !is_spyre(a_in) || b_in.device() != a_in.device()) {
     TORCH_INTERNAL_ASSERT(epilogue.bias == nullptr && !epilogue.activation, "spyre: an epilogue needs the device path");
     count_fallback(name);
@@ -75,7 +89,7 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
     return (batched ? at::bmm(a_in.cpu(), b_in.cpu()) : at::mm(a_in.cpu(), b_in.cpu())).to(device);
   }
   at::Tensor out = at::empty(batched ? std::vector<std::int64_t>{batch, m, n} : std::vector<std::int64_t>{m, n},
-                             a_in.options().dtype(int8_to_int32 ? at::kInt : a_in.scalar_type()));
+                             a_in.options().dtype(int8_to_int32 ? at::kInt : epilogue.out_dtype.value_or(a_in.scalar_type())));
   if (out.numel() == 0) return out;
   if (k == 0) {  // an empty sum: zeros, then the epilogue on them
     out.zero_();
@@ -106,6 +120,10 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
   }
   s.activation = epilogue.activation;
   if (int8_to_int32) s.out = isa::DType::int32;
+  if (epilogue.scale != nullptr) {
+    s.scale = true;
+    s.out = *device_float_dtype(out.scalar_type());
+  }
   const c10::DeviceGuard guard(a.device());
   const c10::DeviceIndex device = a.device().index();
   const std::string key = std::string(name) + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(batch) +
@@ -114,9 +132,11 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
                           std::to_string(s.ldb) + "|" +
                           std::to_string(s.a_batch_stride) + "," + std::to_string(s.b_batch_stride) +
                           (s.bias ? "|+" + std::string(isa::to_string(*s.bias)) : "") +
-                          (s.activation ? "|" + std::string(isa::to_string(*s.activation)) : "");
+                          (s.activation ? "|" + std::string(isa::to_string(*s.activation)) : "") +
+                          (s.out ? ">" + std::string(isa::to_string(*s.out)) : "") + (s.scale ? "|scaled" : "");
   std::vector<std::uint64_t> args{device_address(a), device_address(b), device_address(out)};
   if (bias.defined()) args.push_back(device_address(bias));
+  if (epilogue.scale != nullptr) args.push_back(device_address(*epilogue.scale));
   // Each operand once (a batch-broadcast operand once for all batches), the bias row once.
   const std::uint64_t in_size = isa::dtype_size(s.dtype);
   const Traffic traffic{
@@ -168,6 +188,47 @@ at::Tensor int_mm(const at::Tensor& a, const at::Tensor& b) {
 at::Tensor& int_mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   TORCH_CHECK(out.scalar_type() == at::kInt, "_int_mm: expected an int32 out tensor, got ", out.scalar_type());
   deliver(int_mm(a, b), out, OutDtype::exact);
+  return out;
+}
+// torch._scaled_mm: fp8 (e4m3 or e5m2, both the same) [m, k] x [k, n] on the arrays at
+// the fp8 depth, fp32 accumulation, times scale_a x scale_b (per-tensor fp32 scalars),
+// plus an optional bias row, rounded once to out_dtype (fp32, fp16 or bf16). PyTorch
+// 2.6 has this op for CUDA only; here it runs on the device or not at all.
+at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
+                     const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& scale_result,
+                     std::optional<at::ScalarType> out_dtype, bool use_fast_accum) {
+  (void)use_fast_accum;  // one accumulation: fp32
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "_scaled_mm: expected 2-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
+  TORCH_CHECK(fp8_dtype(a.scalar_type()) && a.scalar_type() == b.scalar_type(),
+              "_scaled_mm: expected two float8_e4m3fn or two float8_e5m2 operands, got ", a.scalar_type(), " and ",
+              b.scalar_type());
+  TORCH_CHECK(scale_a.numel() == 1 && scale_b.numel() == 1 && scale_a.scalar_type() == at::kFloat &&
+                  scale_b.scalar_type() == at::kFloat,
+              "_scaled_mm: spyre supports per-tensor scales (one float32 value each), got ", scale_a.sizes(), " ",
+              scale_a.scalar_type(), " and ", scale_b.sizes(), " ", scale_b.scalar_type());
+  const at::ScalarType out_t = out_dtype.value_or(a.scalar_type());
+  TORCH_CHECK(out_t == at::kFloat || out_t == at::kHalf || out_t == at::kBFloat16,
+              "_scaled_mm: spyre produces float32, float16 or bfloat16 results (pass out_dtype=), got ", out_t);
+  (void)scale_result;  // (it scales fp8 results only)
+  const c10::DeviceGuard guard(a.device());
+  const at::Tensor scale = at::mul(scale_a.to(a.device()).reshape({}), scale_b.to(a.device()).reshape({}));
+  Epilogue e;
+  e.scale = &scale;
+  e.out_dtype = out_t;
+  at::Tensor bias_row;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->numel() == b.size(1), "_scaled_mm: expected a bias of ", b.size(1), " values, got ", bias->sizes());
+    TORCH_CHECK(device_float_dtype(bias->scalar_type()), "_scaled_mm: expected a float bias, got ", bias->scalar_type());
+    bias_row = bias->to(a.device());
+    e.bias = &bias_row;
+  }
+  return product("aten::_scaled_mm", a, b, e);
+}
+at::Tensor& scaled_mm_out(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
+                          const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& scale_result,
+                          std::optional<at::ScalarType> out_dtype, bool use_fast_accum, at::Tensor& out) {
+  deliver(scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype.value_or(out.scalar_type()), use_fast_accum),
+          out, OutDtype::exact);
   return out;
 }
 at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) { return product("aten::bmm", a, b); }
@@ -284,6 +345,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mm", mm);
   m.impl("_int_mm", int_mm);
   m.impl("_int_mm.out", int_mm_out);
+  m.impl("_scaled_mm", scaled_mm);
+  m.impl("_scaled_mm.out", scaled_mm_out);
   m.impl("mm.out", mm_out);
   m.impl("bmm", bmm);
   m.impl("bmm.out", bmm_out);

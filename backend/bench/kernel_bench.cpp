@@ -19,6 +19,8 @@
 // cannot reuse the library's).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_int_mm.h>
+#include <ATen/ops/_scaled_mm.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/_softmax.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/add.h>
@@ -135,7 +137,8 @@ void gemms(bool quick) {
   }
 }
 
-// torch._int_mm on the arrays at the config's int8 SIMD depth, against the int8 peak.
+// torch._int_mm and torch._scaled_mm on the arrays at the config's int8 and fp8 SIMD
+// depths, against those peaks.
 void int8_gemms(bool quick) {
   const auto p = properties();
   const double peak_ops = 2 * p.peak_macs_per_s[SPYRE_MAC_INT8];
@@ -155,6 +158,23 @@ void int8_gemms(bool quick) {
     const double ops = 2.0 * static_cast<double>(m * n * k);
     fmt::print("{:>16} {:>10.1f} {:>8.2f} {:>6.1f} {:>11.1f}\n", fmt::format("{}x{}x{}", m, n, k), t * 1e6,
                ops / t * 1e-12, ops / t / peak_ops * 100,
+               static_cast<double>(r.dram_read_bytes + r.dram_write_bytes) * 1e-6);
+  }
+  const double fp8_peak = 2 * p.peak_macs_per_s[SPYRE_MAC_FP8];
+  fmt::print("\nfp8 GEMM (torch._scaled_mm, e4m3, fp32 accumulation, fp16 result; fp8 peak {:.1f} TFLOPS, depth {})\n",
+             fp8_peak * 1e-12, p.simd_depth[SPYRE_MAC_FP8]);
+  fmt::print("{:>16} {:>10} {:>8} {:>6} {:>11}\n", "m x n x k", "time us", "TFLOPS", "%peak", "DRAM MB");
+  for (const auto& [m, n, k] : shapes) {
+    const auto fp8 = at::TensorOptions().dtype(at::kFloat8_e4m3fn);
+    const at::Tensor a = at::randn({m, k}).to(fp8).to(kDevice), b = at::randn({n, k}).to(fp8).to(kDevice).t();
+    const at::Tensor one = at::scalar_tensor(1.0, at::TensorOptions().dtype(at::kFloat)).to(kDevice);
+    at::_scaled_mm(a, b, one, one, {}, {}, at::kHalf);  // compile and load
+    at::_scaled_mm(a, b, one, one, {}, {}, at::kHalf);
+    const auto r = last_launch("aten::_scaled_mm");
+    const double t = seconds(r);
+    const double flops = 2.0 * static_cast<double>(m * n * k);
+    fmt::print("{:>16} {:>10.1f} {:>8.2f} {:>6.1f} {:>11.1f}\n", fmt::format("{}x{}x{}", m, n, k), t * 1e6,
+               flops / t * 1e-12, flops / t / fp8_peak * 100,
                static_cast<double>(r.dram_read_bytes + r.dram_write_bytes) * 1e-6);
   }
 }

@@ -28,9 +28,9 @@ T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t ele
 // int32), and (one tile per core) a separate output buffer; with two tiles per core
 // each accumulator is converted in place.
 std::uint64_t footprint(std::uint64_t tm, std::uint64_t tn, std::uint64_t tk, std::uint64_t size, std::uint32_t rt = 1,
-                        std::uint64_t bias_size = 0, std::uint64_t out_size = 0) {
+                        std::uint64_t bias_size = 0, std::uint64_t out_size = 0, bool scale = false) {
   if (out_size == 0) out_size = size;
-  return 2 * (tm * tk + tk * tn) * size + rt * tm * tn * 4 + (rt == 1 ? tm * tn * out_size : 0) +
+  return 2 * (tm * tk + tk * tn) * size + rt * tm * tn * 4 + (rt == 1 ? tm * tn * out_size : 0) + (scale ? 8 : 0) +
          (bias_size > 0 ? tn * (4 + bias_size) + 4 : 0);  // + padding that aligns the fp32 bias row
 }
 
@@ -81,7 +81,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
       std::uint64_t tk = 0;
       for (const std::uint64_t c : {1024ull, 512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
         if (c > 512 && (ceil_div(s.k, c) < kRotateSteps || rt * tm * tn < 256 * 256)) continue;
-        if (footprint(tm, tn, std::min(c, s.k), size, rt, bias_size, out_size) <= target.scratchpad_bytes) {
+        if (footprint(tm, tn, std::min(c, s.k), size, rt, bias_size, out_size, s.scale) <= target.scratchpad_bytes) {
           tk = std::min(c, s.k);
           break;
         }
@@ -136,7 +136,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   const std::uint64_t size = isa::dtype_size(s.dtype);
   const isa::DType acc = s.accumulator(), out_t = s.out_dtype();
   const std::uint64_t out_size = isa::dtype_size(out_t);
-  if (acc == isa::DType::int32 && (s.bias || s.activation || out_t != isa::DType::int32)) {
+  if (acc == isa::DType::int32 && (s.bias || s.activation || s.scale || out_t != isa::DType::int32)) {
     throw std::invalid_argument(name + ": " + std::string(isa::to_string(s.dtype)) +
                                 " operands accumulate in int32 and produce int32, without an epilogue");
   }
@@ -162,6 +162,10 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   const std::uint32_t after =
       ((rt == 1 ? sp_o + static_cast<std::uint32_t>(p.tm * p.tn * out_size) : sp_c[1] + c_bytes) + 3u) & ~3u;
   const std::uint32_t sp_bias = after, sp_bias_raw = after + static_cast<std::uint32_t>(p.tn * 4);
+  // The scale (one fp32 value) after the bias row as loaded, 4-byte aligned.
+  const std::uint32_t sp_scale =
+      (sp_bias_raw + static_cast<std::uint32_t>(s.bias ? p.tn * isa::dtype_size(*s.bias) : 0) + 3u) & ~3u;
+  const std::uint16_t scale_arg = s.bias ? 4 : 3;
 
   const std::uint64_t tiles_m = ceil_div(s.m, p.tm), tiles_n = ceil_div(s.n, p.tn);
   const std::uint64_t row_blocks = ceil_div(tiles_m, rt);
@@ -333,7 +337,10 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       const Tile& t = tiles[phases[pi].tile];
       if (t.b_loader) load(b_panel(t, phases[pi].step), kDmaB, kRingB, 1, sp_b[slot], slot);
     };
-    bool store_pending = false, bias_ready = false;
+    bool store_pending = false, bias_ready = false, scale_ready = false;
+    if (s.scale) {  // (on the bias's token: the epilogue waits for both)
+      b.add(stream, dma<isa::DmaLoad>(kBias, isa::DType::fp32, scale_arg, 0, sp_scale, 1, 1, 1));
+    }
     std::optional<isa::DmaStore> deferred_store;
     // Prologue: the first B panel and the first A panel, and (both A slots being free)
     // the second A panel too, so the second matmul does not wait for a load issued
@@ -392,6 +399,15 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
                                     .trans_b = s.b_transposed, .accumulate = !u.first});
           if (!u.last) continue;
           // The tile's rows are complete: the epilogue, then convert (or copy, fp32) and store.
+          if (s.scale) {
+            if (!scale_ready) {
+              b.add(stream, isa::Wait{.token_mask = bit(kBias)});
+              scale_ready = true;
+            }
+            b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = isa::DType::fp32,
+                                       .bcast = isa::Broadcast::scalar, .a = c_at, .b = sp_scale, .dst = c_at,
+                                       .rows = rows, .cols = t.n});
+          }
           if (s.bias) {
             if (!bias_ready) {
               b.add(stream, isa::Wait{.token_mask = bit(kBias)});

@@ -43,6 +43,9 @@ struct MatmulShape {
   // C's dtype when it is not the operands' (int8 operands: int32, the accumulator; no
   // epilogue then). Accumulation is in fp32 for floats, int32 for int8.
   std::optional<isa::DType> out = std::nullopt;
+  // An fp32 scalar in device memory (the argument after the bias, or 3) multiplying every
+  // result before the bias: torch._scaled_mm's scale_a x scale_b.
+  bool scale = false;
 
   isa::DType out_dtype() const { return out ? *out : dtype; }
   isa::DType accumulator() const { return isa::is_float(dtype) ? isa::DType::fp32 : isa::DType::int32; }

@@ -194,3 +194,33 @@ def test_int_mm_runs_on_the_arrays_and_matches_the_cpu_exactly(m, n, k):
     assert torch.equal(out.cpu(), torch._int_mm(a, b))
     with pytest.raises(RuntimeError, match="int8"):
         torch._int_mm(a.to("spyre").float(), b.to("spyre").float())
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2], ids=str)
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_scaled_mm_runs_fp8_on_the_arrays_against_the_dequantised_product(fp8, out_dtype):
+    # PyTorch 2.6 has _scaled_mm for CUDA only: the reference is its definition, the
+    # fp8 operands dequantised to fp32, multiplied, scaled, biased and rounded once.
+    m, n, k = 48, 80, 160
+    g = torch.Generator().manual_seed(7)
+    a = (torch.randn(m, k, generator=g) * 2).to(fp8)
+    b = (torch.randn(n, k, generator=g) * 2).to(fp8).t()  # column-major, as cuBLASLt wants it
+    scale_a, scale_b = torch.tensor(0.5), torch.tensor(1.25)
+    bias = torch.randn(n, generator=g).to(out_dtype)
+    torch.spyre.synchronize()
+    torch.spyre.reset_fallback_counts()
+    before = torch.spyre.report()["macs"]["fp8"]
+    got = torch._scaled_mm(a.to("spyre"), b.to("spyre"), scale_a.to("spyre"), scale_b.to("spyre"),
+                           bias=bias.to("spyre"), out_dtype=out_dtype)
+    want = (a.float() @ b.float()) * (0.5 * 1.25) + bias.float()
+    assert got.dtype == out_dtype and got.device.type == "spyre"
+    eps = torch.finfo(out_dtype).eps
+    assert_close(got.cpu().float(), want.to(out_dtype).float(), rtol=eps, atol=1e-5)
+    assert torch.spyre.fallback_counts() == {}
+    torch.spyre.synchronize()
+    assert torch.spyre.report()["macs"]["fp8"] - before == m * n * k
+    with pytest.raises(RuntimeError, match="per-tensor scales"):
+        torch._scaled_mm(a.to("spyre"), b.to("spyre"), torch.ones(m, 1).to("spyre"), scale_b.to("spyre"),
+                         out_dtype=out_dtype)
+    with pytest.raises(RuntimeError, match="out_dtype"):
+        torch._scaled_mm(a.to("spyre"), b.to("spyre"), scale_a.to("spyre"), scale_b.to("spyre"))
