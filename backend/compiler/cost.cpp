@@ -90,8 +90,10 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   const std::uint64_t waves = ceil_div(p.super_blocks, p.groups);
   const double active = static_cast<double>(std::min<std::uint64_t>(p.groups, p.super_blocks));
   // A wave's tiles are stored while the next wave loads: those stores pay the read/write
-  // turnaround; the last wave's stores meet no reads.
-  const double overlap = static_cast<double>(waves - 1) / static_cast<double>(waves);
+  // turnaround. The last wave's stores meet no reads, unless its two tiles per core run a
+  // K step apart (kRotateSteps): then the first tile is stored while the second loads.
+  const bool rotated = p.rows_per_core == 2 && steps >= kRotateSteps;
+  const double overlap = static_cast<double>(waves - 1 + (rotated ? 1 : 0)) / static_cast<double>(waves);
   const double dram = active * (a_bytes + b_bytes + c_bytes) / t.dram_bytes_per_s +
                       overlap * t.dram_turnaround_s_per_byte * std::min(active * (a_bytes + b_bytes), active * c_bytes);
   // The work is a pipeline of stages, one per K step of each tile of each wave: a

@@ -44,10 +44,6 @@ constexpr std::uint8_t kBias = 14;  // the epilogue's bias row
 constexpr std::uint16_t kAllTokens = 0x7fff;
 // Row pieces of a core's last matmul (see compile_matmul).
 constexpr std::uint32_t kTailPieces = 4;
-// Two tiles per core run one K step apart from this many K steps on: the extra load
-// of the first B panel costs 1 / steps of the B traffic (1024^3, 2 steps: 55.9 us
-// against 53.7 us in lockstep; 2048^3, 4 steps: 282.0 against 297.6).
-constexpr std::uint64_t kRotateSteps = 4;
 std::uint8_t dma_token(std::uint8_t base, std::uint32_t slot, std::uint32_t part) {
   return static_cast<std::uint8_t>(base + slot * kParts + part);
 }
