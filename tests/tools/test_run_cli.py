@@ -310,3 +310,14 @@ def test_a_report_from_kernel_totals_matches_one_from_every_launch_record():
     for key in ("time_us", "cycles", "kernels", "macs", "dram_read_bytes", "dram_write_bytes", "ring_link_bytes"):
         assert few["metrics"][key] == pytest.approx(full["metrics"][key], rel=1e-9), key
     assert sum(k["launches"] for k in few["kernels"]) == full["metrics"]["kernels"]
+
+
+def test_calibrate_prints_rows_as_json_and_refuses_an_empty_selection():
+    r = spyre_sim("calibrate", "--json", "--only", "fill_")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    [row] = j["rows"]
+    # A write-only fill of 64 Mi fp16 on the default chip: 204.8 GB/s x 0.73 = 149.5 GB/s.
+    assert row["model"] == pytest.approx(149.5, rel=0.01) and row["reference"] == 150 and row["pass"]
+    r = spyre_sim("calibrate", "--only", "no such row")
+    assert r.returncode == 2 and "no calibration row left" in r.stderr

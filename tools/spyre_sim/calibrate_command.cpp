@@ -119,6 +119,20 @@ struct CalibrateOptions {
 };
 
 int calibrate(const CalibrateOptions& o) {
+  const auto skipped = [&](const std::string& name) {
+    if (!o.only.empty() && name.find(o.only) == std::string::npos) return true;
+    for (const auto& s : o.skip) {
+      if (name.find(s) != std::string::npos) return true;
+    }
+    return false;
+  };
+  std::string names;
+  bool any = false;
+  for (const Row& row : rows()) {
+    names += (names.empty() ? "" : "; ") + row.name;
+    any = any || !skipped(row.name);
+  }
+  if (!any) throw UsageError("no calibration row left by --only/--skip (rows: " + names + ")");
   configure_driver(o.config, o.mode);
   std::map<std::string, double> results;
   json out = json::array();
@@ -127,13 +141,6 @@ int calibrate(const CalibrateOptions& o) {
   std::string table = fmt::format("  {:<40} {:>12} {:>12} {:>8} {:>6}  {}\n", "row", "model", "public", "error",
                                   "tol", "");
   for (const Row& row : rows()) {
-    const auto skipped = [&](const std::string& name) {
-      if (!o.only.empty() && name.find(o.only) == std::string::npos) return true;
-      for (const auto& s : o.skip) {
-        if (name.find(s) != std::string::npos) return true;
-      }
-      return false;
-    };
     // (neg always runs: gelu's reference is neg's result.)
     if (skipped(row.name) && row.name != "neg of 64 Mi (1 read, 1 write)") continue;
     const auto run = row.setup();  // uploads the inputs
