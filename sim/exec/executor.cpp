@@ -237,7 +237,10 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::DmaGather& g) {
 
 // A DMA-engine transfer: `mover(argument, moved, on_run)` checks and moves the bytes
 // and reports the device runs it touched. The runs are charged to the channels (whole
-// sticks) and, from each channel's memory stop, to the ring links to this core.
+// sticks) and, from each channel's memory stop, to the ring links to this core. The
+// engine keeps the last sticks it fetched: a run within them is not charged again, and
+// one that starts in them pays only the sticks after (a strided innermost dimension
+// costs the sticks it spans, not a stick per element).
 template <class Mover>
 Executor::Outcome Executor::move(std::uint32_t s, std::uint16_t arg, bool load, std::uint8_t token, Mover&& mover) {
   const auto& args = request_.args;
@@ -249,8 +252,16 @@ Executor::Outcome Executor::move(std::uint32_t s, std::uint16_t arg, bool load, 
   cost.load = load;
   cost.channel_bytes.assign(topo.channels(), 0);
   const std::uint64_t base = device_.memory.base();
+  const std::uint64_t stick = device_.config.dma.stick_bytes;
+  std::uint64_t held_from = 0, held_to = 0;  // the sticks the previous run fetched
   const std::function<void(std::uint64_t, std::uint64_t)> on_run = [&](std::uint64_t a, std::uint64_t n) {
-    topo.charge(a - base, n, cost.channel_bytes, cost.charged);
+    const std::uint64_t off = a - base;
+    const std::uint64_t s0 = off / stick * stick, s1 = (off + n + stick - 1) / stick * stick;
+    if (s0 >= held_from && s1 <= held_to) return;  // all in sticks already fetched
+    const std::uint64_t from = s0 >= held_from && s0 < held_to ? held_to : s0;
+    topo.charge(from, s1 - from, cost.channel_bytes, cost.charged);
+    held_from = s0;
+    held_to = s1;
   };
   functional::DmaResult moved;
   if (auto f = mover(args[arg], moved, on_run)) return fault(s, f->reason, f->address);

@@ -640,3 +640,20 @@ TEST_CASE("given a load still waiting for DRAM, its ring links are free for a me
   // would be busy over [32, 64] and the message would arrive at 96 ns.)
   CHECK(send_end_us == Catch::Approx(0.072).margin(1e-9));
 }
+
+TEST_CASE("given a strided innermost dimension, a DMA pays the sticks it spans, not a stick per element") {
+  sim::Simulation simulation;
+  auto& chip = simulation.add_chip(ci_chip(round_numbers()));
+  const auto buf = *chip.memory().allocate(8192);
+  isa::ProgramBuilder b("strided", 1);
+  // 1024 fp16 elements 2 apart: they span 2048 elements = 4096 bytes = 32 sticks.
+  auto every_other = load(0, 0, 0, 1024);
+  every_other.mem_stride = {2, 0, 0};
+  // 32 elements 64 apart (128 bytes): one per stick, 32 sticks.
+  auto one_per_stick = load(4096, 0, 0, 32, DType::fp16, 1);
+  one_per_stick.mem_stride = {64, 0, 0};
+  b.add(0, every_other).add(0, one_per_stick).add(0, isa::Wait{.token_mask = 3});
+  const auto r = run(simulation, chip, b, {buf});
+  CHECK(!r.fault);
+  CHECK(r.dram_read_bytes == 4096 + 32 * 128);
+}
