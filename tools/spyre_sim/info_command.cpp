@@ -69,6 +69,17 @@ void print_text(const LoadedConfig& loaded, const DerivedFigures& d) {
              bytes_text(double(chip.memory.capacity_bytes)), bytes_text(double(chip.memory.usable_bytes)),
              chip.memory.channels, d.dram_peak_bytes_per_s / 1e9, d.dram_deliverable_bytes_per_s / 1e9,
              chip.memory.efficiency * 100);
+  if (d.dram_turnaround_s_per_byte > 0) {
+    // A balanced copy (1 read + 1 write): 2 / (2 / deliverable + turnaround per byte).
+    const double balanced = 2 / (2 / d.dram_deliverable_bytes_per_s + d.dram_turnaround_s_per_byte);
+    fmt::print("DRAM turnaround      {:g} ns per {}-byte write batch: {:.1f} GB/s for a balanced copy\n",
+               chip.memory.turnaround_ns, chip.memory.write_batch_bytes, balanced / 1e9);
+  }
+  fmt::print("DMA engine           {:.1f} GB/s each ({} per core{})\n", d.dma_engine_bytes_per_s / 1e9,
+             chip.dma.engines_per_core,
+             chip.dma.outstanding_requests > 0
+                 ? fmt::format(", {} requests in flight over {:g} ns", chip.dma.outstanding_requests, chip.memory.latency_ns)
+                 : std::string());
   fmt::print("ring                 {} B/cycle per link per direction = {:.1f} GB/s; bisection {:.1f} GB/s\n",
              chip.ring.bytes_per_cycle, d.ring_link_bytes_per_s / 1e9, d.ring_bisection_bytes_per_s / 1e9);
   fmt::print("host link            PCIe Gen{} x{}: {:.1f} GB/s raw, {:.1f} GB/s effective per direction\n",
