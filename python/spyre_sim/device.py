@@ -13,6 +13,7 @@ _ops = torch.ops.spyre
 __all__ = [
     "Event",
     "Stream",
+    "StreamContext",
     "current_device",
     "current_stream",
     "device",
@@ -33,6 +34,7 @@ __all__ = [
     "reset_peak_memory_stats",
     "set_device",
     "set_stream",
+    "stream",
     "synchronize",
 ]
 
@@ -88,12 +90,57 @@ def synchronize(device=None) -> None:
 
 
 class Stream(torch.Stream):
-    """A spyre stream (a driver queue). priority < 0 is high priority."""
+    """A spyre stream (a driver queue). priority < 0 is high priority.
+
+    Like torch.cuda.Stream, it is a context manager: ``with s:`` makes it the current
+    stream (and its device the current device) until the block ends."""
 
     def __new__(cls, device=None, priority: int = 0):
         index = _index(device)
         index = current_device() if index < 0 else index
         return super().__new__(cls, device=torch.device("spyre", index), priority=priority)
+
+    def __enter__(self):
+        self._context = StreamContext(self)
+        self._context.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        context, self._context = self._context, None
+        return context.__exit__(*exc)
+
+
+class StreamContext:
+    """Makes `stream` the current stream of its device, and that device the current one,
+    for a ``with`` block; then restores both (torch.cuda.StreamContext). None: no-op."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self._previous_device = -1
+        self._previous_stream = None
+
+    def __enter__(self):
+        if self.stream is None:
+            return self.stream
+        self._previous_device = current_device()
+        if self.stream.device_index != self._previous_device:
+            set_device(self.stream.device_index)
+        self._previous_stream = current_stream(self.stream.device_index)
+        set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc):
+        if self.stream is None:
+            return False
+        set_stream(self._previous_stream)
+        if self._previous_device != self.stream.device_index:
+            set_device(self._previous_device)
+        return False
+
+
+def stream(s) -> StreamContext:
+    """``with torch.spyre.stream(s):`` runs the block on stream `s` (None: unchanged)."""
+    return StreamContext(s)
 
 
 class Event(torch.Event):

@@ -70,3 +70,26 @@ def test_generic_torch_stream_and_event_work_for_spyre():
     e.record(s)
     e.synchronize()
     assert e.query() and s.query()
+
+
+def test_stream_contexts_switch_and_restore_the_current_stream_and_device():
+    base0 = torch.spyre.current_stream(0)
+    s = torch.spyre.Stream(0)
+    with torch.spyre.stream(s):
+        assert torch.spyre.current_stream(0) == s
+        x = torch.ones(4, device="spyre") + 1  # runs on s
+    assert torch.spyre.current_stream(0) == base0
+    with s as entered:  # the stream itself, as torch.cuda.Stream is
+        assert entered is s and torch.spyre.current_stream(0) == s
+    assert torch.spyre.current_stream(0) == base0
+    torch.spyre.synchronize()
+    assert torch.equal(x.cpu(), torch.full((4,), 2.0))
+    with torch.spyre.stream(None):  # no-op
+        assert torch.spyre.current_stream(0) == base0
+    # A stream of another device makes that device current inside the block.
+    if torch.spyre.device_count() > 1:
+        torch.spyre.set_device(0)
+        s1 = torch.spyre.Stream(1)
+        with torch.spyre.stream(s1):
+            assert torch.spyre.current_device() == 1 and torch.spyre.current_stream(1) == s1
+        assert torch.spyre.current_device() == 0
