@@ -81,6 +81,11 @@ TORCH_LIBRARY(spyre, m) {
   m.def("fusible_ops() -> str[]", [] { return fusible_ops(); });
   m.def("manual_seed_all(int seed) -> ()", manual_seed_all);
   m.def("device_report(int device) -> str", device_report);
+  m.def("mem_get_info(int device) -> int[]", [](std::int64_t d) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    SPYRE_CHECK(spyreMemGetInfo(driver_device(resolve(d)), &free_bytes, &total_bytes));
+    return std::vector<std::int64_t>{static_cast<std::int64_t>(free_bytes), static_cast<std::int64_t>(total_bytes)};
+  });
   m.def("configure(str config, str yaml, str[] overrides, int devices, str mode) -> ()",
         [](const std::string& config, const std::string& yaml, const std::vector<std::string>& overrides,
            std::int64_t devices, const std::string& mode) { configure_driver(config, yaml, overrides, devices, mode); });

@@ -6,6 +6,8 @@ statistics, seeding, plus ``fallback_counts`` to see which ops still run on the 
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 _ops = torch.ops.spyre
@@ -20,6 +22,8 @@ __all__ = [
     "device_count",
     "empty_cache",
     "fallback_counts",
+    "get_device_name",
+    "get_device_properties",
     "is_available",
     "manual_seed",
     "manual_seed_all",
@@ -29,6 +33,7 @@ __all__ = [
     "memory_reserved",
     "memory_stats",
     "memory_summary",
+    "mem_get_info",
     "report",
     "reset_fallback_counts",
     "reset_peak_memory_stats",
@@ -82,6 +87,60 @@ class device:
     def __exit__(self, *exc):
         set_device(self.previous)
         return False
+
+
+class _DeviceProperties:
+    """What torch.spyre.get_device_properties returns: the simulated chip's figures."""
+
+    def __init__(self, report: dict):
+        config, derived = report["config"], report["derived"]
+        resolved = config["resolved"]
+        self.name = _name_from(config)
+        self.config_hash = config["hash"]
+        self.total_memory = int(resolved["memory"]["usable_bytes"])
+        self.cores = int(resolved["cores"]["count"])
+        self.multi_processor_count = self.cores  # (torch.cuda's name for it)
+        self.corelets_per_core = int(resolved["cores"]["corelets"])
+        self.clock_rate_ghz = float(resolved["clock_ghz"])
+        self.scratchpad_bytes_per_core = int(resolved["cores"]["scratchpad"]["bytes"])
+        self.scratchpad_usable_bytes_per_core = int(resolved["cores"]["scratchpad"]["usable_bytes"])
+        self.dram_peak_bytes_per_s = float(derived["dram_peak_bytes_per_s"])
+        self.dram_deliverable_bytes_per_s = float(derived["dram_deliverable_bytes_per_s"])
+        self.peak_ops_per_s = {k: float(v) for k, v in derived["peak_ops_per_s"].items()}
+
+    def __repr__(self):
+        return (f"_SpyreDeviceProperties(name='{self.name}', total_memory={self.total_memory >> 20}MB, "
+                f"cores={self.cores}, clock={self.clock_rate_ghz} GHz, "
+                f"fp16={self.peak_ops_per_s.get('fp16', 0) / 1e12:.1f} TFLOPS, "
+                f"dram={self.dram_deliverable_bytes_per_s / 1e9:.1f} GB/s)")
+
+
+def _name_from(config: dict) -> str:
+    return f"IBM Spyre (simulated: {config['name']}, config {config['hash']})"
+
+
+def _report_of(device=None) -> dict:
+    index = _index(device)
+    return json.loads(_ops.device_report(current_device() if index < 0 else index))
+
+
+def get_device_name(device=None) -> str:
+    """The device's name: the simulated chip's config name and hash."""
+    return _name_from(_report_of(device)["config"])
+
+
+def get_device_properties(device=None) -> _DeviceProperties:
+    """Cores, memory, scratchpad, clock and peaks of the simulated chip (from its config)."""
+    return _DeviceProperties(_report_of(device))
+
+
+def mem_get_info(device=None) -> tuple:
+    """(free, total) bytes of device memory, as torch.cuda.mem_get_info: total is the
+    usable capacity, free what the driver has not handed out (the caching allocator's
+    cached blocks count as used; torch.spyre.empty_cache() returns them)."""
+    index = _index(device)
+    free, total = _ops.mem_get_info(current_device() if index < 0 else index)
+    return int(free), int(total)
 
 
 def synchronize(device=None) -> None:

@@ -46,3 +46,19 @@ def test_bad_device_index_is_a_clear_error():
 
     with pytest.raises(RuntimeError, match="out of range"):
         torch.empty(1, device="spyre:5")
+
+
+def test_device_name_properties_and_memory_info_come_from_the_simulated_chip():
+    props = torch.spyre.get_device_properties(0)
+    # The CI chip (configs/spyre-ci.yaml): 4 cores, 1 GiB of which the usable part.
+    assert props.cores == props.multi_processor_count == 4
+    assert props.name == torch.spyre.get_device_name(0) and "spyre" in props.name.lower()
+    assert props.peak_ops_per_s["fp16"] > 0 and props.dram_deliverable_bytes_per_s > 0
+    free, total = torch.spyre.mem_get_info(0)
+    assert total == props.total_memory and 0 < free <= total
+    torch.spyre.empty_cache()
+    free0, _ = torch.spyre.mem_get_info(0)
+    x = torch.empty(64 << 20, dtype=torch.uint8, device="spyre")
+    free1, _ = torch.spyre.mem_get_info(0)
+    assert free0 - free1 >= 64 << 20
+    del x
