@@ -5,6 +5,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "aten/cpu_fallback.h"
 
@@ -13,14 +14,22 @@ namespace {
 
 std::mutex g_mutex;
 std::map<std::string, std::int64_t> g_counts;
+std::set<std::string> g_warned;  // once per op and process: resetting the counts does not warn again
 
-void count(const std::string& name) {
+// `has_kernel`: the op has spyre kernels, but not for these arguments (a dtype they do
+// not take, tensors on several devices, ...).
+void count(const std::string& name, bool has_kernel) {
   bool first = false;
   {
     const std::lock_guard lock(g_mutex);
-    first = g_counts[name]++ == 0;
+    ++g_counts[name];
+    first = g_warned.insert(name).second;
   }
-  if (first) {
+  if (!first) return;
+  if (has_kernel) {
+    TORCH_WARN("spyre: ", name, " runs on the CPU for these arguments: its spyre kernels do not take them (float64, "
+               "int64, uint8 and complex tensors, or tensors on several devices) (see torch.spyre.fallback_counts())");
+  } else {
     TORCH_WARN("spyre: ", name, " has no spyre kernel and runs on the CPU (see torch.spyre.fallback_counts())");
   }
 }
@@ -37,7 +46,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                                 "copy that does not alias the input, so it is refused (move the tensor to the CPU "
                                 "first)");
   }
-  count(name);
+  count(name, false);
   at::native::cpu_fallback(op, stack);
 }
 
@@ -46,7 +55,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                        c10::IntArrayRef output_padding, std::int64_t groups) {
-  count("aten::convolution_overrideable");
+  count("aten::convolution_overrideable", false);
   const auto cpu_bias = bias && bias->defined() ? std::optional<at::Tensor>(bias->cpu()) : std::nullopt;
   return at::convolution(input.cpu(), weight.cpu(), cpu_bias, stride, padding, dilation, transposed, output_padding,
                          groups)
@@ -57,7 +66,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
     std::int64_t groups, std::array<bool, 3> output_mask) {
-  count("aten::convolution_backward_overrideable");
+  count("aten::convolution_backward_overrideable", false);
   const std::vector<std::int64_t> bias_sizes{grad_output.size(1)};
   auto [gi, gw, gb] = at::convolution_backward(grad_output.cpu(), input.cpu(), weight.cpu(), bias_sizes, stride,
                                                padding, dilation, transposed, output_padding, groups, output_mask);
@@ -72,7 +81,7 @@ std::map<std::string, std::int64_t> fallback_counts() {
   return g_counts;
 }
 
-void count_fallback(const std::string& op) { count(op); }
+void count_fallback(const std::string& op, bool has_kernel) { count(op, has_kernel); }
 
 void reset_fallback_counts() {
   const std::lock_guard lock(g_mutex);

@@ -262,13 +262,13 @@ at::Tensor& zero(at::Tensor& self) { return fill_scalar(self, 0); }
 // tensors whose elements share memory (expanded ones) as the CPU's does; the boxed
 // fallback's copy back would refuse them.
 at::Tensor& masked_fill_scalar(at::Tensor& self, const at::Tensor& mask, const c10::Scalar& value) {
-  count_fallback("aten::masked_fill_.Scalar");
+  count_fallback("aten::masked_fill_.Scalar", /*has_kernel=*/false);
   const at::Tensor m = mask.cpu();
   on_storage_span(self, [&](at::Tensor& view) { view.masked_fill_(m, value); });
   return self;
 }
 at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
-  count_fallback("aten::masked_fill_.Tensor");
+  count_fallback("aten::masked_fill_.Tensor", /*has_kernel=*/false);
   const at::Tensor m = mask.cpu(), v = value.cpu();
   on_storage_span(self, [&](at::Tensor& view) { view.masked_fill_(m, v); });
   return self;

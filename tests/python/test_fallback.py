@@ -73,3 +73,26 @@ def test_int64_operands_run_on_the_cpu_and_are_counted():
     ints = torch.arange(6)
     assert torch.equal((ints.to("spyre") * ints.to("spyre")).cpu(), ints * ints)  # int64
     assert torch.spyre.fallback_counts() == {"aten::mul": 1}
+
+
+def test_the_warning_stays_once_per_process_after_a_reset_and_names_an_unsupported_dtype():
+    # A fresh process, so the once-per-process warnings have not fired yet.
+    import subprocess
+    import sys
+
+    script = """
+import warnings, torch, spyre_sim
+warnings.simplefilter("always")
+d = torch.ones(3, device="spyre")
+torch.ceil(d)                      # no spyre kernel: warns
+torch.spyre.reset_fallback_counts()
+torch.ceil(d)                      # counted again, not warned again
+print("ceil count", sum(n for k, n in torch.spyre.fallback_counts().items() if k.startswith("aten::ceil")))
+torch.div(torch.ones(3, dtype=torch.float64, device="spyre"), 2.0)  # div has kernels, not for float64
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "ceil count 1" in r.stdout
+    assert len([line for line in r.stderr.splitlines() if "aten::ceil" in line and "no spyre kernel" in line]) == 1
+    div = [line for line in r.stderr.splitlines() if "aten::div" in line]
+    assert div and all("for these arguments" in line and "no spyre kernel" not in line for line in div)
