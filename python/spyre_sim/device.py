@@ -22,6 +22,7 @@ __all__ = [
     "device_count",
     "empty_cache",
     "fallback_counts",
+    "get_amp_supported_dtype",
     "get_device_name",
     "get_device_properties",
     "is_available",
@@ -141,6 +142,11 @@ def mem_get_info(device=None) -> tuple:
     index = _index(device)
     free, total = _ops.mem_get_info(current_device() if index < 0 else index)
     return int(free), int(total)
+
+
+def get_amp_supported_dtype() -> list:
+    """The dtypes torch.autocast("spyre", dtype=...) accepts (what the arrays compute in)."""
+    return [torch.float16, torch.bfloat16]
 
 
 def synchronize(device=None) -> None:

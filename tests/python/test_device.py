@@ -1,5 +1,6 @@
 """Device identity: names, counts, current device, torch.accelerator."""
 
+import pytest
 import torch
 
 
@@ -62,3 +63,20 @@ def test_device_name_properties_and_memory_info_come_from_the_simulated_chip():
     free1, _ = torch.spyre.mem_get_info(0)
     assert free0 - free1 >= 64 << 20
     del x
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_autocast_casts_as_on_cuda_matmuls_down_softmax_in_fp32(dtype):
+    assert dtype in torch.spyre.get_amp_supported_dtype()
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(16, 32, generator=g), torch.randn(32, 8, generator=g)
+    da, db = a.to("spyre").requires_grad_(), b.to("spyre")
+    with torch.autocast("spyre", dtype=dtype):
+        y = da @ db
+        p = torch.softmax(y, -1)
+    assert y.dtype == dtype and p.dtype == torch.float32
+    want = (a.to(dtype).float() @ b.to(dtype).float()).to(dtype)
+    torch.testing.assert_close(y.cpu(), want, rtol=2 * torch.finfo(dtype).eps, atol=1e-3)
+    p.sum().backward()  # the casts are differentiable
+    assert da.grad is not None and da.grad.dtype == torch.float32
+    assert (da @ db).dtype == torch.float32  # outside the block: unchanged
