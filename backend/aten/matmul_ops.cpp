@@ -79,8 +79,12 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
   const auto dtype = int8_to_int32       ? std::optional<isa::DType>(isa::DType::int8)
                      : epilogue.scale != nullptr ? fp8_dtype(a_in.scalar_type())
                                                  : device_float_dtype(a_in.scalar_type());
-  TORCH_CHECK(epilogue.scale == nullptr || (dtype && is_spyre(a_in) && b_in.device() == a_in.device()), name,
-              ": expected fp8 operands on one spyre device");
+  // Operands on different devices are an error, as on CUDA (a forgotten .to() must not
+  // run quietly on the CPU).
+  TORCH_CHECK(a_in.device() == b_in.device(),
+              "Expected all tensors to be on the same device, but found at least two devices, ", a_in.device(), " and ",
+              b_in.device(), "! (", name, ")");
+  TORCH_CHECK(epilogue.scale == nullptr || dtype, name, ": expected fp8 operands");
   if (!dtype || !is_spyre(a_in) || b_in.device() != a_in.device()) {
     TORCH_INTERNAL_ASSERT(epilogue.bias == nullptr && !epilogue.activation, "spyre: an epilogue needs the device path");
     count_fallback(name);

@@ -224,3 +224,18 @@ def test_scaled_mm_runs_fp8_on_the_arrays_against_the_dequantised_product(fp8, o
                          out_dtype=out_dtype)
     with pytest.raises(RuntimeError, match="out_dtype"):
         torch._scaled_mm(a.to("spyre"), b.to("spyre"), scale_a.to("spyre"), scale_b.to("spyre"))
+
+
+def test_operands_on_different_devices_raise_as_on_cuda():
+    # A forgotten .to() must not run quietly on the CPU and hand back a spyre tensor.
+    cpu, dev = torch.ones(4, 4), torch.ones(4, 4, device="spyre")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.mm(cpu, dev)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.mm(dev, cpu)
+    linear = torch.nn.Linear(4, 4).to("spyre")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        linear(torch.ones(2, 4))
+    if torch.spyre.device_count() > 1:
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            torch.mm(dev, torch.ones(4, 4, device="spyre:1"))
