@@ -44,6 +44,31 @@ def _load() -> None:
 
     torch._register_device_module("spyre", _device)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+    _print_from_host_copies(torch)
+
+
+def _print_from_host_copies(torch) -> None:
+    """Printing a spyre tensor formats a host copy of its values.
+
+    PyTorch's formatter inspects the values with a dozen ops (masked_select, min, max,
+    ceil, ...) on the tensor's own device; it copies XLA and lazy tensors to the CPU
+    first, but not PrivateUse1 ones, so printing ran those ops through the CPU
+    fallback, counted and warned about them. The device suffix is added from the
+    original tensor, so the text is unchanged."""
+    import torch._tensor_str as tensor_str  # noqa: PLC0415
+
+    original = tensor_str._tensor_str
+    if getattr(original, "_spyre_host_copy", False):
+        return
+
+    def _tensor_str(self, indent):
+        if self.device.type == "spyre":
+            with torch.no_grad():
+                self = self.cpu()
+        return original(self, indent)
+
+    _tensor_str._spyre_host_copy = True
+    tensor_str._tensor_str = _tensor_str
 
 
 def _autoload() -> None:

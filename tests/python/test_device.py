@@ -80,3 +80,14 @@ def test_autocast_casts_as_on_cuda_matmuls_down_softmax_in_fp32(dtype):
     p.sum().backward()  # the casts are differentiable
     assert da.grad is not None and da.grad.dtype == torch.float32
     assert (da @ db).dtype == torch.float32  # outside the block: unchanged
+
+
+def test_printing_a_tensor_runs_nothing_on_the_cpu_fallback_and_reads_like_cpu():
+    x = torch.tensor([[1.5, -2.25, 3.0], [1e-5, 4e4, float("nan")]])
+    torch.spyre.reset_fallback_counts()
+    text = repr(x.to("spyre"))
+    assert torch.spyre.fallback_counts() == {}
+    assert text == repr(x)[:-1] + ", device='spyre:0')"
+    # (The longer suffix may wrap the line differently.)
+    half = " ".join(repr(x.half().to("spyre")).split())
+    assert half == " ".join(repr(x.half()).replace("dtype=torch.float16", "device='spyre:0', dtype=torch.float16").split())
