@@ -137,46 +137,51 @@ void gemms(bool quick) {
   }
 }
 
+// One low-precision GEMM table: `run(m, n, k)` launches the op (twice: compile, then
+// measure) and the last launch of `kernel` is timed against `peak` ops per second.
+template <class Run>
+void low_precision_table(const std::string& title, const char* unit, const char* kernel, double peak,
+                         const std::vector<std::array<std::int64_t, 3>>& shapes, Run&& run) {
+  fmt::print("\n{}\n{:>16} {:>10} {:>8} {:>6} {:>11}\n", title, "m x n x k", "time us", unit, "%peak", "DRAM MB");
+  for (const auto& [m, n, k] : shapes) {
+    run(m, n, k);
+    const auto r = last_launch(kernel);
+    const double t = seconds(r);
+    const double ops = 2.0 * static_cast<double>(m * n * k);
+    fmt::print("{:>16} {:>10.1f} {:>8.2f} {:>6.1f} {:>11.1f}\n", fmt::format("{}x{}x{}", m, n, k), t * 1e6,
+               ops / t * 1e-12, ops / t / peak * 100,
+               static_cast<double>(r.dram_read_bytes + r.dram_write_bytes) * 1e-6);
+  }
+}
+
 // torch._int_mm and torch._scaled_mm on the arrays at the config's int8 and fp8 SIMD
 // depths, against those peaks.
 void int8_gemms(bool quick) {
   const auto p = properties();
-  const double peak_ops = 2 * p.peak_macs_per_s[SPYRE_MAC_INT8];
-  fmt::print("\nint8 GEMM (torch._int_mm, int32 accumulation; int8 peak {:.1f} TOPS, SIMD depth {})\n", peak_ops * 1e-12,
-             p.simd_depth[SPYRE_MAC_INT8]);
-  fmt::print("{:>16} {:>10} {:>8} {:>6} {:>11}\n", "m x n x k", "time us", "TOPS", "%peak", "DRAM MB");
   std::vector<std::array<std::int64_t, 3>> shapes = {{1024, 1024, 1024}, {4096, 4096, 4096}};
   if (quick) shapes = {{256, 256, 256}};
-  const auto opts = at::TensorOptions().dtype(at::kChar).device(kDevice);
-  for (const auto& [m, n, k] : shapes) {
-    const at::Tensor a = at::randint(-128, 128, {m, k}, at::TensorOptions().dtype(at::kChar)).to(opts);
-    const at::Tensor b = at::randint(-128, 128, {k, n}, at::TensorOptions().dtype(at::kChar)).to(opts);
-    at::_int_mm(a, b);  // compile and load
-    at::_int_mm(a, b);
-    const auto r = last_launch("aten::_int_mm");
-    const double t = seconds(r);
-    const double ops = 2.0 * static_cast<double>(m * n * k);
-    fmt::print("{:>16} {:>10.1f} {:>8.2f} {:>6.1f} {:>11.1f}\n", fmt::format("{}x{}x{}", m, n, k), t * 1e6,
-               ops / t * 1e-12, ops / t / peak_ops * 100,
-               static_cast<double>(r.dram_read_bytes + r.dram_write_bytes) * 1e-6);
-  }
+  const double int8_peak = 2 * p.peak_macs_per_s[SPYRE_MAC_INT8];
+  low_precision_table(
+      fmt::format("int8 GEMM (torch._int_mm, int32 accumulation; int8 peak {:.1f} TOPS, SIMD depth {})",
+                  int8_peak * 1e-12, p.simd_depth[SPYRE_MAC_INT8]),
+      "TOPS", "aten::_int_mm", int8_peak, shapes, [](std::int64_t m, std::int64_t n, std::int64_t k) {
+        const auto int8 = at::TensorOptions().dtype(at::kChar);
+        const at::Tensor a = at::randint(-128, 128, {m, k}, int8).to(kDevice);
+        const at::Tensor b = at::randint(-128, 128, {k, n}, int8).to(kDevice);
+        at::_int_mm(a, b);
+        at::_int_mm(a, b);
+      });
   const double fp8_peak = 2 * p.peak_macs_per_s[SPYRE_MAC_FP8];
-  fmt::print("\nfp8 GEMM (torch._scaled_mm, e4m3, fp32 accumulation, fp16 result; fp8 peak {:.1f} TFLOPS, depth {})\n",
-             fp8_peak * 1e-12, p.simd_depth[SPYRE_MAC_FP8]);
-  fmt::print("{:>16} {:>10} {:>8} {:>6} {:>11}\n", "m x n x k", "time us", "TFLOPS", "%peak", "DRAM MB");
-  for (const auto& [m, n, k] : shapes) {
-    const auto fp8 = at::TensorOptions().dtype(at::kFloat8_e4m3fn);
-    const at::Tensor a = at::randn({m, k}).to(fp8).to(kDevice), b = at::randn({n, k}).to(fp8).to(kDevice).t();
-    const at::Tensor one = at::scalar_tensor(1.0, at::TensorOptions().dtype(at::kFloat)).to(kDevice);
-    at::_scaled_mm(a, b, one, one, {}, {}, at::kHalf);  // compile and load
-    at::_scaled_mm(a, b, one, one, {}, {}, at::kHalf);
-    const auto r = last_launch("aten::_scaled_mm");
-    const double t = seconds(r);
-    const double flops = 2.0 * static_cast<double>(m * n * k);
-    fmt::print("{:>16} {:>10.1f} {:>8.2f} {:>6.1f} {:>11.1f}\n", fmt::format("{}x{}x{}", m, n, k), t * 1e6,
-               flops / t * 1e-12, flops / t / fp8_peak * 100,
-               static_cast<double>(r.dram_read_bytes + r.dram_write_bytes) * 1e-6);
-  }
+  low_precision_table(
+      fmt::format("fp8 GEMM (torch._scaled_mm, e4m3, fp32 accumulation, fp16 result; fp8 peak {:.1f} TFLOPS, depth {})",
+                  fp8_peak * 1e-12, p.simd_depth[SPYRE_MAC_FP8]),
+      "TFLOPS", "aten::_scaled_mm", fp8_peak, shapes, [](std::int64_t m, std::int64_t n, std::int64_t k) {
+        const auto fp8 = at::TensorOptions().dtype(at::kFloat8_e4m3fn);
+        const at::Tensor a = at::randn({m, k}).to(fp8).to(kDevice), b = at::randn({n, k}).to(fp8).to(kDevice).t();
+        const at::Tensor one = at::scalar_tensor(1.0, at::TensorOptions().dtype(at::kFloat)).to(kDevice);
+        at::_scaled_mm(a, b, one, one, {}, {}, at::kHalf);
+        at::_scaled_mm(a, b, one, one, {}, {}, at::kHalf);
+      });
 }
 
 void bandwidth_kernels(bool quick) {
