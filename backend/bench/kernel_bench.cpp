@@ -5,8 +5,9 @@
 //
 //   tools/dev run spyre-kernel-bench            # full sizes (about a minute)
 //   tools/dev run spyre-kernel-bench --quick    # small sizes (the ctest smoke run)
-//   tools/dev run spyre-kernel-bench --predictions [--fp32]   # only the predicted-against-
-//                                                # simulated table (with SPYRE_SIM_SET for what-ifs)
+//   tools/dev run spyre-kernel-bench --predictions [--fp32] [--plans]   # only the predicted-
+//       # against-simulated table (with SPYRE_SIM_SET for what-ifs); --plans adds each GEMM's
+//       # plan and its DRAM and ring bytes, the model's against the simulated
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -211,7 +212,7 @@ void bandwidth_kernels(bool quick) {
 // The compiler's predicted time against the simulated one, for a fixed list of
 // kernels: the check that plans follow the config (run on the default chip and on
 // what-if configs; backend/README.md has the table and the command).
-void predictions(bool quick, at::ScalarType dtype) {
+void predictions(bool quick, at::ScalarType dtype, bool show_plans) {
   namespace compiler = spyre::compiler;
   const auto& target = spyre::backend::target(0);
   const auto isa_dtype = dtype == at::kFloat ? spyre::isa::DType::fp32 : spyre::isa::DType::fp16;
@@ -240,7 +241,13 @@ void predictions(bool quick, at::ScalarType dtype) {
                                             target);
     const compiler::MatmulShape shape{.m = static_cast<std::uint64_t>(m), .n = static_cast<std::uint64_t>(n),
                                       .k = static_cast<std::uint64_t>(k), .dtype = isa_dtype};
-    row(fmt::format("gemm {}x{}x{}", m, n, k), compiler::predict_matmul_s(shape, plan, target), last_launch("aten::mm"));
+    const auto r = last_launch("aten::mm");
+    row(fmt::format("gemm {}x{}x{}", m, n, k), compiler::predict_matmul_s(shape, plan, target), r);
+    if (show_plans)
+      fmt::print("    plan {}x{}x{} rows/core {} grid {}x{} groups {} super-blocks {}: read MB model {:.2f} sim {:.2f}, written {:.2f}, ring {:.2f}\n",
+                 plan.tm, plan.tn, plan.tk, plan.rows_per_core, plan.grid_rows, plan.grid_cols, plan.groups,
+                 plan.super_blocks, plan.dram_read_bytes * 1e-6, r.dram_read_bytes * 1e-6, r.dram_write_bytes * 1e-6,
+                 r.ring_bytes * 1e-6);
   }
   const std::int64_t elements = quick ? (1 << 20) : (64ll << 20);
   {
@@ -326,7 +333,7 @@ BENCHMARK(BM_cached_eager_broadcast_mul)->Unit(benchmark::kMicrosecond)->Iterati
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, only_predictions = false;
+  bool quick = false, only_predictions = false, show_plans = false;
   at::ScalarType dtype = at::kHalf;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
@@ -334,6 +341,8 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (std::strcmp(argv[i], "--predictions") == 0) {
       only_predictions = true;
+    } else if (std::strcmp(argv[i], "--plans") == 0) {
+      show_plans = true;
     } else if (std::strcmp(argv[i], "--fp32") == 0) {
       dtype = at::kFloat;
     } else {
@@ -341,13 +350,13 @@ int main(int argc, char** argv) {
     }
   }
   if (only_predictions) {
-    predictions(quick, dtype);
+    predictions(quick, dtype, show_plans);
     return 0;
   }
   gemms(quick);
   int8_gemms(quick);
   bandwidth_kernels(quick);
-  predictions(quick, dtype);
+  predictions(quick, dtype, show_plans);
   compile_times();
   fmt::print("\nhost time per cached eager op (no synchronisation)\n");
   int n = static_cast<int>(args.size());
