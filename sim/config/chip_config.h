@@ -86,8 +86,11 @@ struct ComputeArrayConfig {
 // Costs added after configs were written: optional, with these defaults (ASSUMPTION:
 // like tanh, a range reduction and a polynomial), so older configs still load.
 // transpose: a block's rows to columns (the card's restickify), one vector per cycle
-// like copy.
-#define SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(X) X(sin, 6) X(cos, 6) X(transpose, 1)
+// like copy. random: Philox4x32-10's ten rounds of two 32-bit multiplies give four
+// numbers (ASSUMPTION: 4 cycles per vector); random_normal adds Box-Muller's log,
+// square root and cosine on the pair (ASSUMPTION: 12).
+#define SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(X) \
+  X(sin, 6) X(cos, 6) X(transpose, 1) X(random, 4) X(random_normal, 12)
 
 // Issue interval, in cycles, of one vector of `lanes` elements for each operation.
 struct VectorOpCycles {

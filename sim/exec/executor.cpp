@@ -8,6 +8,7 @@
 
 #include "functional/dma.h"
 #include "functional/numeric.h"
+#include "functional/philox.h"
 #include "timing/timing_rules.h"
 
 namespace spyre::sim {
@@ -214,6 +215,13 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::VTranspose& t) {
   const std::uint64_t n = std::uint64_t{t.rows} * t.cols;
   touch(s, t.dst + n * isa::dtype_size(t.dtype));
   return vector(s, *current_, "transpose", n);
+}
+
+Executor::Outcome Executor::run(std::uint32_t s, const isa::VRandom& r) {
+  if (real(isa::DType::fp32)) functional::random(r, sp(s));
+  const std::uint64_t n = std::uint64_t{r.planes} * r.rows * r.cols;
+  touch(s, r.dst + n * 4);
+  return vector(s, *current_, r.dist == isa::RandomDist::uniform ? "random" : "random_normal", n);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::DmaLoad& d) {

@@ -147,6 +147,7 @@ class Executor {
   Outcome run(std::uint32_t s, const isa::VConvert& c);
   Outcome run(std::uint32_t s, const isa::VFill& f);
   Outcome run(std::uint32_t s, const isa::VTranspose& t);
+  Outcome run(std::uint32_t s, const isa::VRandom& r);
   Outcome run(std::uint32_t s, const isa::RingSend& r);
   Outcome run(std::uint32_t s, const isa::RingRecv& r);
   Outcome run(std::uint32_t s, const isa::Barrier& b);

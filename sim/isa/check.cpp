@@ -241,6 +241,17 @@ struct Checker {
     }
     return std::nullopt;
   }
+  Reason operator()(const VRandom& r) const {
+    if (r.rows == 0 || r.cols == 0 || r.planes == 0) return std::string("planes, rows and cols must be positive");
+    const std::uint64_t n = std::uint64_t{r.planes} * r.rows * r.cols;
+    if (auto reason = sp_range("destination", r.dst, n, DType::fp32, l)) return reason;
+    if (r.state % 8 != 0) return "state sp:" + str(r.state) + " is not 8-byte aligned (two uint64: seed, offset)";
+    if (auto reason = sp_range("state", r.state, 4, DType::fp32, l)) return reason;
+    if (r.state < r.dst + n * 4 && r.dst < r.state + 16) {
+      return "destination sp:" + str(r.dst) + " (" + str(n * 4) + " bytes) overlaps the state sp:" + str(r.state);
+    }
+    return std::nullopt;
+  }
   Reason operator()(const RingSend& s) const {
     if (auto r = check_token(s.token)) return r;
     if (s.dst_core >= l.num_streams) {

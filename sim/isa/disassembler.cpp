@@ -70,6 +70,11 @@ struct Printer {
   std::string operator()(const VTranspose& t) const {
     return fmt("vtranspose %s sp:%u [%ux%u] -> sp:%u", n(to_string(t.dtype)).c_str(), t.src, t.rows, t.cols, t.dst);
   }
+  std::string operator()(const VRandom& r) const {
+    return fmt("vrandom %s sp:%u [%ux%ux%u] state sp:%u start %llu steps %llu %llu", n(to_string(r.dist)).c_str(),
+               r.dst, r.planes, r.rows, r.cols, r.state, static_cast<unsigned long long>(r.start),
+               static_cast<unsigned long long>(r.row_step), static_cast<unsigned long long>(r.plane_step));
+  }
   std::string operator()(const RingSend& s) const {
     return fmt("ring_send t%u sp:%u %u bytes -> core %u tag %u", s.token, s.sp_addr, s.bytes, s.dst_core, s.tag);
   }

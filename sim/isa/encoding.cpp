@@ -65,12 +65,14 @@ class Get {
   static std::uint8_t enum_count(CompareOp) { return kNumCompareOps; }
   static std::uint8_t enum_count(ReduceOp) { return kNumReduceOps; }
   static std::uint8_t enum_count(Broadcast) { return kNumBroadcasts; }
+  static std::uint8_t enum_count(RandomDist) { return kNumRandomDists; }
   static const char* enum_name(DType) { return "dtype"; }
   static const char* enum_name(UnaryOp) { return "unary op"; }
   static const char* enum_name(BinaryOp) { return "binary op"; }
   static const char* enum_name(CompareOp) { return "compare op"; }
   static const char* enum_name(ReduceOp) { return "reduce op"; }
   static const char* enum_name(Broadcast) { return "broadcast mode"; }
+  static const char* enum_name(RandomDist) { return "random distribution"; }
 
   std::span<const std::uint8_t, kInstructionBytes> w_;
   std::string error_;
@@ -173,6 +175,18 @@ void fields(F& f, D& d) requires std::is_same_v<std::remove_const_t<D>, VTranspo
   f(8, d.dst);
   f(12, d.rows);
   f(16, d.cols);
+}
+template <class F, class D>
+void fields(F& f, D& d) requires std::is_same_v<std::remove_const_t<D>, VRandom> {
+  f(2, d.dist);
+  f(4, d.dst);
+  f(8, d.cols);
+  f(12, d.rows);
+  f(16, d.planes);
+  f(20, d.state);
+  f(24, d.start);
+  f(32, d.row_step);
+  f(40, d.plane_step);
 }
 template <class F, class D>
 void fields(F& f, D& d) requires std::is_same_v<std::remove_const_t<D>, RingSend> {

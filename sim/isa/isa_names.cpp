@@ -14,7 +14,7 @@ std::string_view to_string(Opcode op) {
   static constexpr std::string_view names[] = {
       "end",     "nop",     "dma_load", "dma_store", "wait",  "matmul",    "vunary",    "vbinary",
       "vcompare", "vselect", "vreduce",  "vconvert",  "vfill", "ring_send", "ring_recv", "barrier",
-      "dma_gather", "vtranspose"};
+      "dma_gather", "vtranspose", "vrandom"};
   const auto i = static_cast<std::uint8_t>(op);
   return i < kNumOpcodes ? names[i] : "opcode?";
 }
@@ -65,6 +65,12 @@ std::string_view to_string(Broadcast b) {
   static constexpr std::string_view names[] = {"none", "row", "col", "scalar", "imm"};
   const auto i = static_cast<std::uint8_t>(b);
   return i < kNumBroadcasts ? names[i] : "bcast?";
+}
+
+std::string_view to_string(RandomDist d) {
+  static constexpr std::string_view names[] = {"uniform", "normal"};
+  const auto i = static_cast<std::uint8_t>(d);
+  return i < kNumRandomDists ? names[i] : "dist?";
 }
 
 Opcode opcode_of(const Instruction& inst) {

@@ -49,7 +49,9 @@ std::vector<Instruction> one_of_each() {
           Barrier{.id = 5, .count = 4},
           DmaGather{.token = 9, .wide_index = true, .arg = 2, .index_sp = 8, .count = 3, .sp_addr = 64,
                     .row_bytes = 256, .offset = 0x1000, .rows = 32000, .row_stride = 8192},
-          VTranspose{.dtype = DType::fp16, .src = 0, .dst = 4096, .rows = 64, .cols = 32}};
+          VTranspose{.dtype = DType::fp16, .src = 0, .dst = 4096, .rows = 64, .cols = 32},
+          VRandom{.dist = RandomDist::normal, .dst = 64, .cols = 8, .rows = 3, .planes = 2, .state = 0,
+                  .start = 0x123456789ull, .row_step = 100, .plane_step = 10000}};
 }
 
 bool same(const Instruction& a, const Instruction& b) { return encode(a) == encode(b); }
@@ -232,6 +234,20 @@ TEST_CASE("given a transpose whose destination overlaps its source, the check na
              ContainsSubstring("rows and cols must be positive"));
   CHECK(disassemble(VTranspose{.dtype = DType::bf16, .src = 0, .dst = 256, .rows = 3, .cols = 5}) ==
         "vtranspose bf16 sp:0 [3x5] -> sp:256");
+}
+
+TEST_CASE("given a vrandom whose state is misaligned or overlaps its output, the check says which") {
+  CHECK_FALSE(check(VRandom{.dst = 64, .cols = 8, .rows = 2, .state = 0}, kLimits));
+  CHECK_THAT(check(VRandom{.dst = 64, .cols = 8, .state = 4}, kLimits).value_or(""),
+             ContainsSubstring("state sp:4 is not 8-byte aligned"));
+  // 8 x 2 fp32 = 64 bytes at sp:64; a state at sp:120 overlaps its last 8 bytes.
+  CHECK_THAT(check(VRandom{.dst = 64, .cols = 8, .rows = 2, .state = 120}, kLimits).value_or(""),
+             ContainsSubstring("destination sp:64 (64 bytes) overlaps the state sp:120"));
+  CHECK_THAT(check(VRandom{.dst = 64, .cols = 0, .state = 0}, kLimits).value_or(""),
+             ContainsSubstring("planes, rows and cols must be positive"));
+  CHECK(disassemble(VRandom{.dist = RandomDist::uniform, .dst = 64, .cols = 8, .rows = 2, .planes = 1, .state = 0,
+                            .start = 5, .row_step = 30, .plane_step = 0}) ==
+        "vrandom uniform sp:64 [1x2x8] state sp:0 start 5 steps 30 0");
 }
 
 TEST_CASE("given instructions, the disassembly reads as assembly") {

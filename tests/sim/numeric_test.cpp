@@ -3,6 +3,8 @@
 // Stated bounds: transcendental functions (ulp), reductions and matmul (fp32
 // accumulation). The references compute in double and round once with the
 // round-to-nearest-even functions below, written independently of the model's.
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include "functional/numeric.h"
+#include "functional/philox.h"
 
 using namespace spyre;
 using namespace spyre::sim;
@@ -545,6 +548,63 @@ TEST_CASE("given a block of every element size, a transpose moves each element t
       }
     }
   }
+}
+
+TEST_CASE("given the published known-answer vectors, Philox4x32-10 reproduces them") {
+  // Random123's kat_vectors for philox4x32 with 10 rounds: counter, key -> output.
+  using A4 = std::array<std::uint32_t, 4>;
+  CHECK(functional::philox4x32_10({0, 0, 0, 0}, {0, 0}) == A4{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8});
+  CHECK(functional::philox4x32_10({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff}) ==
+        A4{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd});
+  CHECK(functional::philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}) ==
+        A4{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1});
+}
+
+TEST_CASE("given a random state, vrandom's numbers follow the definition and do not depend on how they are split") {
+  const std::uint64_t seed = 0x299f31d0a4093822ull, offset = 0x85a308d3243f6a88ull;
+  // Number 2 of the uniform stream: lane 2 of counter offset + 0, top 24 bits.
+  const auto lanes = functional::philox4x32_10({static_cast<std::uint32_t>(offset), static_cast<std::uint32_t>(offset >> 32), 0, 0},
+                                               {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)});
+  CHECK(functional::random_value(isa::RandomDist::uniform, seed, offset, 2) == static_cast<float>(lanes[2] >> 8) / 16777216.0f);
+  // Number 1 of the normal stream: lanes 2 and 3 of the same counter, Box-Muller.
+  const double u1 = (lanes[2] >> 8) / 16777216.0, u2 = (lanes[3] >> 8) / 16777216.0;
+  CHECK(functional::random_value(isa::RandomDist::normal, seed, offset, 1) ==
+        static_cast<float>(std::sqrt(-2 * std::log(1 - u1)) * std::cos(2 * 3.14159265358979323846 * u2)));
+  for (const auto dist : {isa::RandomDist::uniform, isa::RandomDist::normal}) {
+    // 2 planes x 3 rows x 5 cols of a 5 x 4 x 2 iteration space (row step 5, plane step 20), starting at 7.
+    std::vector<std::uint8_t> sp(16 + 30 * 4);
+    std::memcpy(sp.data(), &seed, 8);
+    std::memcpy(sp.data() + 8, &offset, 8);
+    functional::random(isa::VRandom{.dist = dist, .dst = 16, .cols = 5, .rows = 3, .planes = 2, .state = 0, .start = 7,
+                                    .row_step = 5, .plane_step = 20},
+                       sp.data());
+    const auto* got = reinterpret_cast<const float*>(sp.data() + 16);
+    for (std::uint64_t p = 0; p < 2; ++p) {
+      for (std::uint64_t r = 0; r < 3; ++r) {
+        for (std::uint64_t c = 0; c < 5; ++c) {
+          REQUIRE(got[(p * 3 + r) * 5 + c] == functional::random_value(dist, seed, offset, 7 + c + r * 5 + p * 20));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("given a million numbers of each distribution, their moments are the distribution's") {
+  const std::uint64_t n = 1 << 20;
+  double sum[2] = {0, 0}, sq[2] = {0, 0}, lo = 1, hi = 0;
+  for (std::uint64_t j = 0; j < n; ++j) {
+    const double u = functional::random_value(isa::RandomDist::uniform, 42, 0, j);
+    const double z = functional::random_value(isa::RandomDist::normal, 42, 0, j);
+    sum[0] += u, sq[0] += u * u, sum[1] += z, sq[1] += z * z;
+    lo = std::min(lo, u), hi = std::max(hi, u);
+  }
+  // Means within 5 standard errors: uniform sd 0.2887 / 1024, normal 1 / 1024.
+  CHECK(std::abs(sum[0] / n - 0.5) < 5 * 0.2887 / 1024);
+  CHECK(std::abs(sq[0] / n - sum[0] * sum[0] / n / n - 1.0 / 12) < 1e-3);
+  CHECK(std::abs(sum[1] / n) < 5.0 / 1024);
+  CHECK(std::abs(sq[1] / n - 1) < 0.01);
+  CHECK(lo >= 0);
+  CHECK(hi < 1);
 }
 
 TEST_CASE("given every fp8 code, decoding matches the format's definition, and encoding rounds back to it") {

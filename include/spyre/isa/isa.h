@@ -65,8 +65,9 @@ enum class Opcode : std::uint8_t {
   barrier = 15,
   dma_gather = 16,  // rows of a device-memory table, picked by indices in the scratchpad
   vtranspose = 17,  // a block's rows become its columns (the card's restickify)
+  vrandom = 18,     // counter-based random numbers (Philox4x32-10)
 };
-inline constexpr std::uint8_t kNumOpcodes = 18;
+inline constexpr std::uint8_t kNumOpcodes = 19;
 std::string_view to_string(Opcode op);
 
 enum class UnaryOp : std::uint8_t {
@@ -94,6 +95,14 @@ std::string_view to_string(CompareOp op);
 enum class ReduceOp : std::uint8_t { sum, max, min };
 inline constexpr std::uint8_t kNumReduceOps = 3;
 std::string_view to_string(ReduceOp op);
+
+// The distribution vrandom draws from.
+enum class RandomDist : std::uint8_t {
+  uniform,  // [0, 1), 24 random bits
+  normal,   // standard normal (Box-Muller on two uniforms)
+};
+inline constexpr std::uint8_t kNumRandomDists = 2;
+std::string_view to_string(RandomDist d);
 
 // How the second operand b of a rows x cols elementwise op is laid out.
 enum class Broadcast : std::uint8_t {
@@ -211,6 +220,23 @@ struct VTranspose {
   std::uint32_t src = 0, dst = 0, rows = 0, cols = 0;
 };
 
+// Writes planes x rows x cols fp32 random numbers at dst (packed, cols innermost).
+// Element (c, r, p) is number j = start + c + r * row_step + p * plane_step of the
+// stream named by the 16 bytes at `state` in the scratchpad: a seed and an offset
+// (two little-endian uint64). Number j is drawn from Philox4x32-10 keyed by the seed:
+// uniform takes lane j % 4 of counter offset + j / 4 and keeps its top 24 bits
+// (x >> 8) * 2^-24; normal takes lanes 2(j % 2) and 2(j % 2) + 1 of counter
+// offset + j / 2 as uniforms u1, u2 and gives sqrt(-2 ln(1 - u1)) cos(2 pi u2). A
+// number depends on (seed, offset, j) alone, so however a kernel splits its elements
+// over cores and tiles, the same state gives the same values. (The counter is the
+// 128-bit {offset lo, offset hi, 0, 0}, as PyTorch's philox_engine(seed, 0, offset).)
+struct VRandom {
+  RandomDist dist = RandomDist::uniform;
+  std::uint32_t dst = 0, cols = 0, rows = 1, planes = 1;
+  std::uint32_t state = 0;
+  std::uint64_t start = 0, row_step = 0, plane_step = 0;
+};
+
 // Sends `bytes` of this core's scratchpad to core `dst_core` of the same launch over
 // the ring, matched by `tag`; asynchronous, completes `token`.
 struct RingSend {
@@ -243,7 +269,7 @@ struct Nop {};
 
 using Instruction = std::variant<End, Nop, DmaLoad, DmaStore, Wait, Matmul, VUnary, VBinary, VCompare,
                                  VSelect, VReduce, VConvert, VFill, RingSend, RingRecv, Barrier, DmaGather,
-                                 VTranspose>;
+                                 VTranspose, VRandom>;
 
 Opcode opcode_of(const Instruction& inst);
 
