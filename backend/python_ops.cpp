@@ -13,6 +13,7 @@
 #include "runtime/launch.h"
 #include "report/run_report.h"
 #include "runtime/driver.h"
+#include "runtime/generator.h"
 #include "runtime/streams.h"
 
 namespace spyre::backend {
@@ -40,11 +41,7 @@ std::vector<std::int64_t> current_stream_ids(std::int64_t device) {
 }
 
 void manual_seed_all(std::int64_t seed) {
-  for (c10::DeviceIndex i = 0; i < device_count_or_zero(); ++i) {
-    auto gen = at::detail::getPrivateUse1Hooks().getDefaultGenerator(i);
-    std::lock_guard lock(gen.mutex());
-    gen.set_current_seed(static_cast<std::uint64_t>(seed));
-  }
+  for (c10::DeviceIndex i = 0; i < device_count_or_zero(); ++i) default_generator(i).get<SpyreGenerator>()->set_current_seed(static_cast<std::uint64_t>(seed));
 }
 
 std::string device_report(std::int64_t device) { return device_report_json(driver_device(resolve(device))); }
@@ -80,6 +77,7 @@ TORCH_LIBRARY(spyre, m) {
   m.def("pow_exponents() -> float[]", [] { return pow_device_exponents(); });
   m.def("fusible_ops() -> str[]", [] { return fusible_ops(); });
   m.def("manual_seed_all(int seed) -> ()", manual_seed_all);
+  m.def("default_generator(int device) -> Generator?", [](std::int64_t d) { return std::optional<at::Generator>(default_generator(resolve(d))); });
   m.def("device_report(int device) -> str", device_report);
   m.def("mem_get_info(int device) -> int[]", [](std::int64_t d) {
     std::size_t free_bytes = 0, total_bytes = 0;

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "aten/cpu_fallback.h"
+#include "runtime/driver.h"
+#include "runtime/generator.h"
 
 namespace spyre::backend {
 namespace {
@@ -34,6 +36,35 @@ void count(const std::string& name, bool has_kernel) {
   }
 }
 
+// A random op on the CPU draws from a CPU generator seeded from the spyre one (runtime/
+// generator.h), not from the CPU's default: torch.spyre.manual_seed governs it.
+void seed_random_arguments(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+  const std::size_t n = schema.arguments().size();
+  if (stack->size() < n) return;
+  const auto args = stack->end() - static_cast<std::ptrdiff_t>(n);
+  std::optional<c10::Device> device;
+  for (std::size_t i = 0; i < n && !device; ++i) {
+    const c10::IValue& v = args[static_cast<std::ptrdiff_t>(i)];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().type() == c10::DeviceType::PrivateUse1) {
+      device = v.toTensor().device();
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& type = schema.arguments()[i].type();
+    const bool generator = type->kind() == c10::TypeKind::GeneratorType ||
+                           (type->kind() == c10::TypeKind::OptionalType &&
+                            type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType);
+    if (!generator) continue;
+    c10::IValue& v = args[static_cast<std::ptrdiff_t>(i)];
+    std::optional<at::Generator> given;
+    if (v.isGenerator()) {
+      if (v.toGenerator().device().type() != c10::DeviceType::PrivateUse1) continue;  // the caller's CPU generator
+      given = v.toGenerator();
+    }
+    v = c10::IValue(cpu_generator_for(given, device.value_or(c10::Device(c10::DeviceType::PrivateUse1, current_device()))));
+  }
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   std::string name = schema.name();
@@ -47,6 +78,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                                 "first)");
   }
   count(name, false);
+  seed_random_arguments(schema, stack);
   at::native::cpu_fallback(op, stack);
 }
 

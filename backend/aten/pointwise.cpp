@@ -6,7 +6,10 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <ATen/ops/empty.h>
+
 #include "aten/kernel_cache.h"
+#include "runtime/generator.h"
 #include "runtime/launch.h"
 
 namespace spyre::backend {
@@ -53,8 +56,10 @@ double rounded(double v, c10::ScalarType t) {
 
 }  // namespace
 
-void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>& steps,
-                   std::optional<c10::ScalarType> round_scalars_to) {
+namespace {
+
+void run(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>& steps,
+         std::optional<c10::ScalarType> round_scalars_to, const std::optional<at::Generator>* generator) {
   if (iter.numel() == 0) return;
   TORCH_INTERNAL_ASSERT(iter.noutputs() == 1, "spyre: pointwise kernels have one output");
   compiler::PointwiseKernel k;
@@ -86,7 +91,8 @@ void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::ve
     }
     k.steps.push_back(s);
   }
-  TORCH_CHECK(!k.inputs.empty(), "spyre: ", name, " needs at least one spyre tensor input (all inputs are CPU scalars)");
+  TORCH_CHECK(!k.inputs.empty() || k.random(), "spyre: ", name,
+              " needs at least one spyre tensor input (all inputs are CPU scalars)");
   const c10::Device device = iter.device(0);
   const c10::DeviceGuard guard(device);
   const std::string key = std::string(name) + "|" + k.key();
@@ -98,8 +104,37 @@ void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::ve
   };
   for (std::size_t i = 0; i < args.size(); ++i) addresses.push_back(address(args[i], k.inputs[i]));
   addresses.push_back(address(0, k.output));
+  at::Tensor state;  // the random stream position, in device memory until the kernel ran
+  if (k.random()) {
+    TORCH_INTERNAL_ASSERT(generator != nullptr, name, ": random steps need run_random_pointwise");
+    // Counters the kernel uses: a uniform number takes a quarter of one, a normal half.
+    bool normal = false;
+    for (const auto& s : k.steps) {
+      for (const auto& a : s.args) normal |= a.kind == Value::Kind::random && a.index == static_cast<std::uint32_t>(isa::RandomDist::normal);
+    }
+    const auto n = static_cast<std::uint64_t>(iter.numel());
+    const auto [seed, offset] = generator_or_default(*generator, device)->reserve(normal ? (n + 1) / 2 : (n + 3) / 4);
+    at::Tensor host = at::empty({2}, at::TensorOptions().dtype(at::kLong));
+    host[0] = static_cast<std::int64_t>(seed);
+    host[1] = static_cast<std::int64_t>(offset);
+    state = at::empty({2}, at::TensorOptions().dtype(at::kLong).device(device));
+    state.copy_(host);
+    addresses.push_back(reinterpret_cast<std::uint64_t>(state.data_ptr()));
+  }
   run_cached(device.index(), key, [&](const compiler::Target& t) { return compiler::compile_pointwise(k, t, name); },
              addresses, name, {.read = compiler::min_read_bytes(k), .written = compiler::min_write_bytes(k)});
+}
+
+}  // namespace
+
+void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>& steps,
+                   std::optional<c10::ScalarType> round_scalars_to) {
+  run(name, iter, steps, round_scalars_to, nullptr);
+}
+
+void run_random_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>& steps,
+                          const std::optional<at::Generator>& generator) {
+  run(name, iter, steps, std::nullopt, &generator);
 }
 
 bool device_copy(const at::Tensor& dst, const at::Tensor& src) {

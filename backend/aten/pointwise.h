@@ -30,6 +30,12 @@ isa::DType compute_dtype(c10::ScalarType common, std::size_t steps);
 void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<compiler::Step>& steps,
                    std::optional<c10::ScalarType> round_scalars_to = std::nullopt);
 
+// The same, for steps that draw random numbers (compiler::Value::random): the numbers
+// come from `generator` (a spyre generator; the output device's default when empty),
+// which moves past the counters they use.
+void run_random_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<compiler::Step>& steps,
+                          const std::optional<at::Generator>& generator);
+
 // dst = src on dst's device, with dtype conversion, any strides on both sides and src
 // broadcast to dst's shape. Both on the same spyre device; false if a dtype is not a
 // device dtype (the caller copies another way).

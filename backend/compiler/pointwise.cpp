@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -132,6 +133,16 @@ class Walker {
     walk(slot, e, &out);
   }
 
+  // Where the tile being emitted starts in the random stream, and the stream distance
+  // between its rows and planes (the iteration shape's first two pitches).
+  void set_random_position(std::uint64_t start, std::uint64_t row_step, std::uint64_t plane_step) {
+    random_start_ = start;
+    random_row_step_ = row_step;
+    random_plane_step_ = plane_step;
+  }
+  // The random state's register (16 bytes, loaded once per core).
+  std::uint32_t random_state_addr() const { return regs_.at("rng").addr[0]; }
+
   std::uint32_t input_addr(std::uint32_t i, std::uint32_t slot) const {
     return regs_.at("in" + std::to_string(i)).addr[slot];
   }
@@ -177,6 +188,20 @@ class Walker {
       case Value::Kind::step:
         if (v.index >= steps.size()) throw std::invalid_argument("pointwise: step argument names a later step");
         return steps[v.index];
+      case Value::Kind::random: {
+        if (v.index >= isa::kNumRandomDists) throw std::invalid_argument("pointwise: unknown random distribution");
+        const auto dist = static_cast<isa::RandomDist>(v.index);
+        const std::string key = "rnd" + std::string(isa::to_string(dist));
+        const Ref r = Ref::of_register(key, reg(key, Form::full, isa::DType::fp32, false, slot_), Form::full,
+                                       isa::DType::fp32);
+        if (drawn_.insert(key).second) {  // once per tile: every use sees the same numbers
+          add(isa::VRandom{.dist = dist, .dst = r.addr, .cols = static_cast<std::uint32_t>(e_.e0),
+                           .rows = static_cast<std::uint32_t>(e_.e1), .planes = static_cast<std::uint32_t>(e_.e2),
+                           .state = reg("rng", Form::scalar, isa::DType::fp32, false, 0), .start = random_start_,
+                           .row_step = random_row_step_, .plane_step = random_plane_step_});
+        }
+        return r;
+      }
     }
     return {};
   }
@@ -243,6 +268,8 @@ class Walker {
     slot_ = slot;
     e_ = e;
     out_ = out;
+    drawn_.clear();
+    if (k_.random()) reg("rng", Form::scalar, isa::DType::fp32, false, 0);
     for (std::uint32_t i = 0; i < k_.inputs.size(); ++i) resolve(Value::input(i), {});  // every input is loaded
     std::vector<Ref> steps;
     for (std::size_t j = 0; j < k_.steps.size(); ++j) {
@@ -350,6 +377,8 @@ class Walker {
   bool alias_ = false;
   Extent max_, e_;
   std::uint32_t slot_ = 0;
+  std::set<std::string> drawn_;  // random registers drawn for the tile being emitted
+  std::uint64_t random_start_ = 0, random_row_step_ = 0, random_plane_step_ = 0;
   std::vector<isa::Instruction>* out_ = nullptr;
   std::string out_key_ = "out";
 };
@@ -415,6 +444,15 @@ std::int64_t lowest_offset(const std::vector<std::uint64_t>& shape, const std::v
   return low;
 }
 
+bool PointwiseKernel::random() const {
+  for (const auto& s : steps) {
+    for (const auto& a : s.args) {
+      if (a.kind == Value::Kind::random) return true;
+    }
+  }
+  return false;
+}
+
 std::string PointwiseKernel::key() const {
   std::string k = "pw[";
   for (const auto d : shape) k += std::to_string(d) + ",";
@@ -432,6 +470,8 @@ std::string PointwiseKernel::key() const {
     for (const auto& a : s.args) {
       if (a.kind == Value::Kind::constant) {
         k += ":c" + exact(a.constant_value);
+      } else if (a.kind == Value::Kind::random) {
+        k += ":r" + std::to_string(a.index);
       } else {
         k += (a.kind == Value::Kind::input ? ":i" : ":s") + std::to_string(a.index);
       }
@@ -453,7 +493,9 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
   };
   for (std::size_t i = 0; i < kernel.inputs.size(); ++i) check_strides(kernel.inputs[i], "input " + std::to_string(i));
   check_strides(kernel.output, "the output");
-  if (kernel.inputs.empty()) throw std::invalid_argument(name + ": a pointwise kernel needs an input");
+  if (kernel.inputs.empty() && !kernel.random()) {
+    throw std::invalid_argument(name + ": a pointwise kernel needs an input or a random value");
+  }
   std::uint64_t elements = 1;
   for (const auto d : shape) elements *= d;
   if (elements == 0) throw std::invalid_argument(name + ": nothing to compute (zero elements)");
@@ -555,10 +597,18 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
   const auto out_arg = static_cast<std::uint16_t>(kernel.inputs.size());
   isa::ProgramBuilder b(name, cores);
   std::vector<isa::Instruction> code;
+  // The random stream position of each dimension: the iteration shape's pitches.
+  std::vector<std::uint64_t> pitch(dims, 1);
+  for (std::size_t d = 1; d < dims; ++d) pitch[d] = pitch[d - 1] * shape[d - 1];
+  constexpr std::uint8_t kStateToken = 4;
   for (std::uint32_t core = 0; core < cores; ++core) {
     const std::uint64_t first = units * core / cores, last = units * (core + 1) / cores;
     code.clear();
     for (auto& l : loaded) l.clear();
+    if (kernel.random()) {  // the state as integers: real on every device, data or not
+      code.push_back(make_dma<isa::DmaLoad>(kStateToken, isa::DType::int32, static_cast<std::uint16_t>(out_arg + 1), 0,
+                                            walker.random_state_addr(), {4, 1, 1}, {1, 0, 0}));
+    }
     load(code, unit(first), 0);
     for (std::uint64_t u = first; u < last; ++u) {
       const auto slot = static_cast<std::uint32_t>((u - first) % 2);
@@ -573,6 +623,10 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
       if (u >= first + 2 && !walker.output_aliases_input()) {
         code.push_back(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
       }
+      std::uint64_t start = 0;
+      for (std::size_t d = 0; d < dims; ++d) start += cur.origin[d] * pitch[d];
+      walker.set_random_position(start, pitch[1], pitch[2]);
+      if (kernel.random() && u == first) code.push_back(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << kStateToken)});
       walker.emit(slot, cur.e, code);
       const auto e0 = static_cast<std::uint32_t>(cur.e.e0), e1 = static_cast<std::uint32_t>(cur.e.e1),
                  e2 = static_cast<std::uint32_t>(cur.e.e2);

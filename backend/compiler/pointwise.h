@@ -26,9 +26,12 @@ struct Operand {
   std::vector<std::int64_t> strides;  // in elements, one per dimension of the kernel's shape
 };
 
-// An argument of a step: an input operand, an earlier step's result, or a constant.
+// An argument of a step: an input operand, an earlier step's result, a constant, or a
+// random number (fp32, index = isa::RandomDist) drawn for the element: number j of the
+// launch's random stream, j being the element's position in the iteration shape
+// (innermost first), so a seed gives the same values however the work is split.
 struct Value {
-  enum class Kind : std::uint8_t { input, step, constant };
+  enum class Kind : std::uint8_t { input, step, constant, random };
   Kind kind = Kind::input;
   std::uint32_t index = 0;
   double constant_value = 0;
@@ -36,6 +39,7 @@ struct Value {
   static Value input(std::uint32_t i) { return {Kind::input, i, 0}; }
   static Value step(std::uint32_t i) { return {Kind::step, i, 0}; }
   static Value constant(double v) { return {Kind::constant, 0, v}; }
+  static Value random(isa::RandomDist d) { return {Kind::random, static_cast<std::uint32_t>(d), 0}; }
 };
 
 struct Step {
@@ -68,6 +72,11 @@ struct PointwiseKernel {
   // output = the last step's result (input 0 when there are none: a copy), converted
   // to output.dtype.
   std::vector<Step> steps;
+
+  // Whether a step draws random numbers: the launch then takes one more argument, after
+  // the output, the random state (16 bytes of device memory: seed and offset, two
+  // little-endian uint64; isa::VRandom). A kernel with random values may have no inputs.
+  bool random() const;
 
   // A canonical description (shape, strides, dtypes, steps and constants) for caches.
   std::string key() const;

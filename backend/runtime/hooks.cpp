@@ -1,26 +1,14 @@
 // PrivateUse1HooksInterface: what PyTorch asks of an accelerator outside of ops
 // (generators, pinned memory, device of a pointer, torch.accelerator).
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
 #include "runtime/driver.h"
+#include "runtime/generator.h"
 
 namespace spyre::backend {
 namespace {
 
 constexpr auto kType = c10::DeviceType::PrivateUse1;
-
-// Random numbers are produced by ops that run through the CPU fallback, so the
-// device generator is a CPU (Philox-free Mersenne) generator that reports the spyre
-// device: torch.manual_seed and torch.spyre.manual_seed seed it.
-class SpyreGenerator final : public at::CPUGeneratorImpl {
- public:
-  explicit SpyreGenerator(c10::DeviceIndex index) {
-    device_ = c10::Device(kType, index);
-    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
-  }
-};
 
 // Pinned host memory from the driver: asynchronous copies read/write it when they run.
 struct PinnedAllocator final : public c10::Allocator {
@@ -37,16 +25,7 @@ struct PinnedAllocator final : public c10::Allocator {
 };
 
 struct SpyreHooks final : public at::PrivateUse1HooksInterface {
-  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
-    static std::vector<at::Generator> generators = [] {
-      std::vector<at::Generator> g;
-      for (c10::DeviceIndex i = 0; i < device_count_or_zero(); ++i) g.push_back(at::make_generator<SpyreGenerator>(i));
-      return g;
-    }();
-    const c10::DeviceIndex i = index == -1 ? current_device() : index;
-    check_device_index(i);
-    return generators[static_cast<std::size_t>(i)];
-  }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override { return default_generator(index); }
   at::Generator getNewGenerator(c10::DeviceIndex index) const override {
     return at::make_generator<SpyreGenerator>(index == -1 ? current_device() : index);
   }

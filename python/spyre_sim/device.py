@@ -18,6 +18,7 @@ __all__ = [
     "StreamContext",
     "current_device",
     "current_stream",
+    "default_generators",
     "device",
     "device_count",
     "empty_cache",
@@ -25,6 +26,9 @@ __all__ = [
     "get_amp_supported_dtype",
     "get_device_name",
     "get_device_properties",
+    "get_rng_state",
+    "get_rng_state_all",
+    "initial_seed",
     "is_available",
     "manual_seed",
     "manual_seed_all",
@@ -38,7 +42,11 @@ __all__ = [
     "report",
     "reset_fallback_counts",
     "reset_peak_memory_stats",
+    "seed",
+    "seed_all",
     "set_device",
+    "set_rng_state",
+    "set_rng_state_all",
     "set_stream",
     "stream",
     "synchronize",
@@ -272,12 +280,75 @@ def report(device=None) -> dict:
     return json.loads(_ops.device_report(_index(device)))
 
 
+# Random numbers. Each device has a default generator: a Philox4x32-10 stream position
+# (seed, offset) from which device random ops (rand, randn, uniform_, normal_,
+# bernoulli, dropout) draw on the device, independent of the CPU's generator and of the
+# number of cores. Its state is 16 bytes: the seed and the offset, little-endian uint64.
+
+
+def _generator(device=None) -> torch.Generator:
+    return _ops.default_generator(_index(device))
+
+
+class _DefaultGenerators:
+    """torch.spyre.default_generators[i]: device i's default torch.Generator."""
+
+    def __getitem__(self, i: int) -> torch.Generator:
+        if not 0 <= i < device_count():
+            raise IndexError(f"spyre device {i} does not exist ({device_count()} devices)")
+        return _generator(i)
+
+    def __len__(self) -> int:
+        return device_count()
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+default_generators = _DefaultGenerators()
+
+
 def manual_seed(seed: int) -> None:
-    manual_seed_all(seed)
+    """Seeds the current device's default generator (as torch.cuda.manual_seed)."""
+    _generator().manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
+    """Seeds every spyre device's default generator (torch.manual_seed calls this)."""
     _ops.manual_seed_all(int(seed))
+
+
+def seed() -> None:
+    """Seeds the current device's default generator with a nondeterministic number."""
+    _generator().seed()
+
+
+def seed_all() -> None:
+    """Seeds every device's default generator with one nondeterministic number."""
+    manual_seed_all(_generator().seed())
+
+
+def initial_seed() -> int:
+    """The current device's default generator's seed."""
+    return _generator().initial_seed()
+
+
+def get_rng_state(device="spyre") -> torch.Tensor:
+    """The default generator's state: a uint8 CPU tensor of 16 bytes (seed, offset)."""
+    return _generator(device).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device="spyre") -> None:
+    _generator(device).set_state(new_state.to("cpu", torch.uint8).contiguous())
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
 
 
 def _is_in_bad_fork() -> bool:

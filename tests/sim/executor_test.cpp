@@ -202,6 +202,16 @@ std::vector<Case> generator_cases(const compiler::Target& t) {
     cases.push_back({"transposed copy", compile_pointwise(k, t, "transpose"),
                      {{bytes_of(200 * 300, DType::bf16)}, {bytes_of(200 * 300, DType::bf16)}}});
   }
+  {
+    // out[5 x 3 x 70] (fp16) = 2 * normal + uniform, drawn from the state (argument 1):
+    // no inputs; the numbers depend on each element's index alone.
+    PointwiseKernel k;
+    k.shape = {70, 3, 5};
+    k.output = {DType::fp16, {1, 70, 210}};
+    k.steps = {Step::binary(isa::BinaryOp::mul, DType::fp32, Value::random(isa::RandomDist::normal), Value::constant(2)),
+               Step::binary(isa::BinaryOp::add, DType::fp32, Value::step(0), Value::random(isa::RandomDist::uniform))};
+    cases.push_back({"random", compile_pointwise(k, t, "normal_"), {{bytes_of(1050, DType::fp16)}, {16}}});
+  }
   const auto matmul = [&](MatmulShape s) {
     std::vector<Arg> args = {{bytes_of(s.m * s.k, s.dtype)}, {bytes_of(s.k * s.n, s.dtype)}, {bytes_of(s.m * s.n, s.dtype)}};
     if (s.bias) args.push_back({bytes_of(s.n, *s.bias)});

@@ -1,0 +1,149 @@
+// Random ops on the device: uniform_, normal_, bernoulli (of a probability or of a
+// tensor of them) and native_dropout, as pointwise kernels that draw counter-based
+// random numbers (vrandom, include/spyre/isa/isa.h) from the spyre generator
+// (runtime/generator.h). Their numbers depend on the generator's seed and offset alone,
+// not on how many cores the chip has nor on the CPU's generator. Dtypes the device
+// does not compute (float64) run on the CPU with a CPU generator seeded from the spyre
+// one, so they too follow torch.spyre.manual_seed.
+#include <ATen/TensorIterator.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/ones_like.h>
+#include <torch/library.h>
+
+#include "aten/cpu_fallback.h"
+#include "aten/kernel_cache.h"
+#include "aten/pointwise.h"
+#include "runtime/generator.h"
+
+namespace spyre::backend {
+namespace {
+
+using compiler::Step;
+using compiler::Value;
+
+constexpr auto kUniform = isa::RandomDist::uniform;
+constexpr auto kNormal = isa::RandomDist::normal;
+
+bool on_device(const at::Tensor& t) { return device_dtype(t.scalar_type()).has_value() && t.is_floating_point(); }
+
+// `op` on a CPU copy of self with a CPU generator seeded from the spyre one, copied back.
+template <class Op>
+at::Tensor& on_cpu(const char* name, at::Tensor& self, const std::optional<at::Generator>& gen, Op&& op) {
+  count_fallback(name, /*has_kernel=*/true);
+  at::Tensor cpu = self.cpu();
+  op(cpu, std::optional<at::Generator>(cpu_generator_for(gen, self.device())));
+  self.copy_(cpu);
+  return self;
+}
+
+// self = steps over self's elements (Value::random draws), written in self's dtype.
+void fill_random(const char* name, at::Tensor& self, const std::vector<Step>& steps,
+                 const std::optional<at::Generator>& gen) {
+  auto iter = at::TensorIteratorConfig().add_output(self).resize_outputs(false).check_all_same_dtype(false).build();
+  run_random_pointwise(name, iter, steps, gen);
+}
+
+at::Tensor& uniform(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
+  TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
+  if (!on_device(self)) {
+    return on_cpu("aten::uniform_", self, gen, [&](at::Tensor& t, auto g) { t.uniform_(from, to, g); });
+  }
+  // from + (to - from) * u in fp32, rounded once to self's dtype.
+  fill_random("aten::uniform_", self,
+              {Step::binary(isa::BinaryOp::mul, isa::DType::fp32, Value::random(kUniform), Value::constant(to - from)),
+               Step::binary(isa::BinaryOp::add, isa::DType::fp32, Value::step(0), Value::constant(from))},
+              gen);
+  return self;
+}
+
+at::Tensor& normal(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
+  TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+  if (!on_device(self)) {
+    return on_cpu("aten::normal_", self, gen, [&](at::Tensor& t, auto g) { t.normal_(mean, std, g); });
+  }
+  fill_random("aten::normal_", self,
+              {Step::binary(isa::BinaryOp::mul, isa::DType::fp32, Value::random(kNormal), Value::constant(std)),
+               Step::binary(isa::BinaryOp::add, isa::DType::fp32, Value::step(0), Value::constant(mean))},
+              gen);
+  return self;
+}
+
+at::Tensor& bernoulli_float(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+  TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+  if (!device_dtype(self.scalar_type())) {
+    return on_cpu("aten::bernoulli_.float", self, gen, [&](at::Tensor& t, auto g) { t.bernoulli_(p, g); });
+  }
+  // 1 where u < p (u in [0, 1): p = 0 never, p = 1 always), in self's dtype.
+  fill_random("aten::bernoulli_", self,
+              {Step::compare(isa::CompareOp::lt, isa::DType::fp32, Value::random(kUniform), Value::constant(p))}, gen);
+  return self;
+}
+
+at::Tensor& bernoulli_tensor(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> gen) {
+  if (!device_dtype(self.scalar_type()) || !on_device(p) || p.device() != self.device()) {
+    return on_cpu("aten::bernoulli_.Tensor", self, gen,
+                  [&](at::Tensor& t, auto g) { t.bernoulli_(p.to(at::kCPU), g); });
+  }
+  auto iter = at::TensorIteratorConfig()
+                  .add_output(self)
+                  .add_const_input(p)
+                  .resize_outputs(false)
+                  .check_all_same_dtype(false)
+                  .build();
+  run_random_pointwise("aten::bernoulli_", iter,
+                       {Step::compare(isa::CompareOp::lt, isa::DType::fp32, Value::random(kUniform), Value::input(0))},
+                       gen);
+  return self;
+}
+
+at::Tensor bernoulli(const at::Tensor& self, std::optional<at::Generator> gen) {
+  at::Tensor out = at::empty_like(self, at::MemoryFormat::Preserve);
+  bernoulli_tensor(out, self, std::move(gen));
+  return out;
+}
+
+// x * mask * scale in x's dtype (dropout and its gradient), on the CPU when the device
+// does not take the operands (counted).
+at::Tensor masked_scale(const char* name, const at::Tensor& x, const at::Tensor& mask, double scale) {
+  at::Tensor out = at::empty_like(x);
+  auto iter =
+      at::TensorIteratorConfig().add_output(out).add_const_input(x).add_const_input(mask).check_all_same_dtype(false).build();
+  if (!on_device(x) || !device_can_run(iter)) {
+    count_fallback(name, /*has_kernel=*/true);
+    return (x.cpu() * mask.cpu() * scale).to(x.device());
+  }
+  run_pointwise(name, iter,
+                {Step::binary(isa::BinaryOp::mul, isa::DType::fp32, Value::input(0), Value::input(1)),
+                 Step::binary(isa::BinaryOp::mul, isa::DType::fp32, Value::step(0), Value::constant(scale))});
+  return out;
+}
+
+// PyTorch's definition: mask = bernoulli(1 - p), output = input * mask / (1 - p) (0 when
+// p = 1); in eval mode the input and a mask of ones.
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  TORCH_CHECK(0 <= p && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
+  if (input.numel() == 0) return {input, at::empty_like(input)};
+  if (train.has_value() && !*train) return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  const double keep = 1 - p, scale = keep == 0 ? 0 : 1 / keep;
+  at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool));
+  bernoulli_float(mask, keep, std::nullopt);
+  return {masked_scale("aten::native_dropout", input, mask, scale), mask};
+}
+
+at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mask, double scale) {
+  return masked_scale("aten::native_dropout_backward", grad, mask, scale);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("uniform_", uniform);
+  m.impl("normal_", normal);
+  m.impl("bernoulli_.float", bernoulli_float);
+  m.impl("bernoulli_.Tensor", bernoulli_tensor);
+  m.impl("bernoulli", bernoulli);
+  m.impl("native_dropout", native_dropout);
+  m.impl("native_dropout_backward", native_dropout_backward);
+}
+
+}  // namespace spyre::backend
