@@ -77,6 +77,20 @@ TORCH_LIBRARY(spyre, m) {
   m.def("pow_exponents() -> float[]", [] { return pow_device_exponents(); });
   m.def("fusible_ops() -> str[]", [] { return fusible_ops(); });
   m.def("manual_seed_all(int seed) -> ()", manual_seed_all);
+  m.def("memory_snapshot(int device) -> str", [](std::int64_t d) { return memory_snapshot_json(resolve(d)); });
+  m.def("set_memory_fraction(float fraction, int device) -> ()",
+        [](double f, std::int64_t d) { set_memory_fraction(f, resolve(d)); });
+  m.def("caching_allocator_alloc(int size, int device, int stream) -> int", [](std::int64_t size, std::int64_t d, std::int64_t s) {
+    TORCH_CHECK(size >= 0, "spyre: caching_allocator_alloc of a negative size (", size, ")");
+    return static_cast<std::int64_t>(raw_alloc(static_cast<std::size_t>(size), resolve(d), s));
+  });
+  m.def("caching_allocator_delete(int address) -> ()", [](std::int64_t a) { raw_delete(static_cast<std::uint64_t>(a)); });
+  m.def("isa_version(int device) -> int", [](std::int64_t d) {
+    spyre_device_properties_t p{};
+    p.struct_size = sizeof p;
+    SPYRE_CHECK(spyreDeviceGetProperties(driver_device(resolve(d)), &p));
+    return static_cast<std::int64_t>(p.isa_version);
+  });
   m.def("default_generator(int device) -> Generator?", [](std::int64_t d) { return std::optional<at::Generator>(default_generator(resolve(d))); });
   m.def("device_report(int device) -> str", device_report);
   m.def("mem_get_info(int device) -> int[]", [](std::int64_t d) {

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <c10/core/DeviceGuard.h>
 #include <fmt/format.h>
 
 #include "runtime/driver.h"
@@ -66,6 +67,8 @@ struct DeviceState {
   std::unordered_map<void*, Block*> live;
   std::vector<PendingFree> pending;
   MemoryStats stats;
+  std::size_t limit = 0;  // bytes the allocator may reserve (set_memory_fraction); 0 = all
+  double fraction = 1;
 };
 
 class CachingAllocator final : public c10::Allocator {
@@ -149,6 +152,87 @@ class CachingAllocator final : public c10::Allocator {
                      &s.segments}) {
       st->peak = st->current;
     }
+  }
+
+  void set_fraction(double fraction, c10::DeviceIndex device) {
+    TORCH_CHECK(fraction >= 0 && fraction <= 1, "spyre: a memory fraction is between 0 and 1; got ", fraction);
+    std::size_t free_bytes = 0, total = 0;
+    SPYRE_CHECK(spyreMemGetInfo(driver_device(device), &free_bytes, &total));
+    const std::lock_guard lock(mutex_);
+    DeviceState& d = state(device);
+    d.fraction = fraction;
+    d.limit = static_cast<std::size_t>(fraction * static_cast<double>(total));
+  }
+
+  // Every block of `device` in address order, each with its segment's first block.
+  std::string snapshot(c10::DeviceIndex device) {
+    const std::lock_guard lock(mutex_);
+    DeviceState& d = state(device);
+    std::set<Block*> pending;
+    for (const auto& p : d.pending) pending.insert(p.block);
+    std::set<Block*> heads;
+    const auto add_head = [&](Block* b) {
+      while (b->prev != nullptr) b = b->prev;
+      heads.insert(b);
+    };
+    for (const auto& [ptr, b] : d.live) add_head(b);
+    for (Block* b : pending) add_head(b);
+    for (const auto* pool : {&d.small_pool, &d.large_pool}) {
+      for (Block* b : *pool) add_head(b);
+    }
+    std::vector<Block*> ordered(heads.begin(), heads.end());
+    std::sort(ordered.begin(), ordered.end(), [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
+    std::string out = "[";
+    for (Block* head : ordered) {
+      std::size_t total = 0, allocated = 0, active = 0, requested = 0;
+      std::string blocks;
+      for (Block* b = head; b != nullptr; b = b->next) {
+        const bool waiting = pending.count(b) != 0;
+        const char* state = b->allocated && !waiting ? "active_allocated" : waiting ? "active_pending_free" : "inactive";
+        total += b->size;
+        if (b->allocated && !waiting) allocated += b->size, requested += b->requested;
+        if (b->allocated || waiting) active += b->size;
+        blocks += fmt::format("{}{{\"address\": {}, \"size\": {}, \"requested_size\": {}, \"state\": \"{}\"}}",
+                              blocks.empty() ? "" : ", ", reinterpret_cast<std::uintptr_t>(b->ptr), b->size,
+                              b->allocated ? b->requested : 0, state);
+      }
+      out += fmt::format("{}{{\"device\": {}, \"address\": {}, \"total_size\": {}, \"allocated_size\": {}, "
+                         "\"active_size\": {}, \"requested_size\": {}, \"stream\": {}, \"segment_type\": \"{}\", "
+                         "\"blocks\": [{}]}}",
+                         out.size() > 1 ? ", " : "", device, reinterpret_cast<std::uintptr_t>(head->ptr), total,
+                         allocated, active, requested, head->stream, head->small ? "small" : "large", blocks);
+    }
+    return out + "]";
+  }
+
+  std::uint64_t raw_alloc(std::size_t bytes, c10::DeviceIndex device, c10::StreamId stream_id) {
+    const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
+    const c10::Stream previous = exchange_stream(stream(device, stream_id));
+    c10::DataPtr data;
+    try {
+      data = allocate(bytes);
+    } catch (...) {
+      exchange_stream(previous);
+      throw;
+    }
+    exchange_stream(previous);
+    const auto address = reinterpret_cast<std::uint64_t>(data.get());
+    const std::lock_guard lock(mutex_);
+    raw_.emplace(address, std::move(data));
+    return address;
+  }
+
+  void raw_delete(std::uint64_t address) {
+    c10::DataPtr data;
+    {
+      const std::lock_guard lock(mutex_);
+      const auto it = raw_.find(address);
+      TORCH_CHECK(it != raw_.end(), "spyre: caching_allocator_delete of ", reinterpret_cast<void*>(address),
+                  ", which caching_allocator_alloc did not return (or was deleted already)");
+      data = std::move(it->second);
+      raw_.erase(it);
+    }
+    // (the block is freed here, outside the map's lock scope)
   }
 
   static void release(void* ctx) { allocator().free(static_cast<Block*>(ctx)); }
@@ -242,30 +326,42 @@ class CachingAllocator final : public c10::Allocator {
 
   // A segment of `size` bytes; when that does not fit even after releasing the cache,
   // one of `minimum` bytes (0: no smaller size will do).
+  // The driver's allocation, unless it would take the reservation past the cap.
+  spyre_result_t reserve(DeviceState& d, c10::DeviceIndex device, std::size_t size, void** ptr) {
+    if (d.limit != 0 && static_cast<std::size_t>(d.stats.reserved_bytes.current) + size > d.limit) {
+      return SPYRE_ERROR_OUT_OF_DEVICE_MEMORY;
+    }
+    return spyreMemAlloc(driver_device(device), size, ptr);
+  }
+
   Block* new_segment(DeviceState& d, c10::DeviceIndex device, std::size_t size, std::size_t requested,
                      std::size_t minimum = 0) {
     void* ptr = nullptr;
-    spyre_result_t rc = spyreMemAlloc(driver_device(device), size, &ptr);
+    spyre_result_t rc = reserve(d, device, size, &ptr);
     if (rc == SPYRE_ERROR_OUT_OF_DEVICE_MEMORY) {
       // Release what the cache holds, then try once more.
       ++d.stats.num_alloc_retries;
       release_cached(d);
-      rc = spyreMemAlloc(driver_device(device), size, &ptr);
+      rc = reserve(d, device, size, &ptr);
     }
     if (rc == SPYRE_ERROR_OUT_OF_DEVICE_MEMORY && minimum != 0 && minimum < size) {
       size = minimum;
-      rc = spyreMemAlloc(driver_device(device), size, &ptr);
+      rc = reserve(d, device, size, &ptr);
     }
     if (rc == SPYRE_ERROR_OUT_OF_DEVICE_MEMORY) {
       ++d.stats.num_ooms;
       std::size_t free_bytes = 0, total = 0;
       spyreMemGetInfo(driver_device(device), &free_bytes, &total);
+      const std::string cap = d.limit == 0 ? std::string()
+                                           : fmt::format("; this process may reserve {} ({} of the device, "
+                                                         "torch.spyre.set_per_process_memory_fraction)",
+                                                         format_bytes(d.limit), d.fraction);
       TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre: out of memory on spyre:", static_cast<int>(device),
                        ": tried to allocate ", format_bytes(requested), "; the device has ", format_bytes(total),
                        " of which ", format_bytes(free_bytes), " is free; PyTorch holds ",
                        format_bytes(static_cast<std::size_t>(d.stats.allocated_bytes.current)), " in tensors and ",
                        format_bytes(static_cast<std::size_t>(d.stats.reserved_bytes.current)),
-                       " reserved in total (the cache was released before this error)");
+                       " reserved in total", cap, " (the cache was released before this error)");
     }
     if (rc != SPYRE_SUCCESS) driver_failure(rc, "spyreMemAlloc");
     auto* block = new Block();
@@ -331,6 +427,7 @@ class CachingAllocator final : public c10::Allocator {
   const bool poison_;
   std::recursive_mutex mutex_;
   std::vector<DeviceState> states_;
+  std::unordered_map<std::uint64_t, c10::DataPtr> raw_;  // caching_allocator_alloc's blocks
 };
 
 CachingAllocator& CachingAllocator::allocator() {
@@ -403,5 +500,17 @@ void empty_cache() { CachingAllocator::allocator().empty_cache(); }
 void record_stream(const c10::DataPtr& data, c10::Stream stream) {
   CachingAllocator::allocator().record_stream(data.get(), stream);
 }
+
+std::string memory_snapshot_json(c10::DeviceIndex device) { return CachingAllocator::allocator().snapshot(device); }
+
+void set_memory_fraction(double fraction, c10::DeviceIndex device) {
+  CachingAllocator::allocator().set_fraction(fraction, device);
+}
+
+std::uint64_t raw_alloc(std::size_t bytes, c10::DeviceIndex device, c10::StreamId stream) {
+  return CachingAllocator::allocator().raw_alloc(bytes, device, stream);
+}
+
+void raw_delete(std::uint64_t address) { CachingAllocator::allocator().raw_delete(address); }
 
 }  // namespace spyre::backend

@@ -48,4 +48,22 @@ void empty_cache();
 // already submitted there completes.
 void record_stream(const c10::DataPtr& data, c10::Stream stream);
 
+// The segments the allocator holds on `device` and their blocks, as JSON in the form of
+// torch.cuda.memory_snapshot(): a list of {device, address, total_size, allocated_size,
+// active_size, requested_size, stream, segment_type ("small" | "large"), blocks:
+// [{address, size, requested_size, state ("active_allocated", "active_pending_free",
+// "inactive")}]}, ordered by address.
+std::string memory_snapshot_json(c10::DeviceIndex device);
+
+// Caps what the allocator may reserve on `device` at `fraction` (0 to 1) of its usable
+// memory, as torch.cuda.set_per_process_memory_fraction: past it, the cache is released
+// and the allocation retried, then torch.OutOfMemoryError names the cap.
+void set_memory_fraction(double fraction, c10::DeviceIndex device);
+
+// A raw allocation of `bytes` on `device` for `stream` (torch.spyre.caching_allocator_
+// alloc): the address; caching_allocator_delete returns it. An address that did not come
+// from caching_allocator_alloc is an error naming it.
+std::uint64_t raw_alloc(std::size_t bytes, c10::DeviceIndex device, c10::StreamId stream);
+void raw_delete(std::uint64_t address);
+
 }  // namespace spyre::backend

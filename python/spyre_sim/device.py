@@ -17,6 +17,8 @@ __all__ = [
     "Stream",
     "StreamContext",
     "current_device",
+    "caching_allocator_alloc",
+    "caching_allocator_delete",
     "current_stream",
     "default_generators",
     "device",
@@ -24,6 +26,7 @@ __all__ = [
     "empty_cache",
     "fallback_counts",
     "get_amp_supported_dtype",
+    "get_device_capability",
     "get_device_name",
     "get_device_properties",
     "get_rng_state",
@@ -35,6 +38,7 @@ __all__ = [
     "max_memory_allocated",
     "max_memory_reserved",
     "memory_allocated",
+    "memory_snapshot",
     "memory_reserved",
     "memory_stats",
     "memory_summary",
@@ -45,6 +49,7 @@ __all__ = [
     "seed",
     "seed_all",
     "set_device",
+    "set_per_process_memory_fraction",
     "set_rng_state",
     "set_rng_state_all",
     "set_stream",
@@ -150,6 +155,50 @@ def mem_get_info(device=None) -> tuple:
     index = _index(device)
     free, total = _ops.mem_get_info(current_device() if index < 0 else index)
     return int(free), int(total)
+
+
+def get_device_capability(device=None) -> tuple:
+    """(major, minor) of what the device runs: its instruction set version, 0. (CUDA's
+    compute capability has no spyre meaning; code that only compares it for equality
+    or ordering between spyre devices keeps working.)"""
+    index = _index(device)
+    return int(_ops.isa_version(current_device() if index < 0 else index)), 0
+
+
+def memory_snapshot(device=None) -> list:
+    """The caching allocator's segments and their blocks, in torch.cuda.memory_snapshot()'s
+    form: per segment device, address, total_size, allocated_size, active_size,
+    requested_size, stream, segment_type ("small" or "large") and blocks (address, size,
+    requested_size, state: "active_allocated", "active_pending_free" or "inactive")."""
+    if device is None:
+        return [s for i in range(device_count()) for s in json.loads(_ops.memory_snapshot(i))]
+    return json.loads(_ops.memory_snapshot(_index(device)))
+
+
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    """Caps what this process's allocator may reserve on the device at `fraction` of its
+    usable memory (torch.cuda's semantics: past it, torch.OutOfMemoryError)."""
+    if not isinstance(fraction, float) and not isinstance(fraction, int):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    _ops.set_memory_fraction(float(fraction), _index(device))
+
+
+def caching_allocator_alloc(size: int, device=None, stream=None) -> int:
+    """`size` bytes from the caching allocator for `stream` (default: the device's current
+    stream); returns the device address. Free it with caching_allocator_delete."""
+    index = _index(device)
+    if isinstance(stream, torch.Stream):
+        index, stream_id = stream.device_index, stream.stream_id
+    else:
+        stream_id = current_stream(device).stream_id if stream is None else int(stream)
+    return _ops.caching_allocator_alloc(int(size), index, stream_id)
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    """Returns an address from caching_allocator_alloc to the allocator."""
+    _ops.caching_allocator_delete(int(mem_ptr))
 
 
 def get_amp_supported_dtype() -> list:

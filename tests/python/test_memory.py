@@ -134,3 +134,66 @@ def test_a_process_that_exits_with_launches_in_flight_exits_cleanly():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ), timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_memory_snapshot_lists_segments_and_blocks_as_cuda_does():
+    torch.spyre.synchronize()
+    torch.spyre.empty_cache()
+    a = torch.empty(1000, device="spyre")            # 4000 B -> a 4096 B block of a small segment
+    b = torch.empty(3 << 20, dtype=torch.uint8, device="spyre")  # a large segment of its own
+    snapshot = torch.spyre.memory_snapshot()
+    blocks = {blk["address"]: (seg, blk) for seg in snapshot for blk in seg["blocks"]}
+    seg_a, blk_a = blocks[a.data_ptr()]
+    assert (blk_a["size"], blk_a["requested_size"], blk_a["state"]) == (4096, 4000, "active_allocated")
+    assert seg_a["segment_type"] == "small" and seg_a["total_size"] == 2 << 20
+    assert sum(blk["size"] for blk in seg_a["blocks"]) == seg_a["total_size"]
+    assert any(blk["state"] == "inactive" for blk in seg_a["blocks"])  # the rest of the 2 MiB
+    seg_b, blk_b = blocks[b.data_ptr()]
+    assert seg_b["segment_type"] == "large" and blk_b["size"] == 3 << 20
+    # The snapshot's totals are the allocator's statistics.
+    assert sum(s["total_size"] for s in snapshot) == torch.spyre.memory_reserved()
+    assert sum(s["allocated_size"] for s in snapshot) == torch.spyre.memory_allocated()
+    freed = b.data_ptr()
+    del b
+    states = {blk["address"]: blk["state"] for s in torch.spyre.memory_snapshot(0) for blk in s["blocks"]}
+    assert states[freed] == "inactive" and states[a.data_ptr()] == "active_allocated"
+
+
+def test_a_memory_fraction_caps_what_the_process_may_reserve():
+    torch.spyre.synchronize()
+    torch.spyre.empty_cache()
+    total = torch.spyre.mem_get_info()[1]
+    try:
+        torch.spyre.set_per_process_memory_fraction(0.01)
+        cap = int(0.01 * total)
+        ok = torch.empty(cap // 4, dtype=torch.uint8, device="spyre")
+        with pytest.raises(torch.OutOfMemoryError, match="set_per_process_memory_fraction"):
+            torch.empty(cap, dtype=torch.uint8, device="spyre")
+        assert torch.spyre.memory_reserved() <= cap
+        del ok
+        with pytest.raises(ValueError, match="Allowed range"):
+            torch.spyre.set_per_process_memory_fraction(1.5)
+    finally:
+        torch.spyre.set_per_process_memory_fraction(1.0)
+    torch.empty(int(0.02 * total), dtype=torch.uint8, device="spyre")  # no cap any more
+
+
+def test_caching_allocator_alloc_and_delete_raw_blocks():
+    torch.spyre.synchronize()
+    before = torch.spyre.memory_allocated()
+    address = torch.spyre.caching_allocator_alloc(10000)
+    assert address != 0
+    assert torch.spyre.memory_allocated() == before + 10240  # 512-byte size classes
+    torch.spyre.caching_allocator_delete(address)
+    assert torch.spyre.memory_allocated() == before
+    with pytest.raises(RuntimeError, match="did not return"):
+        torch.spyre.caching_allocator_delete(address)
+    s = torch.spyre.Stream()
+    address = torch.spyre.caching_allocator_alloc(512, stream=s)
+    torch.spyre.caching_allocator_delete(address)
+
+
+def test_device_capability_is_the_instruction_set_version():
+    major, minor = torch.spyre.get_device_capability()
+    assert major >= 1 and minor == 0
+    assert torch.spyre.get_device_capability(0) == torch.spyre.get_device_capability("spyre:0")
