@@ -81,9 +81,17 @@ class CachingAllocator final : public c10::Allocator {
     const c10::Device where(c10::DeviceType::PrivateUse1, device);
     if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &noop, where);
     Block* block;
+    std::int64_t allocated = 0, reserved = 0;
     {
       const std::lock_guard lock(mutex_);
       block = caching_ ? from_pool(device, bytes) : direct(device, bytes);
+      allocated = state(device).stats.allocated_bytes.current;
+      reserved = state(device).stats.reserved_bytes.current;
+    }
+    // torch.profiler(profile_memory=True): each allocation and free, as CUDA's allocator reports them.
+    if (c10::memoryProfilingEnabled()) {
+      c10::reportMemoryUsageToProfiler(block->ptr, static_cast<std::int64_t>(block->size),
+                                       static_cast<std::size_t>(allocated), static_cast<std::size_t>(reserved), where);
     }
     if (poison_) {
       const std::uint8_t pattern = 0xff;
@@ -99,6 +107,17 @@ class CachingAllocator final : public c10::Allocator {
   }
 
   void free(Block* block) {
+    if (c10::memoryProfilingEnabled()) {
+      std::int64_t allocated = 0, reserved = 0;
+      {
+        const std::lock_guard lock(mutex_);
+        allocated = state(block->device).stats.allocated_bytes.current - static_cast<std::int64_t>(block->size);
+        reserved = state(block->device).stats.reserved_bytes.current;
+      }
+      c10::reportMemoryUsageToProfiler(block->ptr, -static_cast<std::int64_t>(block->size),
+                                       static_cast<std::size_t>(allocated), static_cast<std::size_t>(reserved),
+                                       c10::Device(c10::DeviceType::PrivateUse1, block->device));
+    }
     const std::lock_guard lock(mutex_);
     DeviceState& d = state(block->device);
     d.stats.allocated_bytes.add(-static_cast<std::int64_t>(block->size));
@@ -350,6 +369,12 @@ class CachingAllocator final : public c10::Allocator {
     }
     if (rc == SPYRE_ERROR_OUT_OF_DEVICE_MEMORY) {
       ++d.stats.num_ooms;
+      if (c10::memoryProfilingEnabled()) {
+        c10::reportOutOfMemoryToProfiler(static_cast<std::int64_t>(requested),
+                                         static_cast<std::size_t>(d.stats.allocated_bytes.current),
+                                         static_cast<std::size_t>(d.stats.reserved_bytes.current),
+                                         c10::Device(c10::DeviceType::PrivateUse1, device));
+      }
       std::size_t free_bytes = 0, total = 0;
       spyreMemGetInfo(driver_device(device), &free_bytes, &total);
       const std::string cap = d.limit == 0 ? std::string()

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/driver.h"
+#include "runtime/profiler.h"
 #include "runtime/streams.h"
 
 namespace spyre::backend {
@@ -46,10 +47,12 @@ void launch(c10::DeviceIndex device, spyre_program_t program, const std::vector<
   desc.name = op_name.c_str();
   desc.min_read_bytes = traffic.read;
   desc.min_write_bytes = traffic.written;
-  const spyre_queue_t queue = queue_of(current_stream(device));
+  const c10::Stream stream = current_stream(device);
+  const spyre_queue_t queue = queue_of(stream);
   const spyre_result_t rc = spyreLaunch(queue, &desc);
   if (rc == SPYRE_ERROR_QUEUE_IN_ERROR_STATE) synchronize_queue(queue, op_name.c_str());
   if (rc != SPYRE_SUCCESS) driver_failure(rc, "spyreLaunch");
+  profiler::note_launch(stream, op_name);
   if (launch_blocking()) synchronize_queue(queue, op_name.c_str());
 }
 
