@@ -17,9 +17,13 @@ __all__ = ["configure", "library_path", "run", "report_text"]
 
 
 def library_path() -> pathlib.Path:
-    """Where libspyre_torch.so is: $SPYRE_BUILD_DIR/lib, else <repo>/build/lib."""
+    """Where libspyre_torch.so is: beside the package when installed from the wheel
+    (spyre_sim/lib), else $SPYRE_BUILD_DIR/lib, else <repo>/build/lib."""
+    installed = pathlib.Path(__file__).resolve().parent / "lib"
     build = os.environ.get("SPYRE_BUILD_DIR")
-    if build:
+    if (installed / "libspyre_torch.so").exists():
+        candidates = [installed]
+    elif build:
         candidates = [pathlib.Path(build) / "lib"]
     else:
         candidates = [pathlib.Path(__file__).resolve().parents[2] / "build" / "lib"]
