@@ -5,6 +5,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/kaiser_window.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
@@ -274,6 +275,17 @@ at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const a
   return self;
 }
 
+// kaiser_window computes through a DispatchStub that only CPU and CUDA fill: made on the
+// CPU and copied over (counted as a fallback).
+at::Tensor kaiser_window(std::int64_t length, bool periodic, double beta, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout> layout, std::optional<at::Device> device,
+                         std::optional<bool> pin_memory) {
+  count_fallback("aten::kaiser_window.beta", /*has_kernel=*/false);
+  const at::Tensor cpu = at::kaiser_window(length, periodic, beta, at::TensorOptions().dtype(dtype).layout(layout));
+  (void)pin_memory;
+  return cpu.to(device.value_or(at::Device(c10::DeviceType::PrivateUse1)));
+}
+
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<std::int64_t> storage_offset) {
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
@@ -304,6 +316,7 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", record_stream_op);
+  m.impl("kaiser_window.beta", kaiser_window);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);

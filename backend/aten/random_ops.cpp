@@ -5,6 +5,8 @@
 // not on how many cores the chip has nor on the CPU's generator. Dtypes the device
 // does not compute (float64) run on the CPU with a CPU generator seeded from the spyre
 // one, so they too follow torch.spyre.manual_seed.
+#include <limits>
+
 #include <ATen/TensorIterator.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/ones_like.h>
@@ -43,7 +45,25 @@ void fill_random(const char* name, at::Tensor& self, const std::vector<Step>& st
   run_random_pointwise(name, iter, steps, gen);
 }
 
+// PyTorch's bounds for uniform_ (check_uniform_bounds): from and to within the dtype,
+// from <= to, and to - from representable.
+void check_uniform_bounds(const at::Tensor& self, double& from, double& to) {
+  double max = 0;
+  switch (self.scalar_type()) {
+    case at::kHalf: max = 65504.0; break;
+    case at::kBFloat16: max = 3.3895313892515355e38; break;
+    case at::kFloat: max = std::numeric_limits<float>::max(); break;
+    default: max = std::numeric_limits<double>::max(); break;
+  }
+  TORCH_CHECK(from >= -max && from <= max, "from is out of bounds for ", self.dtype());
+  TORCH_CHECK(to >= -max && to <= max, "to is out of bounds for ", self.dtype());
+  TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
+  TORCH_CHECK(to - from <= max, "uniform_ expects to-from <= std::numeric_limits<", self.scalar_type(),
+              ">::max(), but found to=", to, " and from=", from, " which result in to-from to exceed the limit");
+}
+
 at::Tensor& uniform(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
+  if (self.is_floating_point()) check_uniform_bounds(self, from, to);
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
   if (!on_device(self)) {
     return on_cpu("aten::uniform_", self, gen, [&](at::Tensor& t, auto g) { t.uniform_(from, to, g); });

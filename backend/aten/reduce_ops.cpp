@@ -242,6 +242,27 @@ at::Tensor safe_softmax_fn(const at::Tensor& self, std::int64_t dim, std::option
   return softmax("aten::_safe_softmax", {.safe = true, .dtype = dtype}, at::Tensor(), self, dim);
 }
 
+// ---- mode -------------------------------------------------------------------------
+
+// mode refuses devices other than CPU, CUDA and XPU by itself: on CPU copies (counted).
+std::tuple<at::Tensor, at::Tensor> mode(const at::Tensor& self, std::int64_t dim, bool keepdim) {
+  count_fallback("aten::mode", /*has_kernel=*/false);
+  auto [values, indices] = at::mode(self.cpu(), dim, keepdim);
+  return {values.to(self.device()), indices.to(self.device())};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> mode_out(const at::Tensor& self, std::int64_t dim, bool keepdim,
+                                              at::Tensor& values, at::Tensor& indices) {
+  count_fallback("aten::mode.values", /*has_kernel=*/false);
+  at::Tensor v = values.cpu(), i = indices.cpu();  // their dtypes, for the CPU's checks
+  at::mode_out(v, i, self.cpu(), dim, keepdim);
+  at::native::resize_output(values, v.sizes());
+  at::native::resize_output(indices, i.sizes());
+  values.copy_(v);
+  indices.copy_(i);
+  return {values, indices};
+}
+
 // ---- any / all ------------------------------------------------------------------
 
 // any: some element nonzero; all: none zero. Two device kernels and a reduction: the
@@ -250,6 +271,10 @@ at::Tensor safe_softmax_fn(const at::Tensor& self, std::int64_t dim, std::option
 // in uint8) run on the CPU, counted.
 at::Tensor any_all(const char* name, bool all, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
                    const at::Tensor& out) {
+  if (out.defined()) {  // PyTorch's check and words (check_result_is_bytebool)
+    TORCH_CHECK(out.scalar_type() == at::kBool || out.scalar_type() == at::kByte, all ? "all" : "any",
+                " only supports bool tensor for result, got: ", out.scalar_type());
+  }
   if (self.scalar_type() == at::kByte || !device_dtype(self.scalar_type())) {
     count_fallback(name);
     const at::Tensor c = self.cpu();
@@ -323,6 +348,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_log_softmax", log_softmax_fn);
   m.impl("_log_softmax.out", log_softmax_out);
   m.impl("_safe_softmax", safe_softmax_fn);
+  m.impl("mode", mode);
+  m.impl("mode.values", mode_out);
   m.impl("any", any_fn);
   m.impl("any.dim", any_dim);
   m.impl("any.dims", any_dims);

@@ -1,0 +1,132 @@
+"""Runs PyTorch's own device-generic test files on spyre and prints what happened.
+
+    tools/dev torch-tests            # the CI selection (suites.py: CI), as ctest runs it
+    tools/dev torch-tests --full     # the whole files (hours on two cores)
+    tools/dev torch-tests --full test_view_ops.py   # one whole file
+
+The test tree is PyTorch's own, of the installed version, from Debian's source package
+(tools/dev fetches and caches it; --tree names it). Each file runs in its own pytest
+process with PYTORCH_TESTING_DEVICE_ONLY_FOR=spyre (classes `Test...PRIVATEUSE1`, ids
+ending in `_spyre_<dtype>`). A process that dies (a crash) is restarted past the test
+that was running, which counts as crashed. The expectations file lists the tests that
+do not pass yet, each with its reason; one that starts passing fails the run, so the
+list only shrinks.
+
+Per file it prints passed / failed / expected failures / unexpected passes / skipped /
+crashed and the time; the exit status is 1 when a test failed unexpectedly, passed
+unexpectedly or crashed.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import suites  # noqa: E402
+
+OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped", "crashed")
+
+
+def run_file(tree: pathlib.Path, entry: suites.Entry, full: bool, expectations: pathlib.Path, workdir: pathlib.Path,
+             timeout: float) -> dict:
+    log = workdir / (entry.file + ".log.jsonl")
+    done = workdir / (entry.file + ".done")
+    log.write_text("")
+    done.write_text("")
+    results, crashed = {}, []
+    # The fallback's once-per-op warnings would break tests that count warnings.
+    env = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="spyre", SPYRE_FALLBACK_WARN="0", SPYRE_SUITE_LOG=str(log),
+               SPYRE_SUITE_DONE=str(done), SPYRE_SUITE_EXPECTATIONS=str(expectations),
+               PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", "pytest", entry.file, "-q", "-p", "no:cacheprovider", "-p", "spyre_suite_plugin",
+               "--tb=no", "-rN"]
+    if not full and entry.select:
+        command += ["-k", entry.select]
+    start = time.monotonic()
+    for _attempt in range(200):  # each crash restarts the file once
+        left = timeout - (time.monotonic() - start)
+        if left <= 0:
+            break
+        try:
+            proc = subprocess.run(command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, timeout=left)
+            returncode, output = proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired as e:
+            returncode, output = None, e.stdout or ""
+        running = None
+        for line in log.read_text().splitlines():
+            record = json.loads(line)
+            if "start" in record:
+                running = record["start"]
+            else:
+                results[record["id"]] = record["outcome"]
+                if record["id"] == running:
+                    running = None
+        if returncode in (0, 1, 5):  # all passed / some failed / nothing collected
+            break
+        if returncode is None:
+            print(f"  {entry.file}: timed out after {timeout:.0f} s", flush=True)
+            break
+        if running is None or running in crashed:
+            tail = "\n".join(output.splitlines()[-15:])
+            print(f"  {entry.file}: pytest exited with {returncode} outside a test:\n{tail}", flush=True)
+            results["<" + entry.file + ">"] = "crashed"
+            break
+        crashed.append(running)
+        results[running] = "crashed"
+        print(f"  crashed: {running} (exit {returncode}); restarting past it", flush=True)
+        done.write_text("\n".join(results) + "\n")
+    counts = {o: 0 for o in OUTCOMES}
+    for outcome in results.values():
+        counts[outcome if outcome in counts else "failed"] += 1
+    counts["seconds"] = round(time.monotonic() - start)
+    counts["unexpected"] = sorted(t for t, o in results.items() if o in ("failed", "error", "xpassed", "crashed"))
+    return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", required=True, type=pathlib.Path, help="PyTorch's test/ folder")
+    parser.add_argument("--full", action="store_true", help="whole files instead of the CI selection")
+    parser.add_argument("--expectations", type=pathlib.Path, default=HERE / "expectations.txt")
+    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per file")
+    parser.add_argument("--json", type=pathlib.Path, help="write the counts here")
+    parser.add_argument("files", nargs="*", help="only these files")
+    args = parser.parse_args()
+    known = suites.CI + (suites.FULL_ONLY if args.full else [])
+    entries = [e for e in known if not args.files or e.file in args.files]
+    if args.files:
+        entries += [suites.Entry(f) for f in args.files if f not in {e.file for e in entries}]
+    totals = {o: 0 for o in OUTCOMES}
+    table = {}
+    with tempfile.TemporaryDirectory(prefix="spyre-suites-") as tmp:
+        print(f"{'file':<28} {'passed':>7} {'failed':>7} {'xfail':>6} {'xpass':>6} {'skipped':>8} {'crashed':>8} {'time s':>7}",
+              flush=True)
+        for entry in entries:
+            c = run_file(args.tree, entry, args.full, args.expectations, pathlib.Path(tmp), args.timeout)
+            table[entry.file] = c
+            for o in OUTCOMES:
+                totals[o] += c[o]
+            print(f"{entry.file:<28} {c['passed']:>7} {c['failed'] + c['error']:>7} {c['xfailed']:>6} {c['xpassed']:>6} "
+                  f"{c['skipped']:>8} {c['crashed']:>8} {c['seconds']:>7}", flush=True)
+            for t in c["unexpected"][:50]:
+                print(f"    unexpected: {t}")
+    ran = sum(totals[o] for o in OUTCOMES if o != "skipped")
+    print(f"{'total':<28} {totals['passed']:>7} {totals['failed'] + totals['error']:>7} {totals['xfailed']:>6} "
+          f"{totals['xpassed']:>6} {totals['skipped']:>8} {totals['crashed']:>8}")
+    if ran:
+        print(f"expected failures: {totals['xfailed']} of {ran} run ({100 * totals['xfailed'] / ran:.1f}%)")
+    if args.json:
+        args.json.write_text(json.dumps(table, indent=1))
+    bad = totals["failed"] + totals["error"] + totals["xpassed"] + totals["crashed"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
