@@ -122,8 +122,7 @@ spyre_program_t lookup_or_compile(c10::DeviceIndex device, const std::string& ke
   if (dump != nullptr && *dump != '\0' && std::string(dump) != "0") {
     std::cerr << isa::disassemble(isa::Program(blob)) << std::flush;
   }
-  spyre_program_t program = nullptr;
-  SPYRE_CHECK(spyreProgramLoad(driver_device(device), blob.data(), blob.size(), name.c_str(), &program));
+  spyre_program_t program = load_program(device, blob, name);
   g_programs.emplace(std::make_pair(device, full_key), program);
   return program;
 }

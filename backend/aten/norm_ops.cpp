@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/native_batch_norm.h>
 #include <ATen/ops/native_layer_norm.h>
 #include <c10/core/DeviceGuard.h>
 
@@ -109,8 +110,34 @@ Result native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_sha
   return {out, mean, rstd};
 }
 
+// native_batch_norm updates running_mean and running_var in training, but its schema does
+// not mark them as written, so the boxed CPU fallback would leave the device's copies
+// unchanged (running statistics silently never learned). On CPU copies, the statistics
+// copied back explicitly (counted as a fallback).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
+    double momentum, double eps) {
+  count_fallback("aten::native_batch_norm", /*has_kernel=*/false);
+  const auto cpu = [](const std::optional<at::Tensor>& t) {
+    return t && t->defined() ? std::optional<at::Tensor>(t->cpu()) : std::optional<at::Tensor>();
+  };
+  const std::optional<at::Tensor> mean = cpu(running_mean), var = cpu(running_var);
+  auto [out, save_mean, save_invstd] =
+      at::native_batch_norm(input.cpu(), cpu(weight), cpu(bias), mean, var, training, momentum, eps);
+  if (training) {
+    if (mean) running_mean->copy_(*mean);
+    if (var) running_var->copy_(*var);
+  }
+  const c10::Device device = input.device();
+  return {out.to(device), save_mean.to(device), save_invstd.to(device)};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("native_layer_norm", native_layer_norm); }
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("native_layer_norm", native_layer_norm);
+  m.impl("native_batch_norm", native_batch_norm);
+}
 
 }  // namespace spyre::backend

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 
+#include "runtime/caching_allocator.h"
 #include "runtime/driver.h"
 #include "runtime/profiler.h"
 #include "runtime/streams.h"
@@ -19,6 +20,17 @@ bool launch_blocking() {
   return blocking;
 }
 
+spyre_program_t load_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& blob, const std::string& name) {
+  spyre_program_t program = nullptr;
+  spyre_result_t rc = spyreProgramLoad(driver_device(device), blob.data(), blob.size(), name.c_str(), &program);
+  if (rc == SPYRE_ERROR_OUT_OF_DEVICE_MEMORY) {
+    empty_cache();
+    rc = spyreProgramLoad(driver_device(device), blob.data(), blob.size(), name.c_str(), &program);
+  }
+  if (rc != SPYRE_SUCCESS) driver_failure(rc, "spyreProgramLoad");
+  return program;
+}
+
 void launch_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& blob,
                     const std::vector<std::uint64_t>& args, const std::string& op_name) {
   // Loaded programs, by device and exact bytes (the kernel compiler keys its own cache
@@ -29,9 +41,7 @@ void launch_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& bl
   {
     const std::lock_guard lock(mutex);
     auto& slot = loaded[{device, blob}];
-    if (slot == nullptr) {
-      SPYRE_CHECK(spyreProgramLoad(driver_device(device), blob.data(), blob.size(), op_name.c_str(), &slot));
-    }
+    if (slot == nullptr) slot = load_program(device, blob, op_name);
     program = slot;
   }
   launch(device, program, args, op_name);

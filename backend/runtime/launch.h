@@ -22,6 +22,11 @@ struct Traffic {
   std::uint64_t read = 0, written = 0;
 };
 
+// Loads a program onto the device. Programs live in device memory beside tensors: when
+// that is full, the caching allocator's unused segments are released and the load tried
+// once more (as a tensor allocation would), then torch.OutOfMemoryError.
+spyre_program_t load_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& blob, const std::string& name);
+
 void launch_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& blob,
                     const std::vector<std::uint64_t>& args, const std::string& op_name);
 

@@ -96,3 +96,21 @@ torch.div(torch.ones(3, dtype=torch.float64, device="spyre"), 2.0)  # div has ke
     assert len([line for line in r.stderr.splitlines() if "aten::ceil" in line and "no spyre kernel" in line]) == 1
     div = [line for line in r.stderr.splitlines() if "aten::div" in line]
     assert div and all("for these arguments" in line and "no spyre kernel" not in line for line in div)
+
+
+def test_batch_norm_in_training_updates_the_running_statistics_as_on_the_cpu():
+    # native_batch_norm's schema does not mark running_mean/var as written: a plain
+    # fallback would leave the device's copies at zeros and ones.
+    torch.manual_seed(0)
+    cpu = torch.nn.BatchNorm2d(3)
+    dev = torch.nn.BatchNorm2d(3).to("spyre")
+    for _ in range(3):
+        x = torch.randn(4, 3, 5, 5) * 2 + 0.5
+        torch.testing.assert_close(dev(x.to("spyre")).cpu(), cpu(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(dev.running_mean.cpu(), cpu.running_mean)
+    torch.testing.assert_close(dev.running_var.cpu(), cpu.running_var)
+    assert int(dev.num_batches_tracked) == 3
+    dev.eval()
+    cpu.eval()
+    x = torch.randn(2, 3, 5, 5)
+    torch.testing.assert_close(dev(x.to("spyre")).cpu(), cpu(x), rtol=1e-4, atol=1e-4)

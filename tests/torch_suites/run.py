@@ -40,8 +40,13 @@ def run_file(tree: pathlib.Path, entry: suites.Entry, full: bool, expectations: 
     log.write_text("")
     done.write_text("")
     results, crashed = {}, []
-    # The fallback's once-per-op warnings would break tests that count warnings.
-    env = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="spyre", SPYRE_FALLBACK_WARN="0", SPYRE_SUITE_LOG=str(log),
+    # The fallback's once-per-op warnings would break tests that count warnings. PyTorch's
+    # tests expect a GPU's memory (some allocate GiBs; a failed test's traceback keeps its
+    # tensors until the next failure replaces it): the chip gets 12 GiB (sparse on the host).
+    memory = "memory.capacity_bytes=16 GiB;memory.usable_bytes=12 GiB"
+    chip = ";".join(x for x in (os.environ.get("SPYRE_SIM_SET", ""), memory) if x)
+    env = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="spyre", SPYRE_FALLBACK_WARN="0", SPYRE_SIM_SET=chip,
+               SPYRE_SUITE_LOG=str(log),
                SPYRE_SUITE_DONE=str(done), SPYRE_SUITE_EXPECTATIONS=str(expectations),
                PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     command = [sys.executable, "-m", "pytest", entry.file, "-q", "-p", "no:cacheprovider", "-p", "spyre_suite_plugin",

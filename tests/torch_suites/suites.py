@@ -19,12 +19,12 @@ CI = [
     Entry("test_indexing.py"),
     Entry("test_tensor_creation_ops.py"),
     Entry("test_reductions.py"),
+    Entry("test_nn.py"),
 ]
 
 # Files of the issue that run only by --full for now (too long for CI on two cores, or
 # not yet measured whole): named here so `--full` finds them all.
 FULL_ONLY = [
-    Entry("test_nn.py"),
     Entry("test_ops.py", "TestCommon"),
     Entry("test_binary_ufuncs.py"),
     Entry("test_unary_ufuncs.py"),
