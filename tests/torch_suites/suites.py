@@ -17,7 +17,9 @@ class Entry:
 CI = [
     Entry("test_view_ops.py"),
     Entry("test_indexing.py"),
-    Entry("test_tensor_creation_ops.py"),
+    # test_linspace iterates a million-element device tensor in Python (all(cond): one
+    # device-to-host copy per element, 80 s per dtype): --full only.
+    Entry("test_tensor_creation_ops.py", "not test_linspace_spyre"),
     Entry("test_reductions.py"),
     Entry("test_nn.py"),
 ]
