@@ -91,3 +91,28 @@ def test_printing_a_tensor_runs_nothing_on_the_cpu_fallback_and_reads_like_cpu()
     # (The longer suffix may wrap the line differently.)
     half = " ".join(repr(x.half().to("spyre")).split())
     assert half == " ".join(repr(x.half()).replace("dtype=torch.float16", "device='spyre:0', dtype=torch.float16").split())
+
+
+def test_grad_scaler_scales_unscales_and_steps_like_the_cpu():
+    # torch.amp.GradScaler("spyre") with autocast: the same parameters as the same loop
+    # on the CPU (its two _amp_* ops run through the fallback, which copies back their
+    # in-place results); an inf gradient skips the step and halves the scale.
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(8, 4)
+    dev = torch.nn.Linear(8, 4).to("spyre")
+    dev.load_state_dict(cpu.state_dict())
+    models = {"cpu": cpu, "spyre": dev}
+    scalers = {d: torch.amp.GradScaler(d, init_scale=1024.0) for d in models}
+    opts = {d: torch.optim.SGD(m.parameters(), lr=0.1) for d, m in models.items()}
+    xs = [torch.randn(16, 8) for _ in range(3)]
+    for step, x in enumerate(xs):
+        for d, m in models.items():
+            loss = m(x.to(d)).pow(2).mean()
+            if step == 1:
+                loss = loss * float("inf")
+            scalers[d].scale(loss).backward()
+            scalers[d].step(opts[d])
+            scalers[d].update()
+            opts[d].zero_grad()
+    assert scalers["spyre"].get_scale() == scalers["cpu"].get_scale() == 512.0
+    torch.testing.assert_close(dev.weight.detach().cpu(), cpu.weight.detach(), rtol=1e-5, atol=1e-6)
