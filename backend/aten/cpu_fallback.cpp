@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "aten/cpu_fallback.h"
@@ -76,6 +77,39 @@ void seed_random_arguments(const c10::FunctionSchema& schema, torch::jit::Stack*
   }
 }
 
+// PyTorch's device check, before the op runs (CUDA does it in every op's generated
+// code): tensors on two devices are an error, except 0-d CPU tensors (scalars) and the
+// index tensors of indexing ops, which may stay on the CPU as they may for CUDA.
+void check_same_device(const c10::FunctionSchema& schema, const std::string& name, const torch::jit::Stack& stack) {
+  static const std::set<std::string> kCpuIndicesAllowed = {"aten::index.Tensor", "aten::index_put_",
+                                                           "aten::index_put", "aten::_index_put_impl_",
+                                                           "aten::index.Tensor_out", "aten::_unsafe_index.Tensor"};
+  if (kCpuIndicesAllowed.count(name) != 0) return;
+  const std::size_t n = schema.arguments().size();
+  if (stack.size() < n) return;
+  std::optional<c10::Device> first;
+  const auto visit = [&](const at::Tensor& t) {
+    if (!t.defined() || (t.device().is_cpu() && t.dim() == 0)) return;
+    if (!first) {
+      first = t.device();
+    } else {
+      TORCH_CHECK(*first == t.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
+                  *first, " and ", t.device(), "! (when checking the arguments of ", name, ")");
+    }
+  };
+  for (auto it = stack.end() - static_cast<std::ptrdiff_t>(n); it != stack.end(); ++it) {
+    if (it->isTensor()) {
+      visit(it->toTensor());
+    } else if (it->isTensorList()) {
+      for (const at::Tensor& t : it->toTensorVector()) visit(t);
+    } else if (it->isList()) {
+      for (const c10::IValue& v : it->toListRef()) {
+        if (v.isTensor()) visit(v.toTensor());
+      }
+    }
+  }
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   std::string name = schema.name();
@@ -88,6 +122,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                                 "copy that does not alias the input, so it is refused (move the tensor to the CPU "
                                 "first)");
   }
+  check_same_device(schema, name, *stack);
   count(name, false);
   seed_random_arguments(schema, stack);
   at::native::cpu_fallback(op, stack);

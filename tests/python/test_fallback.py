@@ -2,6 +2,8 @@
 
 import warnings
 
+import pytest
+
 import torch
 
 
@@ -114,3 +116,15 @@ def test_batch_norm_in_training_updates_the_running_statistics_as_on_the_cpu():
     cpu.eval()
     x = torch.randn(2, 3, 5, 5)
     torch.testing.assert_close(dev(x.to("spyre")).cpu(), cpu(x), rtol=1e-4, atol=1e-4)
+
+
+def test_an_op_on_the_cpu_fallback_refuses_tensors_of_two_devices_before_it_runs():
+    x = torch.randn(4, 4, device="spyre")
+    before = dict(torch.spyre.fallback_counts())
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*spyre:0 and cpu"):
+        torch.atan2(x, torch.randn(4, 4))  # atan2 has no spyre kernel: the fallback's check
+    assert torch.spyre.fallback_counts() == before  # refused before it ran
+    # 0-d CPU tensors are scalars, and indexing may keep its indices on the CPU, as for CUDA.
+    torch.testing.assert_close(torch.atan2(x, torch.tensor(2.0)).cpu(), torch.atan2(x.cpu(), torch.tensor(2.0)))
+    idx = torch.tensor([0, 2])
+    torch.testing.assert_close(x[idx].cpu(), x.cpu()[idx])
