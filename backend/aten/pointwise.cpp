@@ -108,12 +108,9 @@ void run(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>
   if (k.random()) {
     TORCH_INTERNAL_ASSERT(generator != nullptr, name, ": random steps need run_random_pointwise");
     // Counters the kernel uses: a uniform number takes a quarter of one, a normal half.
-    bool normal = false;
-    for (const auto& s : k.steps) {
-      for (const auto& a : s.args) normal |= a.kind == Value::Kind::random && a.index == static_cast<std::uint32_t>(isa::RandomDist::normal);
-    }
     const auto n = static_cast<std::uint64_t>(iter.numel());
-    const auto [seed, offset] = generator_or_default(*generator, device)->reserve(normal ? (n + 1) / 2 : (n + 3) / 4);
+    const auto [seed, offset] = generator_or_default(*generator, device)
+                                    ->reserve(k.draws(isa::RandomDist::normal) ? (n + 1) / 2 : (n + 3) / 4);
     at::Tensor host = at::empty({2}, at::TensorOptions().dtype(at::kLong));
     host[0] = static_cast<std::int64_t>(seed);
     host[1] = static_cast<std::int64_t>(offset);

@@ -42,14 +42,8 @@ double predict_pointwise_s(const PointwiseKernel& k, const Target& t) {
   }
   for (const auto& in : k.inputs) passes += in.dtype != k.output.dtype ? t.op_cycles("convert") : 0;
   // Each distribution drawn: one vrandom pass per tile.
-  bool drawn[isa::kNumRandomDists] = {};
-  for (const auto& s : k.steps) {
-    for (const auto& a : s.args) {
-      if (a.kind == Value::Kind::random && a.index < isa::kNumRandomDists) drawn[a.index] = true;
-    }
-  }
-  if (drawn[0]) passes += t.op_cycles("random");
-  if (drawn[1]) passes += t.op_cycles("random_normal");
+  if (k.draws(isa::RandomDist::uniform)) passes += t.op_cycles("random");
+  if (k.draws(isa::RandomDist::normal)) passes += t.op_cycles("random_normal");
   return streaming_s(read, written, elements / std::max<double>(1, t.cores) * passes, t);
 }
 

@@ -444,14 +444,16 @@ std::int64_t lowest_offset(const std::vector<std::uint64_t>& shape, const std::v
   return low;
 }
 
-bool PointwiseKernel::random() const {
+bool PointwiseKernel::draws(isa::RandomDist dist) const {
   for (const auto& s : steps) {
     for (const auto& a : s.args) {
-      if (a.kind == Value::Kind::random) return true;
+      if (a.kind == Value::Kind::random && a.index == static_cast<std::uint32_t>(dist)) return true;
     }
   }
   return false;
 }
+
+bool PointwiseKernel::random() const { return draws(isa::RandomDist::uniform) || draws(isa::RandomDist::normal); }
 
 std::string PointwiseKernel::key() const {
   std::string k = "pw[";

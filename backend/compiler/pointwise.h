@@ -77,6 +77,8 @@ struct PointwiseKernel {
   // the output, the random state (16 bytes of device memory: seed and offset, two
   // little-endian uint64; isa::VRandom). A kernel with random values may have no inputs.
   bool random() const;
+  // Whether a step draws from `dist`.
+  bool draws(isa::RandomDist dist) const;
 
   // A canonical description (shape, strides, dtypes, steps and constants) for caches.
   std::string key() const;

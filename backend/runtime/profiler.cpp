@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -88,6 +89,7 @@ class Session final : public libkineto::IActivityProfilerSession {
   // (under g_mutex)
   void add(Launch launch) {
     const c10::DeviceIndex d = launch.device;
+    unmatched_[launch.queue].push_back(launches_.size());
     launches_.push_back(std::move(launch));
     // The device keeps its latest launch records only: collect completed ones as we go.
     if (++since_harvest_[d] >= 256) {
@@ -179,13 +181,11 @@ class Session final : public libkineto::IActivityProfilerSession {
       if (r.start_ps < start_ps_[static_cast<std::size_t>(d)]) continue;
       auto& last = last_start_[r.queue];
       if (last.has_value() && r.start_ps <= *last) continue;
-      for (Launch& l : launches_) {
-        if (l.device == d && l.queue == r.queue && !l.record) {
-          l.record = r;
-          last = r.start_ps;
-          break;
-        }
-      }
+      auto& waiting = unmatched_[r.queue];
+      if (waiting.empty()) continue;
+      launches_[waiting.front()].record = r;
+      waiting.pop_front();
+      last = r.start_ps;
     }
   }
 
@@ -193,6 +193,7 @@ class Session final : public libkineto::IActivityProfilerSession {
   std::vector<Launch> launches_;
   std::map<c10::DeviceIndex, int> since_harvest_;
   std::map<spyre_queue_t, std::optional<std::uint64_t>> last_start_;
+  std::map<spyre_queue_t, std::deque<std::size_t>> unmatched_;  // launches_ without a record yet, per queue
   std::set<std::pair<c10::DeviceIndex, c10::StreamId>> resources_;
   std::vector<std::string> errors_;
   std::int32_t anonymous_ = 0;
