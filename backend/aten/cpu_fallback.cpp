@@ -1,6 +1,7 @@
 // The boxed CPU fallback: every aten op without a spyre kernel runs on the CPU (its
 // spyre arguments copied over and results copied back, in-place and out= included),
 // with a one-time warning per op and a count users can read to see what still falls back.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 
 #include <cstdlib>
@@ -110,6 +111,29 @@ void check_same_device(const c10::FunctionSchema& schema, const std::string& nam
   }
 }
 
+// The CPU run writes a copy and copies it back, so an output (out= or in-place argument)
+// that partly overlaps an input would be computed from stale values and then smear
+// over the input. PyTorch's own kernels refuse that (TensorIterator's overlap check);
+// so does the fallback, with their words. (Identical tensors, as in x.add_(x), are fine.)
+void check_no_partial_overlap(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  const std::size_t n = schema.arguments().size();
+  if (stack.size() < n) return;
+  const auto arg = [&](std::size_t i) -> const c10::IValue& { return stack[stack.size() - n + i]; };
+  for (std::size_t w = 0; w < n; ++w) {
+    const auto* alias = schema.arguments()[w].alias_info();
+    if (alias == nullptr || !alias->isWrite() || !arg(w).isTensor()) continue;
+    const at::Tensor& written = arg(w).toTensor();
+    if (!written.defined()) continue;
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r == w || !arg(r).isTensor()) continue;
+      const auto* other = schema.arguments()[r].alias_info();
+      if (other != nullptr && other->isWrite()) continue;
+      const at::Tensor& read = arg(r).toTensor();
+      if (read.defined()) at::assert_no_partial_overlap(written, read);
+    }
+  }
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   std::string name = schema.name();
@@ -123,6 +147,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                                 "first)");
   }
   check_same_device(schema, name, *stack);
+  check_no_partial_overlap(schema, *stack);
   count(name, false);
   seed_random_arguments(schema, stack);
   at::native::cpu_fallback(op, stack);

@@ -3,6 +3,7 @@
 // contiguous row, and compiler/gather.h moves only those rows (any dtype: rows are
 // bytes). As on CUDA, an index out of range is a device fault reported at the next
 // synchronizing call, naming the index and the kernel.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
@@ -64,6 +65,10 @@ at::Tensor index_select(const at::Tensor& self, std::int64_t dim, const at::Tens
 }
 
 at::Tensor& index_select_out(const at::Tensor& self, std::int64_t dim, const at::Tensor& index, at::Tensor& out) {
+  // As the CPU's: an out= whose elements share memory, or that overlaps an input, is refused.
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, index);
   index_select_impl("aten::index_select.out", self, dim, index, out);
   return out;
 }

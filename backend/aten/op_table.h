@@ -20,12 +20,14 @@ struct UnaryRow {
   const char* aten;
   isa::UnaryOp op;
   bool float_op;        // integer inputs compute (and return) floats, as exp does
-  const char* no_bool;  // non-null: refuse bool inputs, naming the op like PyTorch does
+  const char* no_bool;  // non-null: refuse bool inputs with this message (PyTorch's words)
   bool own_kernel = false;  // registered by hand (abs: complex inputs run on the CPU)
 };
 
 inline constexpr UnaryRow kUnaryOps[] = {
-    {"neg", isa::UnaryOp::neg, false, "Negation, the `-` operator,"},
+    {"neg", isa::UnaryOp::neg, false,
+     "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, use the `~` "
+     "or `logical_not()` operator instead."},
     {"abs", isa::UnaryOp::abs, false, nullptr, true},
     {"exp", isa::UnaryOp::exp, true, nullptr},
     {"log", isa::UnaryOp::log, true, nullptr},
@@ -38,7 +40,7 @@ inline constexpr UnaryRow kUnaryOps[] = {
     {"silu", isa::UnaryOp::silu, false, nullptr},
     {"sin", isa::UnaryOp::sin, true, nullptr},
     {"cos", isa::UnaryOp::cos, true, nullptr},
-    {"relu", isa::UnaryOp::relu, false, "relu"},
+    {"relu", isa::UnaryOp::relu, false, "Boolean inputs not supported for relu"},
 };
 
 // aten::<name>.Tensor / <name> (a, b): one device instruction.

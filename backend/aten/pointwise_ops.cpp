@@ -58,8 +58,9 @@ template <class Cpu>
 at::Tensor binary(const char* name, BinaryOp op, bool float_op, at::TensorBase out, const at::Tensor& a,
                   const at::Tensor& b, const c10::Scalar& alpha, Cpu&& cpu_op) {
   auto iter = float_op ? at::TensorIterator::binary_float_op(out, a, b) : at::TensorIterator::binary_op(out, a, b);
+  // Checked whatever its value, as PyTorch does (alpha=True or 1.0 on integers is refused).
+  at::native::alpha_check(iter.common_dtype(), alpha);
   const bool scaled = !alpha.equal(1);
-  if (scaled) at::native::alpha_check(iter.common_dtype(), alpha);
   return finish(
       name, iter, iter.common_dtype(), scaled ? 2 : 1,
       [&](isa::DType c) {
@@ -85,6 +86,12 @@ at::Tensor compare(const char* name, CompareOp op, at::Tensor out, const at::Ten
       [&] { return cpu_op(cpu(a), cpu(b)); }, iter.common_dtype());
 }
 
+
+// The error PyTorch's dtype dispatch gives a kernel that has no case for a dtype
+// ("abs_cpu" not implemented for 'Bool'), named for spyre.
+void check_has_dtype(c10::ScalarType dtype, c10::ScalarType missing, const char* kernel) {
+  TORCH_CHECK_NOT_IMPLEMENTED(dtype != missing, "\"", kernel, "_spyre\" not implemented for '", c10::toString(missing), "'");
+}
 
 // ---- where and clamp -----------------------------------------------------------
 
@@ -139,6 +146,9 @@ at::Tensor clamp_scalar(const char* name, at::Tensor out, const at::Tensor& self
   if (hi) state = at::native::update_result_type_state(*hi, state);
   if (out.defined()) check_out(out, self.device(), at::native::result_type(state), OutDtype::exact);  // as the CPU's clamp
   const c10::ScalarType dtype = out.defined() ? out.scalar_type() : at::native::result_type(state);
+  // The CPU's and CUDA's scalar clamp kernels have no bool case.
+  check_has_dtype(at::native::result_type(state), at::kBool, lo && hi ? "clamp_scalar" : lo ? "clamp_min_scalar"
+                                                                                            : "clamp_max_scalar");
   if (!out.defined()) out = at::empty({0}, self.options().dtype(dtype));
   auto iter = at::TensorIteratorConfig().check_all_same_dtype(false).add_output(out).add_const_input(self).build();
   return finish(
@@ -163,6 +173,9 @@ at::Tensor clamp_tensor(const char* name, at::Tensor out, const at::Tensor& self
   if (has_lo) state = at::native::update_result_type_state(*lo, state);
   if (has_hi) state = at::native::update_result_type_state(*hi, state);
   const c10::ScalarType dtype = at::native::result_type(state);
+  // The CPU's and CUDA's clamp with both bounds has no bool case (one bound is a
+  // maximum or minimum, which has).
+  if (has_lo && has_hi) check_has_dtype(dtype, at::kBool, "clamp");
   if (out.defined()) check_out(out, self.device(), dtype, OutDtype::exact);
   if (!out.defined()) out = at::empty({0}, self.options().dtype(dtype));
   at::TensorIteratorConfig config;
@@ -222,8 +235,8 @@ at::Tensor unary(const char* name, UnaryOp op, bool float_op, at::TensorBase out
       [&] { return cpu_op(cpu(self)); });
 }
 
-void check_not_bool(const at::Tensor& self, const char* what) {
-  TORCH_CHECK(self.scalar_type() != at::kBool, what, " on a bool tensor is not supported.");
+void check_not_bool(const at::Tensor& self, const char* message) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, message);
 }
 
 // abs: a complex input's magnitude is real (float), which a same-dtype unary kernel
@@ -234,10 +247,12 @@ at::Tensor abs(const at::Tensor& self) {
     const c10::DeviceGuard guard(self.device());
     return at::abs(self.cpu()).to(self.device());
   }
+  check_has_dtype(self.scalar_type(), at::kBool, "abs");  // as the CPU's and CUDA's abs
   return unary("aten::abs", UnaryOp::abs, false, at::TensorBase(), self, [](const at::Tensor& t) { return at::abs(t); });
 }
 at::Tensor& abs_(at::Tensor& self) {
   TORCH_CHECK(!self.is_complex(), "In-place abs is not supported for complex tensors.");
+  check_has_dtype(self.scalar_type(), at::kBool, "abs");
   unary("aten::abs_", UnaryOp::abs, false, self, self, [](const at::Tensor& t) { return at::abs(t); });
   return self;
 }
@@ -248,6 +263,7 @@ at::Tensor& abs_out(const at::Tensor& self, at::Tensor& out) {
     deliver(at::abs(self.cpu()).to(self.device()), out);  // out= checks, resize, write
     return out;
   }
+  check_has_dtype(self.scalar_type(), at::kBool, "abs");
   unary("aten::abs.out", UnaryOp::abs, false, out, self, [](const at::Tensor& t) { return at::abs(t); });
   return out;
 }
@@ -299,19 +315,21 @@ at::Tensor compare_self(const char* name, CompareOp op, Value b, bool floats_onl
 }
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-#define SPYRE_COMPARE_SELF(fn, op, b, floats_only)                                                   \
+// `bool_out`: out= must be bool (isposinf, isneginf), as PyTorch requires.
+#define SPYRE_COMPARE_SELF(fn, op, b, floats_only, bool_out)                                         \
   at::Tensor cpu_##fn(const at::Tensor& t) { return at::fn(t); }                                     \
   at::Tensor fn(const at::Tensor& self) {                                                            \
     return compare_self("aten::" #fn, op, b, floats_only, at::Tensor(), self, cpu_##fn);             \
   }                                                                                                  \
   [[maybe_unused]] at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {                   \
+    TORCH_CHECK(!(bool_out) || out.scalar_type() == at::kBool, #fn " does not support non-boolean outputs."); \
     compare_self("aten::" #fn ".out", op, b, floats_only, out, self, cpu_##fn);                      \
     return out;                                                                                      \
   }
-SPYRE_COMPARE_SELF(isneginf, CompareOp::eq, Value::constant(-kInf), true)
-SPYRE_COMPARE_SELF(isposinf, CompareOp::eq, Value::constant(kInf), true)
-SPYRE_COMPARE_SELF(isnan, CompareOp::ne, Value::input(0), true)
-SPYRE_COMPARE_SELF(logical_not, CompareOp::eq, Value::constant(0), false)
+SPYRE_COMPARE_SELF(isneginf, CompareOp::eq, Value::constant(-kInf), true, true)
+SPYRE_COMPARE_SELF(isposinf, CompareOp::eq, Value::constant(kInf), true, true)
+SPYRE_COMPARE_SELF(isnan, CompareOp::ne, Value::input(0), true, false)
+SPYRE_COMPARE_SELF(logical_not, CompareOp::eq, Value::constant(0), false, false)
 #undef SPYRE_COMPARE_SELF
 
 // ---- pow with a scalar exponent ---------------------------------------------------

@@ -144,6 +144,9 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   TORCH_CHECK(0 <= p && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
   if (input.numel() == 0) return {input, at::empty_like(input)};
   if (train.has_value() && !*train) return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  // Scaling by 1 / (1 - p) needs a floating result: PyTorch's CPU and CUDA refuse others too.
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()), "\"native_dropout_spyre\" not implemented for '",
+                              c10::toString(input.scalar_type()), "'");
   const double keep = 1 - p, scale = keep == 0 ? 0 : 1 / keep;
   at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool));
   bernoulli_float(mask, keep, std::nullopt);

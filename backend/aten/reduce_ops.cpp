@@ -59,9 +59,16 @@ at::Tensor reduce(const char* name, isa::ReduceOp op, bool mean, at::Tensor out,
   }
   if (mean) {
     // (Complex means have no device kernel: they take the CPU path below, counted.)
-    TORCH_CHECK(at::isFloatingType(result_type) || at::isComplexType(result_type),
-                "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. "
-                "Got: ", result_type);
+    TORCH_CHECK(at::isFloatingType(result_type) || at::isComplexType(result_type), "mean(): could not infer output dtype. ",
+                dtype ? "Optional" : "Input", " dtype must be either a floating point or complex dtype. Got: ", result_type);
+  }
+  if (dtype && out.defined()) {  // sum and mean: dtype= and out= must agree, as on the CPU
+    TORCH_CHECK(out.scalar_type() == *dtype, "Expected out tensor to have dtype ", c10::scalarTypeToTypeMeta(*dtype),
+                ", but got ", out.dtype(), " instead");
+  }
+  if (op != isa::ReduceOp::sum && out.defined()) {
+    TORCH_CHECK(out.scalar_type() == self.scalar_type(), "Expected the dtype for input and out to match, but got ",
+                self.scalar_type(), " for input's dtype and ", out.scalar_type(), " for out's dtype.");
   }
   const std::int64_t ndim = self.dim();
   const auto mask = at::native::make_dim_mask(dims, std::max<std::int64_t>(ndim, 1));

@@ -94,9 +94,9 @@ def test_printing_a_tensor_runs_nothing_on_the_cpu_fallback_and_reads_like_cpu()
 
 
 def test_grad_scaler_scales_unscales_and_steps_like_the_cpu():
-    # torch.amp.GradScaler("spyre") with autocast: the same parameters as the same loop
-    # on the CPU (its two _amp_* ops run through the fallback, which copies back their
-    # in-place results); an inf gradient skips the step and halves the scale.
+    # torch.amp.GradScaler("spyre"): the same parameters and scale as the same loop on the
+    # CPU; an inf gradient skips the step and halves the scale; its two _amp_* ops run on
+    # the device (not the CPU fallback).
     torch.manual_seed(0)
     cpu = torch.nn.Linear(8, 4)
     dev = torch.nn.Linear(8, 4).to("spyre")
@@ -105,6 +105,7 @@ def test_grad_scaler_scales_unscales_and_steps_like_the_cpu():
     scalers = {d: torch.amp.GradScaler(d, init_scale=1024.0) for d in models}
     opts = {d: torch.optim.SGD(m.parameters(), lr=0.1) for d, m in models.items()}
     xs = [torch.randn(16, 8) for _ in range(3)]
+    torch.ops.spyre.reset_fallback_counts()
     for step, x in enumerate(xs):
         for d, m in models.items():
             loss = m(x.to(d)).pow(2).mean()
@@ -115,4 +116,37 @@ def test_grad_scaler_scales_unscales_and_steps_like_the_cpu():
             scalers[d].update()
             opts[d].zero_grad()
     assert scalers["spyre"].get_scale() == scalers["cpu"].get_scale() == 512.0
+    assert not [op for op in torch.ops.spyre.fallback_counts() if "_amp_" in op]
     torch.testing.assert_close(dev.weight.detach().cpu(), cpu.weight.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_amp_unscale_and_update_scale_match_the_cpu_step_by_step():
+    # The two ops GradScaler calls, on the device against PyTorch's CPU kernels: grads
+    # with inf, -inf and NaN (fp32 and fp16, empty, non-contiguous) are unscaled and
+    # found_inf accumulates; the scale backs off after an inf, grows every second clean
+    # step (growth_interval 2), and does not grow into inf.
+    torch.ops.spyre.reset_fallback_counts()
+    grads = [torch.randn(5, 7), torch.randn(3).half(), torch.empty(0), torch.randn(4, 6)]
+    for bad in (None, float("inf"), float("-inf"), float("nan")):
+        per = {}
+        for d in ("cpu", "spyre"):
+            gs = [g.to(d, copy=True) for g in grads[:3]]
+            gs.append(torch.empty(6, 4, device=d).t().copy_(grads[3]))  # non-contiguous on both
+            if bad is not None:
+                gs[1][2] = bad
+            found = torch.zeros(1, device=d)
+            torch._amp_foreach_non_finite_check_and_unscale_(gs, found, torch.full((1,), 0.25, device=d))
+            per[d] = ([g.cpu() for g in gs], found.cpu())
+        for a, b in zip(per["spyre"][0], per["cpu"][0]):
+            torch.testing.assert_close(a, b, equal_nan=True)
+        assert per["spyre"][1].item() == per["cpu"][1].item() == (0.0 if bad is None else 1.0)
+    states = {d: (torch.full((1,), 2.0**126, device=d), torch.zeros(1, dtype=torch.int32, device=d)) for d in ("cpu", "spyre")}
+    for found_inf in (0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0):
+        for d, (scale, tracker) in states.items():
+            torch._amp_update_scale_(scale, tracker, torch.full((1,), found_inf, device=d), 4.0, 0.5, 2)
+        assert states["spyre"][0].item() == states["cpu"][0].item()
+        assert states["spyre"][1].item() == states["cpu"][1].item()
+    # 2**126 does not grow into inf (2**128 is not a float32), backs off to 2**125 after the
+    # inf, grows to 2**127 after two clean steps, and stays there.
+    assert states["spyre"][0].item() == 2.0**127
+    assert not [op for op in torch.ops.spyre.fallback_counts() if "_amp_" in op]

@@ -128,3 +128,22 @@ def test_an_op_on_the_cpu_fallback_refuses_tensors_of_two_devices_before_it_runs
     torch.testing.assert_close(torch.atan2(x, torch.tensor(2.0)).cpu(), torch.atan2(x.cpu(), torch.tensor(2.0)))
     idx = torch.tensor([0, 2])
     torch.testing.assert_close(x[idx].cpu(), x.cpu()[idx])
+
+
+def test_an_op_on_the_cpu_fallback_refuses_an_output_that_partly_overlaps_an_input():
+    # As PyTorch's CPU kernels do: the fallback would compute from a copy and write the
+    # result back over the input it was still reading. Identical tensors are fine.
+    x = torch.arange(8, dtype=torch.float64).to("spyre")  # float64: no spyre kernel
+    before = dict(torch.spyre.fallback_counts())
+    with pytest.raises(RuntimeError, match="unsupported operation: some elements of the input tensor and the written-to"):
+        torch.atan2(x[0:4], x[4:], out=x[1:5])
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        x[1:5].atan2_(x[0:4])
+    assert torch.spyre.fallback_counts() == before
+    assert x.cpu().tolist() == list(range(8))  # nothing written
+    y = x.clone()
+    y.atan2_(y)  # the same tensor in and out
+    torch.testing.assert_close(y.cpu(), torch.atan2(x.cpu(), x.cpu()))
+    torch.atan2(x[0:4], x[4:], out=x[0:4])
+    torch.testing.assert_close(x[0:4].cpu(), torch.atan2(torch.arange(4.0, dtype=torch.float64),
+                                                        torch.arange(4.0, 8.0, dtype=torch.float64)))

@@ -137,6 +137,31 @@ def test_distributions_have_their_moments():
     assert abs((draws - probs).mean()) < 0.01  # unbiased per element
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_each_random_op_draws_on_the_device_in_half_precision(dtype):
+    # uniform_, normal_, bernoulli_ (float p and tensor p) and dropout in fp16 and bf16
+    # (PyTorch's own device-generic suites test them in float32 only): bounds, moments
+    # within 5 standard errors, and no CPU fallback.
+    torch.spyre.manual_seed(3)
+    torch.spyre.reset_fallback_counts()
+    n = 1 << 18
+    u = torch.empty(n, device="spyre", dtype=dtype).uniform_(-1, 3).float().cpu()
+    assert -1 <= u.min() and u.max() <= 3  # rounding to fp16/bf16 may reach the upper bound
+    assert abs(u.mean() - 1) < 5 * 4 / 12**0.5 / n**0.5 + 0.01
+    z = torch.empty(n, device="spyre", dtype=dtype).normal_(-2, 0.5).float().cpu()
+    assert abs(z.mean() + 2) < 5 * 0.5 / n**0.5 + 0.01
+    assert abs(z.std() - 0.5) < 0.01
+    b = torch.empty(n, device="spyre", dtype=dtype).bernoulli_(0.7).float().cpu()
+    assert set(b.unique().tolist()) <= {0.0, 1.0} and abs(b.mean() - 0.7) < 5 * (0.21 / n) ** 0.5
+    p = torch.full((n,), 0.2, device="spyre", dtype=dtype)
+    bt = torch.bernoulli(p).float().cpu()
+    assert abs(bt.mean() - 0.2) < 5 * (0.16 / n) ** 0.5 + 0.001
+    x = torch.ones(n, device="spyre", dtype=dtype)
+    d = torch.nn.functional.dropout(x, 0.5, training=True).float().cpu()
+    assert set(d.unique().tolist()) <= {0.0, 2.0} and abs((d != 0).float().mean() - 0.5) < 5 * (0.25 / n) ** 0.5
+    assert torch.spyre.fallback_counts() == {}
+
+
 def test_dropout_keeps_each_element_with_probability_1_minus_p_and_scales_it():
     x = torch.randn(200000, device="spyre")
     torch.spyre.manual_seed(2)

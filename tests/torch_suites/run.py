@@ -34,7 +34,7 @@ OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped", "crash
 
 
 def run_file(tree: pathlib.Path, entry: suites.Entry, full: bool, expectations: pathlib.Path, workdir: pathlib.Path,
-             timeout: float) -> dict:
+             timeout: float, outcomes: dict) -> dict:
     log = workdir / (entry.file + ".log.jsonl")
     done = workdir / (entry.file + ".done")
     log.write_text("")
@@ -48,11 +48,15 @@ def run_file(tree: pathlib.Path, entry: suites.Entry, full: bool, expectations: 
     env = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="spyre", SPYRE_FALLBACK_WARN="0", SPYRE_SIM_SET=chip,
                SPYRE_SUITE_LOG=str(log),
                SPYRE_SUITE_DONE=str(done), SPYRE_SUITE_EXPECTATIONS=str(expectations),
+               SPYRE_SUITE_COVERAGE=str(workdir / "coverage.jsonl"),
                PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     command = [sys.executable, "-m", "pytest", entry.file, "-q", "-p", "no:cacheprovider", "-p", "spyre_suite_plugin",
                "--tb=no", "-rN"]
-    if not full and entry.select:
-        command += ["-k", entry.select]
+    select = entry.full_select if full else entry.select
+    if select:
+        command += ["-k", select]
+    if not full and entry.device_ops:
+        env["SPYRE_SUITE_DEVICE_OPS"] = "1"
     start = time.monotonic()
     for _attempt in range(200):  # each crash restarts the file once
         left = timeout - (time.monotonic() - start)
@@ -87,12 +91,67 @@ def run_file(tree: pathlib.Path, entry: suites.Entry, full: bool, expectations: 
         results[running] = "crashed"
         print(f"  crashed: {running} (exit {returncode}); restarting past it", flush=True)
         done.write_text("\n".join(results) + "\n")
+    outcomes.update(results)
     counts = {o: 0 for o in OUTCOMES}
     for outcome in results.values():
         counts[outcome if outcome in counts else "failed"] += 1
     counts["seconds"] = round(time.monotonic() - start)
     counts["unexpected"] = sorted(t for t, o in results.items() if o in ("failed", "error", "xpassed", "crashed"))
     return counts
+
+
+def coverage(path: pathlib.Path, outcomes: dict) -> list:
+    """Which ops with a spyre kernel were not tested in a dtype the device computes.
+
+    The plugin records, per collected OpInfo test, the op, its dtype and the dtypes the
+    OpInfo declares. An (op, dtype) is covered by a passing test, or else by a test that
+    fails as the expectations file documents (strict xfail, with its reason), or else by
+    the project's own test named in COVERED_ELSEWHERE. Each device-kernel op must be
+    covered in every dtype of DEVICE_DTYPES its OpInfos declare. Prints the summary and
+    returns one line per gap."""
+    from spyre_suite_plugin import COVERED_ELSEWHERE, DEVICE_DTYPES
+
+    device_ops, declared = set(), {}
+    tested = {"passed": {}, "xfailed": {}}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if "device_ops" in record:
+                device_ops.update(record["device_ops"])
+                continue
+            outcome = outcomes.get(record["id"])
+            for name in record["op"]:
+                declared.setdefault(name, set()).update(record["supported"])
+                if outcome in tested:
+                    tested[outcome].setdefault(name, set()).add(record["dtype"])
+    gaps, by_xfail, elsewhere = [], [], []
+    for op in sorted(device_ops):
+        wanted = set(DEVICE_DTYPES) & declared.get(op, set())
+        if op in COVERED_ELSEWHERE:
+            dtypes, where = COVERED_ELSEWHERE[op]
+            wanted -= set(dtypes.split())
+            if op not in declared:
+                elsewhere.append(f"{op} ({dtypes}): {where}")
+            else:
+                elsewhere.append(f"{op} in {dtypes}: {where}")
+        wanted -= tested["passed"].get(op, set())
+        documented = wanted & tested["xfailed"].get(op, set())
+        if documented:
+            by_xfail.append(f"{op} in {', '.join(sorted(documented))}")
+        missing = sorted(wanted - documented)
+        if op not in declared and op not in COVERED_ELSEWHERE:
+            gaps.append(f"{op}: no OpInfo test in the selection")
+        elif missing:
+            gaps.append(f"{op}: no test in {', '.join(missing)}")
+    print(f"device-kernel ops tested in every device dtype their OpInfos declare: {len(device_ops) - len(gaps)} of "
+          f"{len(device_ops)}")
+    for line in by_xfail:
+        print(f"    only by a documented expected failure: {line}")
+    for line in elsewhere:
+        print(f"    by the project's own tests: {line}")
+    for gap in gaps:
+        print(f"    not covered: {gap}")
+    return gaps
 
 
 def main() -> int:
@@ -110,11 +169,12 @@ def main() -> int:
         entries += [suites.Entry(f) for f in args.files if f not in {e.file for e in entries}]
     totals = {o: 0 for o in OUTCOMES}
     table = {}
+    outcomes = {}
     with tempfile.TemporaryDirectory(prefix="spyre-suites-") as tmp:
         print(f"{'file':<28} {'passed':>7} {'failed':>7} {'xfail':>6} {'xpass':>6} {'skipped':>8} {'crashed':>8} {'time s':>7}",
               flush=True)
         for entry in entries:
-            c = run_file(args.tree, entry, args.full, args.expectations, pathlib.Path(tmp), args.timeout)
+            c = run_file(args.tree, entry, args.full, args.expectations, pathlib.Path(tmp), args.timeout, outcomes)
             table[entry.file] = c
             for o in OUTCOMES:
                 totals[o] += c[o]
@@ -122,6 +182,11 @@ def main() -> int:
                   f"{c['skipped']:>8} {c['crashed']:>8} {c['seconds']:>7}", flush=True)
             for t in c["unexpected"][:50]:
                 print(f"    unexpected: {t}")
+        # The CI selection must cover every op with a device kernel in each device dtype
+        # (a run of chosen files or of --full reports the coverage without failing on it).
+        gaps = coverage(pathlib.Path(tmp) / "coverage.jsonl", outcomes)
+        if args.files or args.full:
+            gaps = []
     ran = sum(totals[o] for o in OUTCOMES if o != "skipped")
     print(f"{'total':<28} {totals['passed']:>7} {totals['failed'] + totals['error']:>7} {totals['xfailed']:>6} "
           f"{totals['xpassed']:>6} {totals['skipped']:>8} {totals['crashed']:>8}")
@@ -129,7 +194,7 @@ def main() -> int:
         print(f"expected failures: {totals['xfailed']} of {ran} run ({100 * totals['xfailed'] / ran:.1f}%)")
     if args.json:
         args.json.write_text(json.dumps(table, indent=1))
-    bad = totals["failed"] + totals["error"] + totals["xpassed"] + totals["crashed"]
+    bad = totals["failed"] + totals["error"] + totals["xpassed"] + totals["crashed"] + len(gaps)
     return 1 if bad else 0
 
 

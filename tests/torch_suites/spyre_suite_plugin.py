@@ -8,12 +8,130 @@
 - Appends one JSON line per event to SPYRE_SUITE_LOG ({"start": id} before a test runs,
   {"id", "outcome", "seconds"} after), so a crash still leaves the results so far and
   the name of the test that was running.
+- With SPYRE_SUITE_DEVICE_OPS=1, keeps of the OpInfo-parametrised tests only those of
+  ops with a spyre kernel (an aten op registered for PrivateUse1 that computes on the
+  device; see DEVICE_KERNEL_EXCLUDED); tests not parametrised by an OpInfo stay.
+- Enables TestCommon.test_compare_cpu for spyre: PyTorch marks it @onlyCUDA and
+  @slowTest, but comparing a device's results with the CPU's on each op's reference
+  inputs is exactly what a new backend needs.
+- With SPYRE_SUITE_COVERAGE=<file>, writes the (op, dtype) pairs the selected tests run
+  as JSON lines, for run.py's coverage check.
 """
 
 import json
 import os
+import unittest
 
 import pytest
+import torch
+
+# PrivateUse1 registrations that are not device computations: memory, views and
+# metadata, copies, and the ops the backend runs on a CPU copy of its inputs (their
+# results are copied back; PyTorch's own CPU kernels are what they test).
+DEVICE_KERNEL_EXCLUDED = {
+    "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "_reshape_alias", "as_strided", "empty",
+    "empty_strided", "record_stream", "resize", "set", "unfold", "view", "view_as_complex", "view_as_real",
+    "mode", "kaiser_window", "native_batch_norm", "convolution_overrideable", "convolution_backward_overrideable",
+}
+
+# aten kernels that PyTorch's OpInfos reach under another name.
+OPINFO_NAME = {
+    "_softmax": "softmax", "_log_softmax": "log_softmax", "_safe_softmax": "softmax",
+    "native_layer_norm": "layer_norm", "native_dropout": "dropout", "native_dropout_backward": "dropout",
+    "_int_mm": "mm", "_scaled_mm": "mm",
+}
+
+# Device-kernel ops and dtypes that PyTorch's device-generic tests never run (no OpInfo,
+# or random ops, which they test in float32 only), and the project's test that does.
+COVERED_ELSEWHERE = {
+    "_amp_foreach_non_finite_check_and_unscale_": ("float32", "tests/python/test_device.py (no OpInfo in PyTorch)"),
+    "_amp_update_scale_": ("float32", "tests/python/test_device.py (no OpInfo in PyTorch)"),
+    "bernoulli": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
+    "dropout": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
+    "normal": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
+    "uniform": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
+}
+
+# The dtypes spyre's vector and DMA units take (backend/aten/kernel_cache.h, device_dtype);
+# the others run on the CPU fallback.
+DEVICE_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "bool")
+
+
+def device_kernel_ops():
+    """The ops with a spyre device kernel, named as OpInfos name them ("add" for
+    aten::add.Tensor, "softmax" for aten::_softmax)."""
+    names = set()
+    for reg in torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1"):
+        if reg.startswith("aten::"):
+            base = reg[len("aten::"):].split(".")[0]
+            if base.endswith("_") and not base.startswith("_"):
+                base = base[:-1]
+            names.add(base)
+    return {OPINFO_NAME.get(n, n) for n in names - DEVICE_KERNEL_EXCLUDED}
+
+
+def _op_and_dtype(item):
+    """The OpInfo and dtype a device-type test was instantiated with, or (None, None).
+
+    PyTorch's instantiated test keeps them as the default of its `param_kwargs`
+    argument; decorators applied later wrap it (functools.wraps: `__wrapped__`)."""
+    function = getattr(item, "obj", None)
+    for _ in range(20):
+        if function is None:
+            break
+        function = getattr(function, "__func__", function)
+        defaults = getattr(function, "__defaults__", None) or ()
+        if defaults and isinstance(defaults[0], dict) and "op" in defaults[0]:
+            return defaults[0]["op"], defaults[0].get("dtype")
+        function = getattr(function, "__wrapped__", None)
+    return None, None
+
+
+def _op_names(op):
+    """The aten names an OpInfo exercises: its aten_name and name ("nn.functional.gelu": gelu)."""
+    names = {getattr(op, "aten_name", None), op.name.removeprefix("nn.functional.").split(".")[0]}
+    return {n.rstrip("_") if not n.startswith("_") else n for n in names if n}
+
+
+def _enable_compare_cpu():
+    """Makes test_compare_cpu run for spyre as for CUDA, slow-test gate lifted for it only,
+    for every op of op_db (PyTorch runs it for the ops without a NumPy reference only,
+    whose test_numpy_ref runs in float64) in every dtype the op declares (PyTorch runs
+    one) — with SPYRE_SUITE_DEVICE_OPS=1 in every one the device computes (DEVICE_DTYPES)."""
+    from torch.testing._internal import common_device_type, common_utils
+    from torch.testing._internal.common_device_type import OpDTypes
+
+    original = common_device_type.onlyCUDA
+    spyre = torch._C._get_privateuse1_backend_name()
+
+    def only_cuda(fn):
+        if getattr(fn, "__name__", "") != "test_compare_cpu":
+            return original(fn)
+        parametrize = getattr(getattr(fn, "parametrize_fn", None), "__self__", None)  # the @ops decorator
+        if isinstance(parametrize, common_device_type.ops):
+            from torch.testing._internal.common_methods_invocations import op_db
+
+            parametrize.op_list = list(op_db)
+            parametrize.opinfo_dtypes = OpDTypes.supported
+            if os.environ.get("SPYRE_SUITE_DEVICE_OPS") == "1":
+                parametrize.allowed_dtypes = {getattr(torch, d) for d in DEVICE_DTYPES}
+
+        def run(self, *args, **kwargs):
+            if self.device_type not in ("cuda", spyre):
+                raise unittest.SkipTest("Only runs on cuda or " + spyre)
+            slow = common_utils.TEST_WITH_SLOW
+            common_utils.TEST_WITH_SLOW = True
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                common_utils.TEST_WITH_SLOW = slow
+
+        run.__dict__.update(fn.__dict__)
+        run.__name__, run.__qualname__, run.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+        run.__wrapped__ = fn
+        return run
+
+    common_device_type.onlyCUDA = only_cuda
 
 
 def _load_expectations(path):
@@ -53,6 +171,11 @@ def _short_id(nodeid):
     return nodeid.split("/")[-1]
 
 
+def pytest_configure(config):
+    _enable_compare_cpu()
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected theirs
 def pytest_collection_modifyitems(config, items):
     expected = _load_expectations(os.environ.get("SPYRE_SUITE_EXPECTATIONS"))
     done = set()
@@ -60,9 +183,21 @@ def pytest_collection_modifyitems(config, items):
     if done_path and os.path.exists(done_path):
         with open(done_path, encoding="utf-8") as f:
             done = {line.strip() for line in f if line.strip()}
+    device_ops = device_kernel_ops() if os.environ.get("SPYRE_SUITE_DEVICE_OPS") == "1" else None
+    coverage = os.environ.get("SPYRE_SUITE_COVERAGE")
+    covered = []
     kept, dropped = [], []
     for item in items:
         test_id = _short_id(item.nodeid)
+        op, dtype = _op_and_dtype(item)
+        if op is not None and device_ops is not None and (op.name.startswith("_refs.") or
+                                                          not _op_names(op) & device_ops):
+            dropped.append(item)
+            continue
+        if op is not None and dtype is not None:
+            supported = sorted(str(d).replace("torch.", "") for d in op.supported_dtypes("privateuse1"))
+            covered.append({"op": sorted(_op_names(op)), "dtype": str(dtype).replace("torch.", ""),
+                            "supported": supported, "id": test_id})
         if test_id in done:
             dropped.append(item)
             continue
@@ -76,6 +211,11 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    if coverage:
+        with open(coverage, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"device_ops": sorted(device_kernel_ops())}) + "\n")
+            for record in covered:
+                f.write(json.dumps(record) + "\n")
 
 
 def pytest_runtest_logstart(nodeid, location):
