@@ -46,6 +46,9 @@ OPINFO_NAME = {
 COVERED_ELSEWHERE = {
     "_amp_foreach_non_finite_check_and_unscale_": ("float32", "tests/python/test_device.py (no OpInfo in PyTorch)"),
     "_amp_update_scale_": ("float32", "tests/python/test_device.py (no OpInfo in PyTorch)"),
+    **{cell: ("float32 float64", "tests/python/test_rnn.py (no OpInfo in PyTorch; test_nn.py's LSTM and GRU tests run it)")
+       for cell in ("_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
+                    "_thnn_fused_gru_cell_backward")},
     "bernoulli": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
     "dropout": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
     "normal": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
