@@ -72,6 +72,12 @@ const DeviceInfo& info(c10::DeviceIndex device) {
       for (const auto& [name, cycles] : costs.items()) {
         if (cycles.is_number()) d.target.vector_op_cycles[name] = cycles.get<double>();
       }
+      const auto channels = report.value("/config/resolved/memory/channels"_json_pointer, nlohmann::json());
+      const auto granule = report.value("/config/resolved/memory/interleave_bytes"_json_pointer, nlohmann::json());
+      if (channels.is_number_unsigned() && granule.is_number_unsigned()) {
+        d.target.dram_channels = channels.get<std::uint32_t>();
+        d.target.dram_interleave_bytes = granule.get<std::uint64_t>();
+      }
       // An engine's rate with its outstanding-request limit (the chip's derived figure).
       const auto engine = report.value("/derived/dma_engine_bytes_per_s"_json_pointer, nlohmann::json());
       if (engine.is_number() && engine.get<double>() > 0) d.target.dma_engine_bytes_per_s = engine.get<double>();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "spyre/checked.h"
 #include "spyre/cost/systolic.h"
@@ -18,6 +19,31 @@ double streaming_s(double read, double written, double vector_elements_per_core,
   const double dram = t.dram_s(read, written);
   const double vector = vector_elements_per_core / t.vector_elements_per_s;
   return std::max(dram, vector) + 2 * (t.dma_setup_s + t.dram_latency_s);
+}
+
+// DRAM bytes the chip charges for `rows` rows of `row_bytes` each, the first at byte
+// `first` and the rest `pitch` bytes apart, moved by DMAs of `per_dma` rows: each row
+// pays the whole sticks it spans, except those the same DMA's previous row already
+// fetched (a row starting in its last stick pays only the sticks after).
+double row_sticks(std::uint64_t rows, std::uint64_t row_bytes, std::uint64_t first, std::uint64_t pitch,
+                  std::uint64_t stick, std::uint64_t per_dma, std::vector<double>* channels = nullptr,
+                  std::uint64_t granule = 0) {
+  if (rows == 0 || row_bytes == 0) return 0;
+  stick = std::max<std::uint64_t>(1, stick);
+  per_dma = std::max<std::uint64_t>(1, per_dma);
+  std::uint64_t bytes = 0, held_to = 0;
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    const std::uint64_t at = first + r * pitch;
+    const std::uint64_t s0 = at / stick * stick, s1 = ceil_div(at + row_bytes, stick) * stick;
+    const bool continues = r % per_dma != 0 && s0 < held_to;
+    const std::uint64_t from = continues ? std::min(held_to, s1) : s0;
+    bytes += s1 - from;
+    if (channels != nullptr && !channels->empty() && granule > 0) {
+      for (std::uint64_t x = from; x < s1; x += stick) (*channels)[(x / granule) % channels->size()] += static_cast<double>(stick);
+    }
+    held_to = s1;
+  }
+  return static_cast<double>(bytes);
 }
 
 }  // namespace
@@ -70,26 +96,69 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   };
   // One super-block on one core: rt tiles, every K step.
   const double compute = p.rows_per_core * ((steps - 1) * cycles(p.tk) + cycles(last_k)) / t.clock_hz;
-  // The super-blocks running at once read their panels and write their tiles; DRAM
-  // moves whole sticks, so a panel row narrower than a stick costs a whole one.
-  const auto sticks = [&](double bytes) {
-    const double stick = std::max<double>(1, t.stick_bytes);
-    return std::ceil(bytes / stick) * stick;
-  };
+  // The super-blocks running at once read their panels and write their tiles.
   const std::uint64_t rows_u = std::min<std::uint64_t>(std::uint64_t{p.grid_rows} * p.rows_per_core * tm, s.m);
   const std::uint64_t cols_u = std::min<std::uint64_t>(std::uint64_t{p.grid_cols} * tn, s.n);
-  const double rows = static_cast<double>(rows_u), cols = static_cast<double>(cols_u);
-  const double col_panels = static_cast<double>(ceil_div(cols_u, tn));
-  // A row along K in steps of tk (the last one shorter).
-  const double k_row = static_cast<double>(steps - 1) * sticks(static_cast<double>(p.tk) * size) +
-                       sticks(static_cast<double>(last_k) * size);
-  const double a_bytes = s.a_transposed ? static_cast<double>(s.k) * sticks(static_cast<double>(tm) * size) *
-                                              static_cast<double>(ceil_div(rows_u, tm))
-                                        : rows * k_row;
-  const double b_bytes = s.b_transposed ? cols * k_row
-                                        : static_cast<double>(s.k) * col_panels * sticks(static_cast<double>(tn) * size);
+  // The panels of one super-block as the chip charges them: each stored row of a panel
+  // whole sticks (a row pitch that is not a multiple of the stick makes rows straddle
+  // one more). Offsets from an operand's (stick-aligned) start.
+  const std::uint64_t isize = isa::dtype_size(s.dtype);
+  const std::uint64_t a_ld = (s.lda != 0 ? s.lda : s.a_transposed ? s.m : s.k) * isize;
+  const std::uint64_t b_ld = (s.ldb != 0 ? s.ldb : s.b_transposed ? s.k : s.n) * isize;
+  const std::uint64_t stick_u = std::max<std::uint32_t>(1, t.stick_bytes);
+  // A panel moves in kPanelPieces DMAs of rows.
+  const auto half = [](std::uint64_t panel_rows) { return ceil_div(panel_rows, kPanelPieces); };
+  double a_bytes = 0, b_bytes = 0;
+  // Each K step's bytes per DRAM channel (granule g on channel g mod channels).
+  std::vector<std::vector<double>> per_step(steps, std::vector<double>(t.dram_channels, 0.0));
+  for (std::uint64_t step = 0; step < steps; ++step) {
+    const std::uint64_t k0 = step * p.tk, kk = step + 1 < steps ? p.tk : last_k;
+    auto* ch = &per_step[step];
+    const std::uint64_t g = t.dram_interleave_bytes;
+    if (s.a_transposed) {  // K rows of each tile's tm columns
+      for (std::uint64_t i0 = 0; i0 < rows_u; i0 += tm) {
+        a_bytes += row_sticks(kk, std::min(tm, rows_u - i0) * isize, k0 * a_ld + i0 * isize, a_ld, stick_u, half(kk), ch, g);
+      }
+    } else {  // each of the rows, kk columns from k0
+      a_bytes += row_sticks(rows_u, kk * isize, k0 * isize, a_ld, stick_u, half(tm), ch, g);
+    }
+    if (s.b_transposed) {
+      b_bytes += row_sticks(cols_u, kk * isize, k0 * isize, b_ld, stick_u, half(tn), ch, g);
+    } else {
+      for (std::uint64_t j0 = 0; j0 < cols_u; j0 += tn) {
+        b_bytes += row_sticks(kk, std::min(tn, cols_u - j0) * isize, k0 * b_ld + j0 * isize, b_ld, stick_u, half(kk), ch, g);
+      }
+    }
+  }
+  // Panels whose rows are a multiple of the interleave round apart put a whole K step's
+  // A on a few channels (a 4096-byte pitch on 16 x 256 B: 512 B of each row on 2 of
+  // them). The steps whose loads are in flight together share the channels: two (the
+  // double-buffered slots) plus one per grid row after the first (a grid row starts its
+  // steps at least a step behind the one above: its B panels come through it). A step takes at
+  // least its window's busiest channel's bytes / (window x channel rate), averaged over
+  // the wave's steps (windows wrap: the next wave starts over).
+  double channel_step_s = 0;
+  if (t.dram_channels > 0 && steps > 0) {
+    const std::uint64_t win = std::min<std::uint64_t>(steps, 2 + (p.grid_rows - 1));
+    const double rate = t.dram_bytes_per_s / t.dram_channels;
+    for (std::uint64_t st = 0; st < steps; ++st) {
+      double worst = 0;
+      for (std::uint32_t c = 0; c < t.dram_channels; ++c) {
+        double sum = 0;
+        for (std::uint64_t q = 0; q < win; ++q) sum += per_step[(st + q) % steps][c];
+        worst = std::max(worst, sum);
+      }
+      channel_step_s += worst / static_cast<double>(win) / rate;
+    }
+    channel_step_s /= static_cast<double>(steps);
+  }
   const double out_size = isa::dtype_size(s.out_dtype());
-  const double c_bytes = rows * col_panels * sticks(static_cast<double>(tn) * out_size);
+  double c_bytes = 0;
+  for (std::uint64_t j0 = 0; j0 < cols_u; j0 += tn) {
+    c_bytes += row_sticks(rows_u, std::min(tn, cols_u - j0) * static_cast<std::uint64_t>(out_size),
+                          j0 * static_cast<std::uint64_t>(out_size), s.n * static_cast<std::uint64_t>(out_size),
+                          stick_u, tm);
+  }
   const std::uint64_t waves = ceil_div(p.super_blocks, p.groups);
   const double active = static_cast<double>(std::min<std::uint64_t>(p.groups, p.super_blocks));
   // A wave's tiles are stored while the next wave loads: those stores pay the read/write
@@ -119,20 +188,21 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   const double piece_a = static_cast<double>(tm * p.tk) * size / 2, piece_b = static_cast<double>(p.tk * tn) * size / 2;
   const double chain = std::max((p.grid_cols - 1) * (piece_a / link + t.ring_hop_s),
                                 (p.grid_rows - 1) * (piece_b / link + t.ring_hop_s));
-  const double c = compute / stages_per_wave, d = dram / stages_per_wave + kChainExposed * chain;
-  const double body = d + (stages - 1) * (std::max(c, d) + kOverlapLoss * std::min(c, d)) + c;
+  const double d_ch = active * channel_step_s * static_cast<double>(steps) / stages_per_wave;
+  const double c = compute / stages_per_wave, d = std::max(dram / stages_per_wave, d_ch) + kChainExposed * chain;
   // Latencies of the first panels (a DMA's setup, DRAM and scratchpad latency, a few
   // ring hops) and the last tile's conversion to the output dtype and its store.
   const double engine = t.dma_engine_bytes_per_s > 0 ? t.dma_engine_bytes_per_s : t.dram_bytes_per_s;
   const double latency = t.dma_setup_s + t.dram_latency_s + t.scratchpad_latency_s + t.memory_stops * t.ring_hop_s;
   // The first stage's panels come through the core's DMA engines (each capped by its
-  // request limit) before anything overlaps.
+  // request limit): the first stage takes the longer of that and its share of DRAM.
   const double first_panels = static_cast<double>(tm * p.tk + p.tk * tn) * size;
-  const double first = latency + first_panels / (engine * std::min<double>(2, std::max<std::uint32_t>(1, t.dma_engines)));
+  const double first = std::max(d, first_panels / (engine * std::min<double>(2, std::max<std::uint32_t>(1, t.dma_engines))));
+  const double body = first + (stages - 1) * (std::max(c, d) + kOverlapLoss * std::min(c, d)) + c;
   const double width = t.vector_elements_per_s > 0 ? t.vector_elements_per_s : t.clock_hz;
   const double last = static_cast<double>(tm * tn) * t.op_cycles("convert") / width +
                       t.vector_latency_cycles / t.clock_hz + latency + static_cast<double>(tm * tn) * out_size / engine;
-  return body + first + last;
+  return latency + body + last;
 }
 
 }  // namespace spyre::compiler

@@ -16,10 +16,14 @@ namespace spyre::compiler {
 double predict_pointwise_s(const PointwiseKernel& kernel, const Target& target);
 double predict_softmax_s(const SoftmaxShape& shape, const Target& target);
 
-// A GEMM under `plan` (plan_matmul's): waves of super-blocks, each as long as the
-// slower of its cores' compute (the systolic array's cycles, spyre/cost/systolic.h,
-// for every K step of its tiles) and the DRAM traffic of the super-blocks running at
-// once; plus the first panels' arrival and the last tile's conversion and store.
+// A GEMM under `plan` (plan_matmul's): a pipeline of stages (each K step of each tile of
+// each wave), a stage taking the longer of its compute (the systolic array's cycles,
+// spyre/cost/systolic.h) and its DRAM time, plus the first panels' arrival and the last
+// tile's conversion and store. The DRAM time counts the bytes as the chip charges them
+// (each panel row whole sticks, a stick shared by consecutive rows of one DMA once) and
+// is at least that of the busiest channel (the target's interleave) over the K steps
+// whose loads are in flight together: 2 buffers plus one step of skew per grid row
+// after the first.
 double predict_matmul_s(const MatmulShape& shape, const MatmulPlan& plan, const Target& target);
 
 }  // namespace spyre::compiler

@@ -34,9 +34,7 @@ std::uint64_t footprint(std::uint64_t tm, std::uint64_t tn, std::uint64_t tk, st
          (bias_size > 0 ? tn * (4 + bias_size) + 4 : 0);  // + padding that aligns the fp32 bias row
 }
 
-// Panels move in kParts pieces (by rows), so a core forwards the first piece while the
-// second is still arriving: the pipeline's start-up skew along a chain of cores halves.
-constexpr std::uint32_t kParts = 2;
+constexpr std::uint32_t kParts = kPanelPieces;
 // Token numbers: DMA loads of A / B pieces into slot s, ring transfers of A / B out of
 // slot s, the store of C.
 constexpr std::uint8_t kDmaA = 0, kDmaB = 4, kRingA = 8, kRingB = 10, kStore = 12;  // store of C[r]: 12 + r

@@ -69,6 +69,11 @@ MatmulPlan plan_matmul(const MatmulShape& shape, const Target& target);
 // against 53.7 us in lockstep; 2048^3, 4 steps: 282.0 against 297.6).
 inline constexpr std::uint64_t kRotateSteps = 4;
 
+// Panels move in this many pieces (by rows), each one DMA, so a core forwards the first
+// piece while the second is still arriving: the pipeline's start-up skew along a chain
+// of cores halves.
+inline constexpr std::uint32_t kPanelPieces = 2;
+
 
 // Arguments: 0 = A, 1 = B, 2 = C (3 = the bias, when given). Throws std::invalid_argument naming the shapes and
 // the bytes needed when no tiling fits the scratchpad.

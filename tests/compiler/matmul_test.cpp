@@ -184,12 +184,48 @@ TEST_CASE("given a plan, the predicted GEMM time follows the stage model's arith
   REQUIRE(plan.rows_per_core == 1);
   // compute: 8 x 8 folds x (64 + 14) - 1 = 4991 cycles = 4.991 us;
   // DRAM: A, B and C are 64 rows of 128 bytes (one stick each): 3 x 8192 B = 24.576 us;
-  // one stage: 24.576 + 4.991; the last tile: its conversion, 4096 values at one per
-  // cycle (no vector figures given) = 4.096 us, and its store, 8192 B = 8.192 us; the
-  // first stage's panels through the core's one engine (at the DRAM rate, no engine
-  // rate given): A and B, 2 x 8192 B = 16.384 us.
-  CHECK(compiler::predict_matmul_s(shape, plan, t) * 1e6 == Catch::Approx(24.576 + 4.991 + 4.096 + 8.192 + 16.384));
+  // one stage: its load, the longer of that DRAM time and its panels through the core's
+  // one engine (at the DRAM rate, no engine rate given: A and B, 2 x 8192 B = 16.384 us),
+  // then 4.991; the last tile: its conversion, 4096 values at one per cycle (no vector
+  // figures given) = 4.096 us, and its store, 8192 B = 8.192 us.
+  CHECK(compiler::predict_matmul_s(shape, plan, t) * 1e6 == Catch::Approx(24.576 + 4.991 + 4.096 + 8.192));
+  // K = 72: A's rows are 144 bytes, stored back to back. One DMA of 32 rows charges each
+  // stick once (a row starting in the last stick of the one before pays only the sticks
+  // after): 32 x 144 = 4608 B = 36 sticks, twice = 9216 B, not 64 rows x 2 sticks =
+  // 16384 B. B: 72 rows of 128 B = 9216 B; C 8192 B: 26.624 us of DRAM; compute
+  // 64 x (72 + 14) - 1 = 5503 cycles.
+  const compiler::MatmulShape k72{.m = 64, .n = 64, .k = 72, .dtype = isa::DType::fp16};
+  const auto plan72 = compiler::plan_matmul(k72, t);
+  REQUIRE(plan72.tk == 72);
+  CHECK(compiler::predict_matmul_s(k72, plan72, t) * 1e6 == Catch::Approx(26.624 + 5.503 + 4.096 + 8.192));
   // Unknown rates: no prediction.
   t.clock_hz = 0;
   CHECK(compiler::predict_matmul_s(shape, plan, t) == 0);
+}
+
+TEST_CASE("the predicted GEMM time charges a K step's loads to the DRAM channels they land on") {
+  // 4 channels of 0.25 GB/s, a 128-byte interleave; 64x64x256 fp16 on one core as one
+  // 64x64 tile in four K steps of 64. A's rows are 512 B apart: K step s reads 128 B of
+  // each row, all on channel s (64 x 128 = 8192 B); B's rows are 128 B apart, so each
+  // step spreads over the four (2048 B each). Loads of 2 steps are in flight at once
+  // (one grid row: 2 + 0), so channel s carries 8192 + 2 x 2048 = 12288 B per 2 steps:
+  // 6144 B per step at 0.25 GB/s = 24.576 us, against (32768 + 32768 + 8192) B / 1 GB/s
+  // / 4 steps = 18.432 us on average: the channel sets the step.
+  compiler::Target t{.cores = 1, .scratchpad_bytes = 64 << 10, .stick_bytes = 128, .core_macs_per_s = 1e9,
+                     .dram_bytes_per_s = 1e9, .array_rows = 8, .array_cols = 8, .simd_depth = {1, 1, 1, 1, 0, 0}};
+  t.clock_hz = 1e9;
+  t.dram_channels = 4;
+  t.dram_interleave_bytes = 128;
+  const compiler::MatmulShape shape{.m = 64, .n = 64, .k = 256, .dtype = isa::DType::fp16};
+  // (The plan as given; the planner would pick narrower tiles here.)
+  const compiler::MatmulPlan plan{.tm = 64, .tn = 64, .tk = 64, .super_blocks = 1};
+  // Four stages of 24.576 us of DRAM against 64 x (64 + 14) - 1 = 4991 cycles: the first
+  // stage's load (its panels through the engine take 16.384 us), three stages of
+  // 24.576 + 10% of 4.991, the last compute; the last tile's conversion and store.
+  const double stage = 24.576 + 0.1 * 4.991;
+  CHECK(compiler::predict_matmul_s(shape, plan, t) * 1e6 == Catch::Approx(24.576 + 3 * stage + 4.991 + 4.096 + 8.192));
+  // Channels unknown: the average rate.
+  t.dram_channels = 0;
+  CHECK(compiler::predict_matmul_s(shape, plan, t) * 1e6 ==
+        Catch::Approx(18.432 + 3 * (18.432 + 0.1 * 4.991) + 4.991 + 4.096 + 8.192));
 }
