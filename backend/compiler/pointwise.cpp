@@ -1,3 +1,7 @@
+// The pointwise kernel compiler. One file, about 640 lines, on purpose: the Walker
+// (which plans a tile's scratchpad registers and emits its instructions in one pass, so
+// the two cannot drift apart) and the tiling that drives it share the Form/Extent
+// helpers; split, those would become a header of internals used by exactly these two.
 #include "compiler/pointwise.h"
 #include "compiler/does_not_fit.h"
 

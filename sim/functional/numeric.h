@@ -13,6 +13,9 @@
 
 namespace spyre::sim::numeric {
 
+// Elements the bulk routines convert at a time (through an fp32 buffer on the stack).
+inline constexpr std::size_t kChunk = 2048;
+
 float fp16_to_f32(std::uint16_t h);
 std::uint16_t f32_to_fp16(float f);
 float bf16_to_f32(std::uint16_t b);
@@ -25,6 +28,7 @@ void set_half_through_dl16(bool on);
 bool half_through_dl16();
 
 // n elements of dtype `t` <-> fp32 (ints convert exactly up to 2^24; bool is 0/1).
+// (These and the scalar conversions above: convert.cpp.)
 void load_f32(isa::DType t, const std::uint8_t* src, float* dst, std::size_t n);
 void store_f32(isa::DType t, const float* src, std::uint8_t* dst, std::size_t n);
 
