@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "spyre/checked.h"
+#include "spyre/cost/channels.h"
 #include "spyre/cost/systolic.h"
 
 namespace spyre::compiler {
@@ -27,7 +28,7 @@ double streaming_s(double read, double written, double vector_elements_per_core,
 // fetched (a row starting in its last stick pays only the sticks after).
 double row_sticks(std::uint64_t rows, std::uint64_t row_bytes, std::uint64_t first, std::uint64_t pitch,
                   std::uint64_t stick, std::uint64_t per_dma, std::vector<double>* channels = nullptr,
-                  std::uint64_t granule = 0) {
+                  std::uint64_t granule = 0, bool skewed = false) {
   if (rows == 0 || row_bytes == 0) return 0;
   stick = std::max<std::uint64_t>(1, stick);
   per_dma = std::max<std::uint64_t>(1, per_dma);
@@ -39,7 +40,10 @@ double row_sticks(std::uint64_t rows, std::uint64_t row_bytes, std::uint64_t fir
     const std::uint64_t from = continues ? std::min(held_to, s1) : s0;
     bytes += s1 - from;
     if (channels != nullptr && !channels->empty() && granule > 0) {
-      for (std::uint64_t x = from; x < s1; x += stick) (*channels)[(x / granule) % channels->size()] += static_cast<double>(stick);
+      const auto n = static_cast<std::uint32_t>(channels->size());
+      for (std::uint64_t x = from; x < s1; x += stick) {
+        (*channels)[cost::dram_channel(x / granule, n, skewed)] += static_cast<double>(stick);
+      }
     }
     held_to = s1;
   }
@@ -109,24 +113,25 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   // A panel moves in kPanelPieces DMAs of rows.
   const auto half = [](std::uint64_t panel_rows) { return ceil_div(panel_rows, kPanelPieces); };
   double a_bytes = 0, b_bytes = 0;
-  // Each K step's bytes per DRAM channel (granule g on channel g mod channels).
+  // Each K step's bytes per DRAM channel (spyre/cost/channels.h).
   std::vector<std::vector<double>> per_step(steps, std::vector<double>(t.dram_channels, 0.0));
   for (std::uint64_t step = 0; step < steps; ++step) {
     const std::uint64_t k0 = step * p.tk, kk = step + 1 < steps ? p.tk : last_k;
     auto* ch = &per_step[step];
     const std::uint64_t g = t.dram_interleave_bytes;
+    const bool sk = t.dram_channels_skewed;
     if (s.a_transposed) {  // K rows of each tile's tm columns
       for (std::uint64_t i0 = 0; i0 < rows_u; i0 += tm) {
-        a_bytes += row_sticks(kk, std::min(tm, rows_u - i0) * isize, k0 * a_ld + i0 * isize, a_ld, stick_u, half(kk), ch, g);
+        a_bytes += row_sticks(kk, std::min(tm, rows_u - i0) * isize, k0 * a_ld + i0 * isize, a_ld, stick_u, half(kk), ch, g, sk);
       }
     } else {  // each of the rows, kk columns from k0
-      a_bytes += row_sticks(rows_u, kk * isize, k0 * isize, a_ld, stick_u, half(tm), ch, g);
+      a_bytes += row_sticks(rows_u, kk * isize, k0 * isize, a_ld, stick_u, half(tm), ch, g, sk);
     }
     if (s.b_transposed) {
-      b_bytes += row_sticks(cols_u, kk * isize, k0 * isize, b_ld, stick_u, half(tn), ch, g);
+      b_bytes += row_sticks(cols_u, kk * isize, k0 * isize, b_ld, stick_u, half(tn), ch, g, sk);
     } else {
       for (std::uint64_t j0 = 0; j0 < cols_u; j0 += tn) {
-        b_bytes += row_sticks(kk, std::min(tn, cols_u - j0) * isize, k0 * b_ld + j0 * isize, b_ld, stick_u, half(kk), ch, g);
+        b_bytes += row_sticks(kk, std::min(tn, cols_u - j0) * isize, k0 * b_ld + j0 * isize, b_ld, stick_u, half(kk), ch, g, sk);
       }
     }
   }
@@ -163,9 +168,10 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   const double active = static_cast<double>(std::min<std::uint64_t>(p.groups, p.super_blocks));
   // A wave's tiles are stored while the next wave loads: those stores pay the read/write
   // turnaround. The last wave's stores meet no reads, unless its two tiles per core run a
-  // K step apart (kRotateSteps): then the first tile is stored while the second loads.
+  // K step apart (kRotateSteps): then the first tile (half the wave's stores) is stored
+  // while the second loads.
   const bool rotated = p.rows_per_core == 2 && steps >= kRotateSteps;
-  const double overlap = static_cast<double>(waves - 1 + (rotated ? 1 : 0)) / static_cast<double>(waves);
+  const double overlap = (static_cast<double>(waves - 1) + (rotated ? 0.5 : 0.0)) / static_cast<double>(waves);
   const double dram = active * (a_bytes + b_bytes + c_bytes) / t.dram_bytes_per_s +
                       overlap * t.dram_turnaround_s_per_byte * std::min(active * (a_bytes + b_bytes), active * c_bytes);
   // The work is a pipeline of stages, one per K step of each tile of each wave: a

@@ -47,9 +47,11 @@ struct Target {
   std::uint32_t dma_engines = 1;
   double ring_hop_s = 0, ring_link_bytes_per_s = 0;
   std::uint32_t memory_stops = 1;
-  // DRAM channels and their interleave granule (0: unknown).
+  // DRAM channels, their interleave granule (0: unknown) and how granules map to them
+  // (spyre/cost/channels.h).
   std::uint32_t dram_channels = 0;
   std::uint64_t dram_interleave_bytes = 0;
+  bool dram_channels_skewed = false;
   double scratchpad_latency_s = 0;
 
   // MACs per PE per cycle for matmul operands of `t` (1 when unknown).

@@ -181,6 +181,16 @@ struct DmaConfig {
   }
 };
 
+// Which channel a DRAM address's interleave granule g lives on, of C channels.
+// skewed: (the sum of g's digits in base C) mod C, so each run of C granules still
+// covers every channel once, and a stride of a whole round (C granules) or of C^2 moves
+// to the next channel instead of staying on the same one; interleaved: g mod C.
+enum class ChannelMap { skewed, interleaved };
+inline const Choices<ChannelMap>& channel_map_choices() {
+  static const Choices<ChannelMap> choices = {{"skewed", ChannelMap::skewed}, {"interleaved", ChannelMap::interleaved}};
+  return choices;
+}
+
 struct MemoryConfig {
   std::uint64_t capacity_bytes = 0;
   std::uint64_t usable_bytes = 0;
@@ -189,6 +199,7 @@ struct MemoryConfig {
   double efficiency = 0;
   double latency_ns = 0;
   std::uint64_t interleave_bytes = 0;
+  ChannelMap channel_map = ChannelMap::skewed;  // optional; absent: skewed
   // Read/write turnaround (optional; absent: none): a channel's bus alternates between
   // reading and writing in batches of write_batch_bytes, each switch costing
   // turnaround_ns (docs/ARCHITECTURE.md §4).
@@ -205,6 +216,7 @@ struct MemoryConfig {
     v.real("efficiency", efficiency, kEfficiency);
     v.real("latency_ns", latency_ns, Range{0, 1e6});
     v.bytes("interleave_bytes", interleave_bytes, Range{1, 1 << 30});
+    v.choice("channel_map", channel_map, channel_map_choices(), std::optional{ChannelMap::skewed});
     v.real("turnaround_ns", turnaround_ns, Range{0, 1e6}, 0.0);
     v.bytes("write_batch_bytes", write_batch_bytes, Range{1, 1 << 30}, std::uint64_t{512});
   }

@@ -242,7 +242,11 @@ class YamlReader {
   }
 
   template <class E>
-  void choice(std::string_view key, E& out, const Choices<E>& choices) {
+  void choice(std::string_view key, E& out, const Choices<E>& choices, std::optional<E> fallback = std::nullopt) {
+    if (fallback && !node_[std::string(key)].IsDefined()) {
+      out = *fallback;
+      return;
+    }
     const YAML::Node n = scalar(key);
     for (const auto& [name, value] : choices) {
       if (n.Scalar() == name) {
@@ -338,7 +342,7 @@ class JsonWriter {
   void text(std::string_view key, const std::string& v) { out_[std::string(key)] = v; }
 
   template <class E>
-  void choice(std::string_view key, const E& v, const Choices<E>& choices) {
+  void choice(std::string_view key, const E& v, const Choices<E>& choices, std::optional<E> = std::nullopt) {
     for (const auto& [name, value] : choices) {
       if (value == v) out_[std::string(key)] = name;
     }

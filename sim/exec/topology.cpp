@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "spyre/checked.h"
+#include "spyre/cost/channels.h"
 
 namespace spyre::sim {
 
@@ -10,7 +11,8 @@ Topology::Topology(const config::ChipConfig& cfg)
     : channels_(static_cast<std::uint32_t>(cfg.memory.channels)),
       channels_per_stop_(static_cast<std::uint32_t>(cfg.memory.channels / cfg.ring.memory_stops)),
       stick_(cfg.dma.stick_bytes),
-      granule_(cfg.memory.interleave_bytes) {
+      granule_(cfg.memory.interleave_bytes),
+      skewed_(cfg.memory.channel_map == config::ChannelMap::skewed) {
   // The cores in memory_stops groups (the first n_cores % n_mem groups one larger),
   // each group followed by its memory stop.
   const auto n_cores = static_cast<std::uint32_t>(cfg.cores.count);
@@ -32,6 +34,10 @@ Topology::Path Topology::path(std::uint32_t a, std::uint32_t b) const {
   return {.clockwise = false, .hops = ccw};
 }
 
+std::uint32_t Topology::channel_of(std::uint64_t granule) const {
+  return cost::dram_channel(granule, channels_, skewed_);
+}
+
 void Topology::charge(std::uint64_t offset, std::uint64_t bytes, std::vector<std::uint64_t>& shares,
                       std::uint64_t& charged) const {
   if (bytes == 0) return;
@@ -39,22 +45,26 @@ void Topology::charge(std::uint64_t offset, std::uint64_t bytes, std::vector<std
   const std::uint64_t s1 = ceil_div(offset + bytes, stick_) * stick_;
   charged += s1 - s0;
   const std::uint64_t g0 = s0 / granule_, g1 = (s1 - 1) / granule_;
-  const std::uint64_t count = g1 - g0 + 1;
-  if (count <= 2 * std::uint64_t{channels_}) {
-    for (std::uint64_t g = g0; g <= g1; ++g) {
-      shares[g % channels_] += std::min(s1, (g + 1) * granule_) - std::max(s0, g * granule_);
-    }
+  const auto one = [&](std::uint64_t g) {
+    shares[channel_of(g)] += std::min(s1, (g + 1) * granule_) - std::max(s0, g * granule_);
+  };
+  if (g1 - g0 + 1 <= 2 * std::uint64_t{channels_}) {
+    for (std::uint64_t g = g0; g <= g1; ++g) one(g);
     return;
   }
-  // Long runs: the partial first and last granules, whole rounds, then the remainder.
-  shares[g0 % channels_] += (g0 + 1) * granule_ - s0;
-  shares[g1 % channels_] += s1 - g1 * granule_;
-  const std::uint64_t middle = count - 2;
-  const std::uint64_t rounds = middle / channels_;
-  if (rounds > 0) {
-    for (auto& s : shares) s += rounds * granule_;
+  // Long runs: the (maybe partial) first and last granules; between them whole granules
+  // one by one up to a block of `channels` aligned granules (a block covers every channel
+  // once, in either mapping), whole blocks at once, then the rest.
+  one(g0);
+  one(g1);
+  std::uint64_t g = g0 + 1;
+  for (; g < g1 && g % channels_ != 0; ++g) one(g);
+  const std::uint64_t blocks = (g1 - g) / channels_;
+  if (blocks > 0) {
+    for (auto& share : shares) share += blocks * granule_;
+    g += blocks * channels_;
   }
-  for (std::uint64_t j = 0; j < middle % channels_; ++j) shares[(g0 + 1 + j) % channels_] += granule_;
+  for (; g < g1; ++g) one(g);
 }
 
 }  // namespace spyre::sim

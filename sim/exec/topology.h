@@ -36,15 +36,18 @@ class Topology {
   };
   Path path(std::uint32_t a, std::uint32_t b) const;
 
+  // The channel of interleave granule `granule` (memory.channel_map).
+  std::uint32_t channel_of(std::uint64_t granule) const;
   // Adds the DRAM bytes the range [offset, offset + bytes) of device memory (offset
   // from the memory's base) is charged, rounded out to whole sticks, to the per-channel
-  // `shares` (granule g lives on channel g mod channels) and to `charged`.
+  // `shares` (granule g lives on channel_of(g)) and to `charged`.
   void charge(std::uint64_t offset, std::uint64_t bytes, std::vector<std::uint64_t>& shares,
               std::uint64_t& charged) const;
 
  private:
   std::uint32_t stops_ = 0, channels_ = 0, channels_per_stop_ = 1;
   std::uint64_t stick_ = 0, granule_ = 0;
+  bool skewed_ = false;
   std::vector<std::uint32_t> core_stop_, memory_stop_;
 };
 

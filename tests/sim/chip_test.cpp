@@ -629,12 +629,15 @@ TEST_CASE("given a load still waiting for DRAM, its ring links are free for a me
   chip.stop_trace(path);
   std::ifstream in(path);
   const auto trace = nlohmann::json::parse(in);
-  double send_end_us = -1;
+  // (Times from the launch's start: simulated time runs on across the tests of one process.)
+  double send_end_us = -1, launch_start_us = 0;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] == "X" && e["name"].get<std::string>().rfind("send 4.0 KiB", 0) == 0) {
       send_end_us = e["ts"].get<double>() + e["dur"].get<double>();
     }
+    if (e["ph"] == "X" && e["name"] == "flow") launch_start_us = e["ts"].get<double>();
   }
+  send_end_us -= launch_start_us;
   // The load holds link 3 for its 32 ns only as its bytes arrive, [512, 544] ns, so the
   // message crosses links 2 and 3 in [40, 72] ns. (Booked from the load's start, link 3
   // would be busy over [32, 64] and the message would arrive at 96 ns.)
@@ -656,4 +659,34 @@ TEST_CASE("given a strided innermost dimension, a DMA pays the sticks it spans, 
   const auto r = run(simulation, chip, b, {buf});
   CHECK(!r.fault);
   CHECK(r.dram_read_bytes == 4096 + 32 * 128);
+}
+
+TEST_CASE("given rows one interleave round apart, the skewed channel map spreads them and the interleaved one does not") {
+  // 4 channels of 8 B/ns, a 128-byte interleave: a round is 512 bytes. 16 rows of 128 B
+  // (64 fp16), 512 B apart, from the start of device memory: row r is granule 4r.
+  // interleaved: 4r mod 4 = 0, every row on channel 0 (2048 B, 256 ns of channel time).
+  // skewed: the base-4 digits of 4r summed mod 4 = (r mod 4 + r / 4) mod 4, so rows
+  // 0..15 land on channels 0 1 2 3 1 2 3 0 2 3 0 1 3 0 1 2: 512 B on each (64 ns).
+  for (const bool skewed : {false, true}) {
+    sim::Simulation simulation;
+    auto& chip = simulation.add_chip(ci_chip(with(round_numbers(), {"memory.channels=4", "memory.peak_gbps=64",
+                                                                    "memory.interleave_bytes=128",
+                                                                    skewed ? "memory.channel_map=skewed"
+                                                                           : "memory.channel_map=interleaved"})));
+    const auto buf = *chip.memory().allocate(8192);
+    REQUIRE(buf == chip.memory().base());
+    auto rows = load(0, 0, 0, 64);
+    rows.shape = {64, 16, 1};
+    rows.mem_stride = {1, 256, 0};
+    isa::ProgramBuilder b("rows", 1);
+    b.add(0, rows).add(0, wait_for(0));
+    const auto r = run(simulation, chip, b, {buf});
+    REQUIRE_FALSE(r.fault);
+    const auto report = chip.report(duration(r));
+    INFO((skewed ? "skewed" : "interleaved"));
+    for (std::uint32_t c = 0; c < 4; ++c) {
+      CHECK(report["dram"]["channels"][c]["bytes"] == (skewed ? 512u : c == 0 ? 2048u : 0u));
+      CHECK(report["dram"]["channels"][c]["busy_ps"] == (skewed ? 64000u : c == 0 ? 256000u : 0u));
+    }
+  }
 }
