@@ -45,8 +45,17 @@ void Topology::charge(std::uint64_t offset, std::uint64_t bytes, std::vector<std
   const std::uint64_t s1 = ceil_div(offset + bytes, stick_) * stick_;
   charged += s1 - s0;
   const std::uint64_t g0 = s0 / granule_, g1 = (s1 - 1) / granule_;
+  // A granule's channel is its block's (the aligned run of `channels` granules it is in)
+  // plus its place in the block, mod channels, in either mapping: one channel_of per block.
+  std::uint64_t block = ~std::uint64_t{0};
+  std::uint32_t first_of_block = 0;
   const auto one = [&](std::uint64_t g) {
-    shares[channel_of(g)] += std::min(s1, (g + 1) * granule_) - std::max(s0, g * granule_);
+    if (g / channels_ != block) {
+      block = g / channels_;
+      first_of_block = channel_of(block * channels_);
+    }
+    const auto c = static_cast<std::uint32_t>((first_of_block + g % channels_) % channels_);
+    shares[c] += std::min(s1, (g + 1) * granule_) - std::max(s0, g * granule_);
   };
   if (g1 - g0 + 1 <= 2 * std::uint64_t{channels_}) {
     for (std::uint64_t g = g0; g <= g1; ++g) one(g);

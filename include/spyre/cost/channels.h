@@ -14,7 +14,8 @@ namespace spyre::cost {
 // on instead of landing on the same one, as memory controllers hash higher address bits
 // into the channel. interleaved: granule mod channels.
 // (16 channels: granules 0, 16, 32 and 256 are on channels 0, 1, 2 and 1 skewed; all on
-// channel 0 interleaved.)
+// channel 0 interleaved.) In both, granule g is on (dram_channel(g - g mod channels) +
+// g mod channels) mod channels.
 constexpr std::uint32_t dram_channel(std::uint64_t granule, std::uint32_t channels, bool skewed) {
   if (channels <= 1) return 0;
   if (!skewed) return static_cast<std::uint32_t>(granule % channels);
