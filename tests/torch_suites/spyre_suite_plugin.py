@@ -2,7 +2,8 @@
 
 - Marks the tests listed in the expectations file (SPYRE_SUITE_EXPECTATIONS) as expected
   failures (strict: a test that starts passing fails the run, so the list only shrinks)
-  or as skipped, each with its reason.
+  or as skipped, each with its reason; or (kind "pass") clears PyTorch's own expected
+  failure of a test that passes on spyre, so it must pass.
 - Leaves out tests an earlier attempt already ran (SPYRE_SUITE_DONE, one node id per
   line): after a crash the runner restarts the file past the test that crashed.
 - Appends one JSON line per event to SPYRE_SUITE_LOG ({"start": id} before a test runs,
@@ -163,9 +164,9 @@ def _load_expectations(path):
             try:
                 kind, test_id, reason = (part.strip() for part in line.split("|", 2))
             except ValueError:
-                raise pytest.UsageError(f"{path}:{number}: expected 'xfail|skip | test id | reason', got {line!r}")
-            if kind not in ("xfail", "skip") or not reason:
-                raise pytest.UsageError(f"{path}:{number}: the kind is xfail or skip and the reason is not empty")
+                raise pytest.UsageError(f"{path}:{number}: expected 'xfail|skip|pass | test id | reason', got {line!r}")
+            if kind not in ("xfail", "skip", "pass") or not reason:
+                raise pytest.UsageError(f"{path}:{number}: the kind is xfail, skip or pass and the reason is not empty")
             expected[test_id] = (kind, reason)
     return expected
 
@@ -229,6 +230,8 @@ def pytest_collection_modifyitems(config, items):
             kind, reason = expected[test_id]
             if kind == "xfail":
                 item.add_marker(pytest.mark.xfail(reason=f"spyre: {reason}", strict=True, run=True))
+            elif kind == "pass":  # PyTorch expects it to fail; on spyre it must pass
+                _drop_expected_failure(item)
             else:
                 item.add_marker(pytest.mark.skip(reason=f"spyre: {reason}"))
     if dropped:
