@@ -78,7 +78,7 @@ const DeviceInfo& info(c10::DeviceIndex device) {
         d.target.dram_channels = channels.get<std::uint32_t>();
         d.target.dram_interleave_bytes = granule.get<std::uint64_t>();
         d.target.dram_channels_skewed =
-            report.value("/config/resolved/memory/channel_map"_json_pointer, nlohmann::json()) == "skewed";
+            report.value("/config/resolved/memory/channel_map"_json_pointer, nlohmann::json()) != "interleaved";
       }
       // An engine's rate with its outstanding-request limit (the chip's derived figure).
       const auto engine = report.value("/derived/dma_engine_bytes_per_s"_json_pointer, nlohmann::json());

@@ -23,20 +23,30 @@ double streaming_s(double read, double written, double vector_elements_per_core,
 }
 
 // DRAM bytes the chip charges for `rows` rows of `row_bytes` each, the first at byte
-// `first` and the rest `pitch` bytes apart, moved by DMAs of `per_dma` rows: each row
-// pays the whole sticks it spans, except those the same DMA's previous row already
-// fetched (a row starting in its last stick pays only the sticks after).
+// `first` and the rest `pitch` bytes apart, in panels of `panel_rows` rows (the last
+// maybe fewer), each moved in `pieces` DMAs split where compile_matmul splits them (row
+// P x part / pieces of a panel of P rows): each row pays the whole sticks it spans,
+// except those the same DMA's previous row already fetched (a row starting in its last
+// stick pays only the sticks after).
 double row_sticks(std::uint64_t rows, std::uint64_t row_bytes, std::uint64_t first, std::uint64_t pitch,
-                  std::uint64_t stick, std::uint64_t per_dma, std::vector<double>* channels = nullptr,
-                  std::uint64_t granule = 0, bool skewed = false) {
+                  std::uint64_t stick, std::uint64_t panel_rows, std::uint32_t pieces,
+                  std::vector<double>* channels = nullptr, std::uint64_t granule = 0, bool skewed = false) {
   if (rows == 0 || row_bytes == 0) return 0;
   stick = std::max<std::uint64_t>(1, stick);
-  per_dma = std::max<std::uint64_t>(1, per_dma);
+  panel_rows = std::max<std::uint64_t>(1, panel_rows);
+  pieces = std::max<std::uint32_t>(1, pieces);
+  const auto starts_dma = [&](std::uint64_t r) {
+    const std::uint64_t local = r % panel_rows, size = std::min(panel_rows, rows - (r - local));
+    for (std::uint32_t part = 0; part < pieces; ++part) {
+      if (local == size * part / pieces) return true;
+    }
+    return false;
+  };
   std::uint64_t bytes = 0, held_to = 0;
   for (std::uint64_t r = 0; r < rows; ++r) {
     const std::uint64_t at = first + r * pitch;
     const std::uint64_t s0 = at / stick * stick, s1 = ceil_div(at + row_bytes, stick) * stick;
-    const bool continues = r % per_dma != 0 && s0 < held_to;
+    const bool continues = !starts_dma(r) && s0 < held_to;
     const std::uint64_t from = continues ? std::min(held_to, s1) : s0;
     bytes += s1 - from;
     if (channels != nullptr && !channels->empty() && granule > 0) {
@@ -111,7 +121,7 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   const std::uint64_t b_ld = (s.ldb != 0 ? s.ldb : s.b_transposed ? s.k : s.n) * isize;
   const std::uint64_t stick_u = std::max<std::uint32_t>(1, t.stick_bytes);
   // A panel moves in kPanelPieces DMAs of rows.
-  const auto half = [](std::uint64_t panel_rows) { return ceil_div(panel_rows, kPanelPieces); };
+  constexpr std::uint32_t pieces = kPanelPieces;
   double a_bytes = 0, b_bytes = 0;
   // Each K step's bytes per DRAM channel (spyre/cost/channels.h).
   std::vector<std::vector<double>> per_step(steps, std::vector<double>(t.dram_channels, 0.0));
@@ -122,16 +132,16 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
     const bool sk = t.dram_channels_skewed;
     if (s.a_transposed) {  // K rows of each tile's tm columns
       for (std::uint64_t i0 = 0; i0 < rows_u; i0 += tm) {
-        a_bytes += row_sticks(kk, std::min(tm, rows_u - i0) * isize, k0 * a_ld + i0 * isize, a_ld, stick_u, half(kk), ch, g, sk);
+        a_bytes += row_sticks(kk, std::min(tm, rows_u - i0) * isize, k0 * a_ld + i0 * isize, a_ld, stick_u, kk, pieces, ch, g, sk);
       }
     } else {  // each of the rows, kk columns from k0
-      a_bytes += row_sticks(rows_u, kk * isize, k0 * isize, a_ld, stick_u, half(tm), ch, g, sk);
+      a_bytes += row_sticks(rows_u, kk * isize, k0 * isize, a_ld, stick_u, tm, pieces, ch, g, sk);
     }
     if (s.b_transposed) {
-      b_bytes += row_sticks(cols_u, kk * isize, k0 * isize, b_ld, stick_u, half(tn), ch, g, sk);
+      b_bytes += row_sticks(cols_u, kk * isize, k0 * isize, b_ld, stick_u, tn, pieces, ch, g, sk);
     } else {
       for (std::uint64_t j0 = 0; j0 < cols_u; j0 += tn) {
-        b_bytes += row_sticks(kk, std::min(tn, cols_u - j0) * isize, k0 * b_ld + j0 * isize, b_ld, stick_u, half(kk), ch, g, sk);
+        b_bytes += row_sticks(kk, std::min(tn, cols_u - j0) * isize, k0 * b_ld + j0 * isize, b_ld, stick_u, kk, pieces, ch, g, sk);
       }
     }
   }
@@ -162,7 +172,7 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   for (std::uint64_t j0 = 0; j0 < cols_u; j0 += tn) {
     c_bytes += row_sticks(rows_u, std::min(tn, cols_u - j0) * static_cast<std::uint64_t>(out_size),
                           j0 * static_cast<std::uint64_t>(out_size), s.n * static_cast<std::uint64_t>(out_size),
-                          stick_u, tm);
+                          stick_u, tm, 1);
   }
   const std::uint64_t waves = ceil_div(p.super_blocks, p.groups);
   const double active = static_cast<double>(std::min<std::uint64_t>(p.groups, p.super_blocks));

@@ -21,9 +21,10 @@ double predict_softmax_s(const SoftmaxShape& shape, const Target& target);
 // spyre/cost/systolic.h) and its DRAM time, plus the first panels' arrival and the last
 // tile's conversion and store. The DRAM time counts the bytes as the chip charges them
 // (each panel row whole sticks, a stick shared by consecutive rows of one DMA once) and
-// is at least that of the busiest channel (the target's interleave) over the K steps
-// whose loads are in flight together: 2 buffers plus one step of skew per grid row
-// after the first.
+// is at least that of the busiest channel (the target's interleave and channel map; an
+// upper bound: every super-block's panels are placed as the first one's) over the K
+// steps whose loads are in flight together: 2 buffers plus one step of skew per grid
+// row after the first.
 double predict_matmul_s(const MatmulShape& shape, const MatmulPlan& plan, const Target& target);
 
 }  // namespace spyre::compiler

@@ -51,7 +51,7 @@ struct Target {
   // (spyre/cost/channels.h).
   std::uint32_t dram_channels = 0;
   std::uint64_t dram_interleave_bytes = 0;
-  bool dram_channels_skewed = false;
+  bool dram_channels_skewed = true;  // (the chip's default, memory.channel_map)
   double scratchpad_latency_s = 0;
 
   // MACs per PE per cycle for matmul operands of `t` (1 when unknown).

@@ -216,6 +216,7 @@ TEST_CASE("the predicted GEMM time charges a K step's loads to the DRAM channels
   t.clock_hz = 1e9;
   t.dram_channels = 4;
   t.dram_interleave_bytes = 128;
+  t.dram_channels_skewed = false;  // memory.channel_map: interleaved
   const compiler::MatmulShape shape{.m = 64, .n = 64, .k = 256, .dtype = isa::DType::fp16};
   // (The plan as given; the planner would pick narrower tiles here.)
   const compiler::MatmulPlan plan{.tm = 64, .tn = 64, .tk = 64, .super_blocks = 1};
@@ -224,6 +225,12 @@ TEST_CASE("the predicted GEMM time charges a K step's loads to the DRAM channels
   // 24.576 + 10% of 4.991, the last compute; the last tile's conversion and store.
   const double stage = 24.576 + 0.1 * 4.991;
   CHECK(compiler::predict_matmul_s(shape, plan, t) * 1e6 == Catch::Approx(24.576 + 3 * stage + 4.991 + 4.096 + 8.192));
+  // Skewed: row r of A in step s is on channel (s + the base-4 digits of r) mod 4, so each
+  // step's A spreads evenly (2048 B a channel, as B's): 8192 B per 2 steps on each
+  // channel is 16.384 us a step, under the average 18.432 us, which sets the step.
+  t.dram_channels_skewed = true;
+  CHECK(compiler::predict_matmul_s(shape, plan, t) * 1e6 ==
+        Catch::Approx(18.432 + 3 * (18.432 + 0.1 * 4.991) + 4.991 + 4.096 + 8.192));
   // Channels unknown: the average rate.
   t.dram_channels = 0;
   CHECK(compiler::predict_matmul_s(shape, plan, t) * 1e6 ==

@@ -100,15 +100,18 @@ def _op_names(op):
 
 
 def _drop_expected_failure(item):
-    """Clears unittest's expectedFailure on a test and the functions it wraps."""
-    function = getattr(item, "obj", None)
+    """Clears unittest's expectedFailure on a test and the functions it wraps; whether
+    there was one."""
+    function, cleared = getattr(item, "obj", None), False
     for _ in range(20):
         if function is None:
             break
         function = getattr(function, "__func__", function)
         if getattr(function, "__unittest_expecting_failure__", False):
             function.__unittest_expecting_failure__ = False
+            cleared = True
         function = getattr(function, "__wrapped__", None)
+    return cleared
 
 
 def _enable_compare_cpu():
@@ -231,7 +234,9 @@ def pytest_collection_modifyitems(config, items):
             if kind == "xfail":
                 item.add_marker(pytest.mark.xfail(reason=f"spyre: {reason}", strict=True, run=True))
             elif kind == "pass":  # PyTorch expects it to fail; on spyre it must pass
-                _drop_expected_failure(item)
+                if not _drop_expected_failure(item):
+                    raise pytest.UsageError(f"expectations: 'pass | {test_id}', but PyTorch does not expect it to "
+                                            "fail (any more): delete the line")
             else:
                 item.add_marker(pytest.mark.skip(reason=f"spyre: {reason}"))
     if dropped:
