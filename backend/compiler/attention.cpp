@@ -1,0 +1,384 @@
+#include "compiler/attention.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "compiler/dma.h"
+#include "compiler/does_not_fit.h"
+#include "spyre/isa/program.h"
+
+namespace spyre::compiler {
+namespace {
+
+constexpr std::uint64_t kT = kCausalBand;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr isa::DType f32 = isa::DType::fp32;
+
+// Tokens: key and value blocks and their mask / band tiles by slot, the query rows,
+// the stores of the output and of the logsumexp.
+constexpr std::uint8_t kTokK = 0, kTokV = 2, kTokTile = 4, kTokQ = 6, kTokOut = 7, kTokLse = 8;
+std::uint16_t bit(unsigned t) { return static_cast<std::uint16_t>(1u << t); }
+
+std::uint64_t align64(std::uint64_t b) { return (b + 63) / 64 * 64; }
+
+// The scratchpad buffers of a plan, laid out once: the footprint the planner checks and
+// the addresses the code generator uses come from the same function.
+struct Layout {
+  struct Sub {
+    std::uint32_t q = 0, o = 0, out = 0, lse = 0, m[2] = {0, 0}, mu = 0, l = 0;
+    std::uint32_t mask[2] = {0, 0}, band[2] = {0, 0};
+  };
+  std::vector<Sub> sub;
+  std::uint32_t k[2] = {0, 0}, v[2] = {0, 0};
+  std::uint32_t s = 0, p = 0, mask32 = 0;
+  std::uint32_t rowmax = 0, rowsum = 0, alpha = 0, tmp = 0, zero = 0, one = 0, flag = 0;
+  std::uint64_t bytes = 0;
+};
+
+Layout layout(const AttentionShape& a, std::uint64_t bq, std::uint64_t bk, std::uint32_t subs) {
+  const std::uint64_t size = isa::dtype_size(a.dtype);
+  const std::uint64_t mask_size = a.mask ? isa::dtype_size(*a.mask) : 0;
+  Layout l;
+  std::uint64_t next = 0;
+  const auto take = [&](std::uint64_t bytes) {
+    const auto at = static_cast<std::uint32_t>(next);
+    next += align64(bytes);
+    return at;
+  };
+  for (int slot = 0; slot < 2; ++slot) {
+    l.k[slot] = take(bk * a.head_dim * size);
+    l.v[slot] = take(bk * a.value_dim * size);
+  }
+  l.sub.resize(subs);
+  for (auto& s : l.sub) {
+    s.q = take(bq * a.head_dim * size);
+    s.o = take(bq * a.value_dim * 4);
+    s.out = size == 4 ? s.o : take(bq * a.value_dim * size);
+    s.lse = take(bq * 4);
+    s.m[0] = take(bq * 4);
+    s.m[1] = take(bq * 4);
+    s.mu = take(bq * 4);
+    s.l = take(bq * 4);
+    for (int slot = 0; slot < 2; ++slot) {
+      if (a.mask) s.mask[slot] = take(bq * bk * mask_size);
+      if (a.causal) s.band[slot] = take(bq * bk * 4);
+    }
+  }
+  // Scores; also the fp32 copy of the query rows while they are scaled.
+  l.s = take(bq * std::max(bk, a.head_dim) * 4);
+  l.p = size == 4 ? l.s : take(bq * bk * size);
+  l.mask32 = a.mask && *a.mask != f32 ? take(bq * bk * 4) : 0;
+  l.rowmax = take(bq * 4);
+  l.rowsum = take(bq * 4);
+  l.alpha = take(bq * 4);
+  l.tmp = take(bq * 4);
+  l.zero = take(bq * 4);
+  l.one = take(bq * 4);
+  l.flag = take(bq);
+  l.bytes = next;
+  return l;
+}
+
+// A run of query rows of one head (or of a group's heads, when grouped): `heads` heads
+// from `head` on, positions [i0, i0 + positions) of each; the block's rows are
+// (head, position), position innermost.
+struct Rows {
+  std::uint64_t batch = 0, head = 0, i0 = 0, positions = 0, heads = 1;
+  std::uint32_t count() const { return static_cast<std::uint32_t>(positions * heads); }
+  std::uint64_t last_position() const { return i0 + positions - 1; }
+};
+
+struct Item {
+  std::uint64_t batch = 0, kv_head = 0, q_head = 0, r0 = 0, r1 = 0;  // rows [r0, r1) of the head (or group)
+  double cost = 0;
+};
+
+}  // namespace
+
+std::vector<float> attention_causal_band() {
+  std::vector<float> band(3 * kT * kT);
+  for (std::uint64_t x = 0; x < 3 * kT; ++x) {
+    for (std::uint64_t c = 0; c < kT; ++c) {
+      band[x * kT + c] = c + kT <= x ? 0.0f : -std::numeric_limits<float>::infinity();
+    }
+  }
+  return band;
+}
+
+AttentionPlan plan_attention(const AttentionShape& a, const Target& target) {
+  if (a.dtype != f32 && a.dtype != isa::DType::fp16 && a.dtype != isa::DType::bf16) {
+    throw std::invalid_argument("attention takes fp32, fp16 or bf16, found " + std::string(isa::to_string(a.dtype)));
+  }
+  if (a.batch == 0 || a.q_heads == 0 || a.kv_heads == 0 || a.q_len == 0 || a.kv_len == 0 || a.head_dim == 0 ||
+      a.value_dim == 0) {
+    throw std::invalid_argument("attention: every dimension must be positive");
+  }
+  if (a.q_heads % a.kv_heads != 0) {
+    throw std::invalid_argument("attention: " + std::to_string(a.q_heads) + " query heads do not divide into groups of " +
+                                std::to_string(a.kv_heads) + " key/value heads");
+  }
+  const std::uint64_t group = a.q_heads / a.kv_heads;
+  AttentionPlan p;
+  p.grouped = group > 1 && group * a.q_len <= kT;
+  const std::uint64_t rows = p.grouped ? group * a.q_len : a.q_len;  // rows of one head (or group)
+  const std::uint64_t units = a.batch * (p.grouped ? a.kv_heads : a.q_heads);
+  const std::uint64_t kv_cap = std::min<std::uint64_t>(a.causal ? kT : 512, a.kv_len);
+  const auto cores = std::max<std::uint32_t>(1, target.cores);
+  // The biggest query block (fewer passes over the keys), then the biggest key block
+  // (a longer K for the P V multiply), then as many query blocks per core as fit, up
+  // to the core's even share of the rows (at most 4 blocks).
+  std::uint64_t tried_q = 0;
+  for (const std::uint64_t q : {256ull, 128ull, 64ull, 32ull, 16ull, 8ull, 4ull, 2ull, 1ull}) {
+    const std::uint64_t bq = p.grouped ? rows : std::min(q, rows);
+    if (bq == tried_q) continue;
+    tried_q = bq;
+    std::uint64_t tried_k = 0;
+    for (const std::uint64_t k : {512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
+      const std::uint64_t bk = std::min(k, kv_cap);
+      if (bk == tried_k) continue;
+      tried_k = bk;
+      const std::uint64_t share = (units * rows + cores - 1) / cores;
+      const std::uint64_t blocks_per_head = (rows + bq - 1) / bq;
+      const auto want = static_cast<std::uint32_t>(
+          p.grouped ? 1 : std::clamp<std::uint64_t>((share + bq - 1) / bq, 1, std::min<std::uint64_t>(4, blocks_per_head)));
+      for (std::uint32_t subs = want; subs >= 1; --subs) {
+        if (layout(a, bq, bk, subs).bytes > target.scratchpad_bytes) continue;
+        p.block_q = bq;
+        p.block_k = bk;
+        p.sub_blocks = subs;
+        const std::uint64_t chunk = bq * subs;
+        p.items = units * ((rows + chunk - 1) / chunk);
+        p.cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(cores, p.items));
+        return p;
+      }
+    }
+  }
+  throw DoesNotFit("attention with head dims " + std::to_string(a.head_dim) + "/" + std::to_string(a.value_dim) +
+                   ": one query row and 8 keys need " + std::to_string(layout(a, 1, std::min<std::uint64_t>(8, a.kv_len), 1).bytes) +
+                   " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
+}
+
+std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Target& target, const std::string& name) {
+  const AttentionPlan p = plan_attention(a, target);
+  const std::uint64_t group = a.q_heads / a.kv_heads;
+  const std::uint64_t rows = p.grouped ? group * a.q_len : a.q_len;
+  const std::uint64_t bq = p.block_q, bk = p.block_k;
+  const Layout L = layout(a, bq, bk, p.sub_blocks);
+  const bool half = a.dtype != f32;
+  const std::uint16_t mask_arg = 5, band_arg = a.mask ? 6 : 5;
+  const auto d = static_cast<std::uint32_t>(a.head_dim), dv = static_cast<std::uint32_t>(a.value_dim);
+
+  // The work: runs of up to sub_blocks x bq rows of each head (or group), costed by the
+  // keys they see, given to the least loaded core, longest first.
+  std::vector<Item> items;
+  const std::uint64_t chunk = bq * p.sub_blocks;
+  for (std::uint64_t b = 0; b < a.batch; ++b) {
+    for (std::uint64_t h = 0; h < (p.grouped ? a.kv_heads : a.q_heads); ++h) {
+      for (std::uint64_t r0 = 0; r0 < rows; r0 += chunk) {
+        Item it{b, p.grouped ? h : h / group, p.grouped ? h * group : h, r0, std::min(rows, r0 + chunk)};
+        const std::uint64_t keys = a.causal ? std::min(a.kv_len, p.grouped ? a.q_len : it.r1) : a.kv_len;
+        it.cost = static_cast<double>(it.r1 - it.r0) * static_cast<double>(keys);
+        items.push_back(it);
+      }
+    }
+  }
+  std::vector<std::size_t> order(items.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return items[x].cost > items[y].cost; });
+  std::vector<std::vector<std::size_t>> per_core(p.cores);
+  std::vector<double> load(p.cores, 0);
+  for (const std::size_t i : order) {
+    const auto c = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    per_core[c].push_back(i);
+    load[c] += items[i].cost + 1;
+  }
+
+  const std::uint64_t out_row = a.q_heads * a.value_dim, out_batch = a.q_len * out_row;
+  isa::ProgramBuilder b(name, p.cores);
+  for (std::uint32_t core = 0; core < p.cores; ++core) {
+    auto& list = per_core[core];
+    std::sort(list.begin(), list.end());
+    const auto add = [&](const isa::Instruction& inst) { b.add(core, inst); };
+    add(isa::VFill{.dtype = f32, .dst = L.zero, .count = static_cast<std::uint32_t>(bq), .value = 0});
+    add(isa::VFill{.dtype = f32, .dst = L.one, .count = static_cast<std::uint32_t>(bq), .value = 1});
+    // v := (v == imm) ? c : v over n values.
+    const auto fix = [&](std::uint32_t v, double imm, std::uint32_t c, std::uint32_t n) {
+      add(isa::VCompare{.op = isa::CompareOp::eq, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = v,
+                        .dst = L.flag, .rows = 1, .cols = n, .imm = imm});
+      add(isa::VSelect{.dtype = f32, .cond = L.flag, .a = c, .b = v, .dst = v, .count = n});
+    };
+    for (const std::size_t index : list) {
+      const Item& it = items[index];
+      // The item's query blocks.
+      std::vector<Rows> blocks;
+      for (std::uint64_t r = it.r0; r < it.r1; r += bq) {
+        const std::uint64_t n = std::min(bq, it.r1 - r);
+        blocks.push_back(p.grouped ? Rows{it.batch, it.q_head, 0, a.q_len, group} : Rows{it.batch, it.q_head, r, n, 1});
+      }
+      std::uint64_t kv_end = a.kv_len;
+      if (a.causal) {
+        std::uint64_t last = 0;
+        for (const Rows& r : blocks) last = std::max(last, r.last_position());
+        kv_end = std::min(a.kv_len, last + 1);
+      }
+      const std::uint64_t kv_blocks = (kv_end + bk - 1) / bk;
+      // 0: the block sees none of the keys [k0, k0 + n); 1: all; 2: some (the band).
+      const auto visibility = [&](const Rows& r, std::uint64_t k0, std::uint64_t n) {
+        if (!a.causal) return 1;
+        if (k0 > r.last_position()) return 0;
+        return k0 + n - 1 <= r.i0 ? 1 : 2;
+      };
+      const auto tile_dma = [&](const Rows& r, std::uint16_t arg, isa::DType t, std::uint64_t offset,
+                                std::int64_t row_stride, std::int64_t head_stride, std::uint32_t sp, std::uint64_t n,
+                                std::uint8_t token) {
+        add(make_dma<isa::DmaLoad>(token, t, arg, offset * isa::dtype_size(t), sp,
+                                   {static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(r.positions),
+                                    static_cast<std::uint32_t>(r.heads)},
+                                   {1, row_stride, head_stride}));
+      };
+      const auto load_kv = [&](std::uint64_t j) {
+        const auto slot = static_cast<std::uint32_t>(j % 2);
+        const std::uint64_t k0 = j * bk, n = std::min(bk, kv_end - k0);
+        const auto rows_n = static_cast<std::uint32_t>(n);
+        const std::uint64_t k_off = it.batch * a.k_stride[0] + it.kv_head * a.k_stride[1] + k0 * a.k_stride[2];
+        const std::uint64_t v_off = it.batch * a.v_stride[0] + it.kv_head * a.v_stride[1] + k0 * a.v_stride[2];
+        add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokK + slot), a.dtype, 1, k_off * isa::dtype_size(a.dtype),
+                                   L.k[slot], {d, rows_n, 1}, {1, a.k_stride[2], 0}));
+        add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokV + slot), a.dtype, 2, v_off * isa::dtype_size(a.dtype),
+                                   L.v[slot], {dv, rows_n, 1}, {1, a.v_stride[2], 0}));
+        for (std::size_t s = 0; s < blocks.size(); ++s) {
+          const Rows& r = blocks[s];
+          const int vis = visibility(r, k0, n);
+          if (vis == 0) continue;
+          const auto token = static_cast<std::uint8_t>(kTokTile + slot);
+          if (a.mask) {
+            const std::uint64_t off = r.batch * a.mask_stride[0] + r.head * a.mask_stride[1] + r.i0 * a.mask_stride[2] + k0;
+            tile_dma(r, mask_arg, *a.mask, off, a.mask_stride[2], a.mask_stride[1], L.sub[s].mask[slot], n, token);
+          }
+          if (vis == 2) {
+            const std::uint64_t off = (kT + r.i0 - k0) * kT;
+            tile_dma(r, band_arg, f32, off, static_cast<std::int64_t>(kT), 0, L.sub[s].band[slot], n, token);
+          }
+        }
+      };
+      // The previous item's stores read the output buffers.
+      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokOut) | bit(kTokLse))});
+      for (std::size_t s = 0; s < blocks.size(); ++s) {
+        const Rows& r = blocks[s];
+        const std::uint64_t off = r.batch * a.q_stride[0] + r.head * a.q_stride[1] + r.i0 * a.q_stride[2];
+        add(make_dma<isa::DmaLoad>(kTokQ, a.dtype, 0, off * isa::dtype_size(a.dtype), L.sub[s].q,
+                                   {d, static_cast<std::uint32_t>(r.positions), static_cast<std::uint32_t>(r.heads)},
+                                   {1, a.q_stride[2], a.q_stride[1]}));
+      }
+      if (kv_blocks > 0) load_kv(0);
+      add(isa::Wait{.token_mask = bit(kTokQ)});
+      // Fold the scale into the query rows (once per block, in fp32, one rounding).
+      for (std::size_t s = 0; s < blocks.size(); ++s) {
+        const std::uint32_t n = blocks[s].count() * d;
+        const auto& q = L.sub[s].q;
+        if (half) add(isa::VConvert{.from = a.dtype, .to = f32, .src = q, .dst = L.s, .count = n});
+        add(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = half ? L.s : q,
+                         .dst = half ? L.s : q, .rows = 1, .cols = n, .imm = a.scale});
+        if (half) add(isa::VConvert{.from = f32, .to = a.dtype, .src = L.s, .dst = q, .count = n});
+        add(isa::VFill{.dtype = f32, .dst = L.sub[s].m[0], .count = blocks[s].count(), .value = -kInf});
+      }
+      std::vector<bool> started(blocks.size(), false);
+      std::vector<int> m_cur(blocks.size(), 0);
+      for (std::uint64_t j = 0; j < kv_blocks; ++j) {
+        const auto slot = static_cast<std::uint32_t>(j % 2);
+        const std::uint64_t k0 = j * bk;
+        const auto n = static_cast<std::uint32_t>(std::min(bk, kv_end - k0));
+        if (j + 1 < kv_blocks) load_kv(j + 1);
+        add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokK + slot) | bit(kTokTile + slot))});
+        bool v_ready = false;
+        for (std::size_t s = 0; s < blocks.size(); ++s) {
+          const Rows& r = blocks[s];
+          const int vis = visibility(r, k0, n);
+          if (vis == 0) continue;
+          const auto& sb = L.sub[s];
+          const std::uint32_t rn = r.count(), count = rn * n;
+          add(isa::Matmul{.a = sb.q, .b = L.k[slot], .c = L.s, .m = rn, .n = n, .k = d, .lda = d, .ldb = d, .ldc = n,
+                          .in = a.dtype, .out = f32, .trans_b = true});
+          if (a.mask) {
+            std::uint32_t mf = sb.mask[slot];
+            if (*a.mask != f32) {
+              add(isa::VConvert{.from = *a.mask, .to = f32, .src = mf, .dst = L.mask32, .count = count});
+              mf = L.mask32;
+            }
+            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = L.s, .b = mf, .dst = L.s, .rows = rn, .cols = n});
+          }
+          if (vis == 2) {
+            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = L.s, .b = sb.band[slot], .dst = L.s, .rows = rn,
+                             .cols = n});
+          }
+          const std::uint32_t m_old = sb.m[m_cur[s]], m_new = sb.m[1 - m_cur[s]];
+          add(isa::VReduce{.op = isa::ReduceOp::max, .in = f32, .out = f32, .axis = 1, .src = L.s, .dst = L.rowmax,
+                           .rows = rn, .cols = n});
+          add(isa::VBinary{.op = isa::BinaryOp::max, .dtype = f32, .a = m_old, .b = L.rowmax, .dst = m_new, .rows = 1, .cols = rn});
+          // The shift: the new maximum, or 0 for rows that have seen only masked keys.
+          add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = m_new, .dst = sb.mu, .count = rn});
+          fix(sb.mu, -kInf, L.zero, rn);
+          add(isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = L.s, .b = sb.mu,
+                           .dst = L.s, .rows = rn, .cols = n});
+          add(isa::VUnary{.op = isa::UnaryOp::exp, .dtype = f32, .src = L.s, .dst = L.s, .count = count});
+          if (!started[s]) {
+            add(isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = L.s, .dst = sb.l,
+                             .rows = rn, .cols = n});
+          } else {
+            add(isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = L.s, .dst = L.rowsum,
+                             .rows = rn, .cols = n});
+            // alpha = e^(m_old - shift): the old terms' correction.
+            add(isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .a = m_old, .b = sb.mu, .dst = L.alpha, .rows = 1,
+                             .cols = rn});
+            add(isa::VUnary{.op = isa::UnaryOp::exp, .dtype = f32, .src = L.alpha, .dst = L.alpha, .count = rn});
+            add(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .a = sb.l, .b = L.alpha, .dst = sb.l, .rows = 1, .cols = rn});
+            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = sb.l, .b = L.rowsum, .dst = sb.l, .rows = 1, .cols = rn});
+            add(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::col, .a = sb.o, .b = L.alpha,
+                             .dst = sb.o, .rows = rn, .cols = dv});
+          }
+          if (half) add(isa::VConvert{.from = f32, .to = a.dtype, .src = L.s, .dst = L.p, .count = count});
+          if (!v_ready) {
+            add(isa::Wait{.token_mask = bit(kTokV + slot)});
+            v_ready = true;
+          }
+          add(isa::Matmul{.a = L.p, .b = L.v[slot], .c = sb.o, .m = rn, .n = dv, .k = n, .lda = n, .ldb = dv, .ldc = dv,
+                          .in = a.dtype, .out = f32, .accumulate = started[s]});
+          started[s] = true;
+          m_cur[s] = 1 - m_cur[s];
+        }
+      }
+      // out = O / l (0 for rows that saw no key), logsumexp = shift + log l.
+      for (std::size_t s = 0; s < blocks.size(); ++s) {
+        const Rows& r = blocks[s];
+        const auto& sb = L.sub[s];
+        const std::uint32_t rn = r.count();
+        if (!started[s]) {  // (no visible key: only when causal and kv_len is 0, which is refused)
+          add(isa::VFill{.dtype = f32, .dst = sb.o, .count = rn * dv, .value = 0});
+          add(isa::VFill{.dtype = f32, .dst = sb.l, .count = rn, .value = 0});
+          add(isa::VFill{.dtype = f32, .dst = sb.mu, .count = rn, .value = 0});
+        }
+        add(isa::VUnary{.op = isa::UnaryOp::log, .dtype = f32, .src = sb.l, .dst = L.tmp, .count = rn});
+        add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = sb.mu, .b = L.tmp, .dst = sb.lse, .rows = 1, .cols = rn});
+        fix(sb.l, 0, L.one, rn);
+        add(isa::VBinary{.op = isa::BinaryOp::div, .dtype = f32, .bcast = isa::Broadcast::col, .a = sb.o, .b = sb.l,
+                         .dst = sb.o, .rows = rn, .cols = dv});
+        if (half) add(isa::VConvert{.from = f32, .to = a.dtype, .src = sb.o, .dst = sb.out, .count = rn * dv});
+        const std::uint64_t out_off = r.batch * out_batch + r.i0 * out_row + r.head * a.value_dim;
+        add(make_dma<isa::DmaStore>(kTokOut, a.dtype, 3, out_off * isa::dtype_size(a.dtype), sb.out,
+                                    {dv, static_cast<std::uint32_t>(r.positions), static_cast<std::uint32_t>(r.heads)},
+                                    {1, static_cast<std::int64_t>(out_row), static_cast<std::int64_t>(a.value_dim)}));
+        const std::uint64_t lse_off = (r.batch * a.q_heads + r.head) * a.q_len + r.i0;
+        add(make_dma<isa::DmaStore>(kTokLse, f32, 4, lse_off * 4, sb.lse,
+                                    {static_cast<std::uint32_t>(r.positions), static_cast<std::uint32_t>(r.heads), 1},
+                                    {1, static_cast<std::int64_t>(a.q_len), 0}));
+      }
+    }
+    add(isa::Wait{.token_mask = 0x1ff});
+  }
+  return b.build();
+}
+
+}  // namespace spyre::compiler

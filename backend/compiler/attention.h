@@ -1,0 +1,71 @@
+// The kernel compiler's fused attention: out = softmax(scale * Q K^T + mask) V in one
+// kernel, flash-attention style. Each core keeps a block of query rows, its running
+// row maxima m, row sums l and an fp32 output accumulator O in its scratchpad and
+// streams the key and value blocks past them (double-buffered DMA); a block's scores
+// S = Q K^T never leave the scratchpad. Per key block: m' = max(m, rowmax S),
+// P = exp(S - m'), l = l e^(m - m') + rowsum P, O = O e^(m - m') + P V; at the end
+// out = O / l and logsumexp = m + log l. Rows whose keys are all masked (-inf) give 0
+// and a logsumexp of -inf, as PyTorch's _safe_softmax does.
+//
+// Grouped-query attention (fewer key/value heads than query heads) reads each key and
+// value block once for its group: when a group's query rows fit one block, the block
+// holds all of them (rows = heads of the group x query length), as a decode step needs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/elementwise.h"
+#include "spyre/isa/isa.h"
+
+namespace spyre::compiler {
+
+struct AttentionShape {
+  std::uint64_t batch = 1, q_heads = 1, kv_heads = 1, q_len = 1, kv_len = 1;
+  std::uint64_t head_dim = 1, value_dim = 1;
+  isa::DType dtype = isa::DType::fp16;  // query, key, value and the output: fp32, fp16 or bf16
+  // Element strides {batch, head, row} of query, key and value; within a row the
+  // head_dim (value_dim) values are contiguous.
+  std::array<std::int64_t, 3> q_stride{}, k_stride{}, v_stride{};
+  double scale = 1;
+  bool causal = false;  // query i sees keys j <= i (top-left aligned, as PyTorch's is_causal)
+  // An additive mask, logically [batch, q_heads, q_len, kv_len], with element strides
+  // {batch, head, row} (0 broadcasts) and contiguous along the keys.
+  std::optional<isa::DType> mask = std::nullopt;
+  std::array<std::int64_t, 3> mask_stride{};
+};
+
+// The causal band's size: compile_attention's key and query blocks are at most this.
+inline constexpr std::uint64_t kCausalBand = 256;
+
+// The causal band (argument after the mask, when causal): 3T x T fp32 values (T =
+// kCausalBand), band[x][c] = 0 when c <= x - T, else -inf. The tile of a block whose
+// query rows start at position i0 and keys at k0 is band[T + i0 - k0 + r][c]: key
+// k0 + c is visible to query i0 + r exactly when c <= i0 - k0 + r.
+std::vector<float> attention_causal_band();
+
+// How compile_attention laid the work out (for tests and dumps).
+struct AttentionPlan {
+  std::uint64_t block_q = 0, block_k = 0;  // query rows and keys per block
+  std::uint32_t sub_blocks = 1;            // query blocks a core keeps at once, sharing each key block
+  bool grouped = false;                    // a block holds a whole group's query heads
+  std::uint64_t items = 0;                 // pieces of work (runs of query rows of one head or group)
+  std::uint32_t cores = 0;
+};
+
+// Throws DoesNotFit when not even the smallest blocks fit the scratchpad and
+// std::invalid_argument for shapes it does not take (head counts that do not divide,
+// dtypes other than fp32/fp16/bf16, empty tensors).
+AttentionPlan plan_attention(const AttentionShape& shape, const Target& target);
+
+// Arguments: 0 = query, 1 = key, 2 = value, 3 = output (contiguous [batch, q_len,
+// q_heads, value_dim], i.e. [batch, q_heads, q_len, value_dim] with the heads
+// interleaved, as flash attention lays it out), 4 = logsumexp ([batch, q_heads, q_len]
+// fp32, contiguous), then the mask when given, then the causal band when causal.
+std::vector<std::uint8_t> compile_attention(const AttentionShape& shape, const Target& target,
+                                            const std::string& name);
+
+}  // namespace spyre::compiler
