@@ -82,17 +82,17 @@ std::int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at
 
 namespace {
 
-// The causal band on a device (compiler/attention.h), uploaded once. Kept for the
+// The causal positions on a device (compiler/attention.h), uploaded once. Kept for the
 // process's life (never destroyed: no device call after the runtime has shut down).
-const at::Tensor& causal_band(c10::Device device) {
+const at::Tensor& causal_positions(c10::Device device) {
   static std::mutex mutex;
   static auto* bands = new std::map<c10::DeviceIndex, at::Tensor>();
   const std::lock_guard<std::mutex> lock(mutex);
   auto it = bands->find(device.index());
   if (it == bands->end()) {
-    std::vector<float> band = compiler::attention_causal_band();
-    const auto t = static_cast<std::int64_t>(compiler::kCausalBand);
-    at::Tensor host = at::from_blob(band.data(), {3 * t, t}, at::TensorOptions().dtype(at::kFloat));
+    std::vector<float> positions = compiler::attention_positions();
+    at::Tensor host = at::from_blob(positions.data(), {static_cast<std::int64_t>(positions.size())},
+                                    at::TensorOptions().dtype(at::kFloat));
     it = bands->emplace(device.index(), host.to(device)).first;
   }
   return it->second;
@@ -171,7 +171,7 @@ ForwardResult fused_attention(const at::Tensor& query, const at::Tensor& key, co
     s.mask_stride = {m.stride(0), m.stride(1), m.stride(2)};
     args.push_back(device_address(m));
   }
-  if (is_causal) args.push_back(device_address(causal_band(q.device())));
+  if (is_causal) args.push_back(device_address(causal_positions(q.device())));
 
   const auto strides = [](const std::array<std::int64_t, 3>& x) {
     return std::to_string(x[0]) + "," + std::to_string(x[1]) + "," + std::to_string(x[2]);
@@ -245,7 +245,7 @@ BackwardResult fused_attention_backward(const at::Tensor& grad_out, const at::Te
     scores = scores + band.to(q.device());
   }
   // Rows that saw no key have a logsumexp of -inf and probabilities 0.
-  const at::Tensor shift = logsumexp.clamp_min(std::numeric_limits<float>::lowest()).unsqueeze(-1);
+  const at::Tensor shift = logsumexp.clamp(std::numeric_limits<float>::lowest(), std::nullopt).unsqueeze(-1);
   const at::Tensor p = (scores - shift).exp();
   const at::Tensor p_in = p.to(q.scalar_type());
   at::Tensor grad_v = sum_heads(at::matmul(p_in.transpose(-2, -1), grad_out), group);

@@ -19,7 +19,7 @@ constexpr isa::DType f32 = isa::DType::fp32;
 
 // Tokens: key and value blocks and their mask / band tiles by slot, the query rows,
 // the stores of the output and of the logsumexp.
-constexpr std::uint8_t kTokK = 0, kTokV = 2, kTokTile = 4, kTokQ = 6, kTokOut = 7, kTokLse = 8;
+constexpr std::uint8_t kTokK = 0, kTokV = 2, kTokTile = 4, kTokQ = 6, kTokOut = 7, kTokLse = 8, kTokPos = 9;
 std::uint16_t bit(unsigned t) { return static_cast<std::uint16_t>(1u << t); }
 
 std::uint64_t align64(std::uint64_t b) { return (b + 63) / 64 * 64; }
@@ -29,16 +29,28 @@ std::uint64_t align64(std::uint64_t b) { return (b + 63) / 64 * 64; }
 struct Layout {
   struct Sub {
     std::uint32_t q = 0, o = 0, out = 0, lse = 0, m[2] = {0, 0}, mu = 0, l = 0;
-    std::uint32_t mask[2] = {0, 0}, band[2] = {0, 0};
+    std::uint32_t mask[2] = {0, 0};
   };
   std::vector<Sub> sub;
   std::uint32_t k[2] = {0, 0}, v[2] = {0, 0};
   std::uint32_t s = 0, p = 0, mask32 = 0;
+  // Causal: key and row positions (0, 1, ...; a grouped block's rows repeat their
+  // positions per head), a block's band tile and its comparison; with aligned blocks
+  // (below) the full diagonal tile, made once per core.
+  std::uint32_t pos_c = 0, pos_r = 0, band = 0, band_flag = 0, diag = 0;
   std::uint32_t rowmax = 0, rowsum = 0, alpha = 0, tmp = 0, zero = 0, one = 0, flag = 0;
   std::uint64_t bytes = 0;
 };
 
-Layout layout(const AttentionShape& a, std::uint64_t bq, std::uint64_t bk, std::uint32_t subs) {
+// Causal blocks are aligned when query and key blocks have one size and each query
+// block starts where a key block does: every full diagonal block then needs the same
+// band tile.
+bool aligned_band(const AttentionShape& a, bool grouped, std::uint64_t bq, std::uint64_t bk) {
+  return a.causal && !grouped && bq == bk;
+}
+
+Layout layout(const AttentionShape& a, bool grouped, std::uint64_t bq, std::uint64_t bk, std::uint32_t subs) {
+  const bool aligned = aligned_band(a, grouped, bq, bk);
   const std::uint64_t size = isa::dtype_size(a.dtype);
   const std::uint64_t mask_size = a.mask ? isa::dtype_size(*a.mask) : 0;
   Layout l;
@@ -64,10 +76,16 @@ Layout layout(const AttentionShape& a, std::uint64_t bq, std::uint64_t bk, std::
     s.l = take(bq * 4);
     for (int slot = 0; slot < 2; ++slot) {
       if (a.mask) s.mask[slot] = take(bq * bk * mask_size);
-      if (a.causal) s.band[slot] = take(bq * bk * 4);
     }
   }
   // Scores; also the fp32 copy of the query rows while they are scaled.
+  if (a.causal) {
+    l.pos_c = take(bk * 4);
+    l.pos_r = take(bq * 4);
+    l.band = take(bq * bk * 4);
+    l.band_flag = take(bq * bk);
+  }
+  if (aligned) l.diag = take(bq * bk * 4);
   l.s = take(bq * std::max(bk, a.head_dim) * 4);
   l.p = size == 4 ? l.s : take(bq * bk * size);
   l.mask32 = a.mask && *a.mask != f32 ? take(bq * bk * 4) : 0;
@@ -91,21 +109,19 @@ struct Rows {
   std::uint64_t last_position() const { return i0 + positions - 1; }
 };
 
+// A core's piece of work: query blocks of one head (or group) sharing each key block.
 struct Item {
-  std::uint64_t batch = 0, kv_head = 0, q_head = 0, r0 = 0, r1 = 0;  // rows [r0, r1) of the head (or group)
-  double cost = 0;
+  std::uint64_t batch = 0, kv_head = 0, q_head = 0;
+  std::vector<std::uint64_t> starts;  // the blocks' first rows
+  double cost = 0;                    // scores computed (rows x visible keys)
 };
 
 }  // namespace
 
-std::vector<float> attention_causal_band() {
-  std::vector<float> band(3 * kT * kT);
-  for (std::uint64_t x = 0; x < 3 * kT; ++x) {
-    for (std::uint64_t c = 0; c < kT; ++c) {
-      band[x * kT + c] = c + kT <= x ? 0.0f : -std::numeric_limits<float>::infinity();
-    }
-  }
-  return band;
+std::vector<float> attention_positions() {
+  std::vector<float> positions(kCausalBand);
+  for (std::uint64_t i = 0; i < kCausalBand; ++i) positions[i] = static_cast<float>(i);
+  return positions;
 }
 
 AttentionPlan plan_attention(const AttentionShape& a, const Target& target) {
@@ -145,7 +161,7 @@ AttentionPlan plan_attention(const AttentionShape& a, const Target& target) {
       const auto want = static_cast<std::uint32_t>(
           p.grouped ? 1 : std::clamp<std::uint64_t>((share + bq - 1) / bq, 1, std::min<std::uint64_t>(4, blocks_per_head)));
       for (std::uint32_t subs = want; subs >= 1; --subs) {
-        if (layout(a, bq, bk, subs).bytes > target.scratchpad_bytes) continue;
+        if (layout(a, p.grouped, bq, bk, subs).bytes > target.scratchpad_bytes) continue;
         p.block_q = bq;
         p.block_k = bk;
         p.sub_blocks = subs;
@@ -157,7 +173,7 @@ AttentionPlan plan_attention(const AttentionShape& a, const Target& target) {
     }
   }
   throw DoesNotFit("attention with head dims " + std::to_string(a.head_dim) + "/" + std::to_string(a.value_dim) +
-                   ": one query row and 8 keys need " + std::to_string(layout(a, 1, std::min<std::uint64_t>(8, a.kv_len), 1).bytes) +
+                   ": one query row and 8 keys need " + std::to_string(layout(a, false, 1, std::min<std::uint64_t>(8, a.kv_len), 1).bytes) +
                    " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
 }
 
@@ -166,7 +182,8 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
   const std::uint64_t group = a.q_heads / a.kv_heads;
   const std::uint64_t rows = p.grouped ? group * a.q_len : a.q_len;
   const std::uint64_t bq = p.block_q, bk = p.block_k;
-  const Layout L = layout(a, bq, bk, p.sub_blocks);
+  const Layout L = layout(a, p.grouped, bq, bk, p.sub_blocks);
+  const bool aligned = aligned_band(a, p.grouped, bq, bk);
   const bool half = a.dtype != f32;
   const std::uint16_t mask_arg = 5, band_arg = a.mask ? 6 : 5;
   const auto d = static_cast<std::uint32_t>(a.head_dim), dv = static_cast<std::uint32_t>(a.value_dim);
@@ -174,13 +191,21 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
   // The work: runs of up to sub_blocks x bq rows of each head (or group), costed by the
   // keys they see, given to the least loaded core, longest first.
   std::vector<Item> items;
-  const std::uint64_t chunk = bq * p.sub_blocks;
   for (std::uint64_t b = 0; b < a.batch; ++b) {
     for (std::uint64_t h = 0; h < (p.grouped ? a.kv_heads : a.q_heads); ++h) {
-      for (std::uint64_t r0 = 0; r0 < rows; r0 += chunk) {
-        Item it{b, p.grouped ? h : h / group, p.grouped ? h * group : h, r0, std::min(rows, r0 + chunk)};
-        const std::uint64_t keys = a.causal ? std::min(a.kv_len, p.grouped ? a.q_len : it.r1) : a.kv_len;
-        it.cost = static_cast<double>(it.r1 - it.r0) * static_cast<double>(keys);
+      // Causal blocks see more keys the later they start: an item takes blocks from
+      // both ends (first and last, second and second to last, ...), so items cost alike.
+      const std::uint64_t nb = (rows + bq - 1) / bq;
+      std::vector<std::uint64_t> order;
+      for (std::uint64_t x = 0; x < nb; ++x) order.push_back(!a.causal ? x : x % 2 == 0 ? x / 2 : nb - 1 - x / 2);
+      for (std::uint64_t x = 0; x < nb; x += p.sub_blocks) {
+        Item it{b, p.grouped ? h : h / group, p.grouped ? h * group : h, {}, 0};
+        for (std::uint64_t y = x; y < std::min(nb, x + p.sub_blocks); ++y) {
+          const std::uint64_t r0 = order[y] * bq, n = std::min(bq, rows - r0);
+          it.starts.push_back(r0);
+          const std::uint64_t keys = a.causal ? std::min(a.kv_len, p.grouped ? a.q_len : r0 + n) : a.kv_len;
+          it.cost += static_cast<double>(n) * static_cast<double>(keys);
+        }
         items.push_back(it);
       }
     }
@@ -204,6 +229,32 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
     const auto add = [&](const isa::Instruction& inst) { b.add(core, inst); };
     add(isa::VFill{.dtype = f32, .dst = L.zero, .count = static_cast<std::uint32_t>(bq), .value = 0});
     add(isa::VFill{.dtype = f32, .dst = L.one, .count = static_cast<std::uint32_t>(bq), .value = 1});
+    // The band tile of `rows` x `cols` scores whose rows start `shift` positions after
+    // their keys: column c (key) visible to row r exactly when c - r <= shift; made on
+    // the chip as log(c - r <= shift), 0 or -inf.
+    const auto make_band = [&](std::uint32_t dst, std::uint32_t rows_n, std::uint32_t cols_n, double shift) {
+      const std::uint32_t count = rows_n * cols_n;
+      add(isa::VFill{.dtype = f32, .dst = dst, .count = count, .value = 0});
+      add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = dst, .b = L.pos_c,
+                       .dst = dst, .rows = rows_n, .cols = cols_n});
+      add(isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = dst, .b = L.pos_r,
+                       .dst = dst, .rows = rows_n, .cols = cols_n});
+      add(isa::VCompare{.op = isa::CompareOp::le, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = dst,
+                        .dst = L.band_flag, .rows = rows_n, .cols = cols_n, .imm = shift});
+      add(isa::VConvert{.from = isa::DType::boolean, .to = f32, .src = L.band_flag, .dst = dst, .count = count});
+      add(isa::VUnary{.op = isa::UnaryOp::log, .dtype = f32, .src = dst, .dst = dst, .count = count});
+    };
+    if (a.causal) {
+      add(make_dma<isa::DmaLoad>(kTokPos, f32, band_arg, 0, L.pos_c, {static_cast<std::uint32_t>(bk), 1, 1}, {1, 0, 0}));
+      if (p.grouped) {  // rows (head, position): the positions once per head
+        add(make_dma<isa::DmaLoad>(kTokPos, f32, band_arg, 0, L.pos_r,
+                                   {static_cast<std::uint32_t>(a.q_len), static_cast<std::uint32_t>(group), 1}, {1, 0, 0}));
+      } else {
+        add(make_dma<isa::DmaLoad>(kTokPos, f32, band_arg, 0, L.pos_r, {static_cast<std::uint32_t>(bq), 1, 1}, {1, 0, 0}));
+      }
+      add(isa::Wait{.token_mask = bit(kTokPos)});
+      if (aligned) make_band(L.diag, static_cast<std::uint32_t>(bq), static_cast<std::uint32_t>(bk), 0);
+    }
     // v := (v == imm) ? c : v over n values.
     const auto fix = [&](std::uint32_t v, double imm, std::uint32_t c, std::uint32_t n) {
       add(isa::VCompare{.op = isa::CompareOp::eq, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = v,
@@ -214,8 +265,8 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
       const Item& it = items[index];
       // The item's query blocks.
       std::vector<Rows> blocks;
-      for (std::uint64_t r = it.r0; r < it.r1; r += bq) {
-        const std::uint64_t n = std::min(bq, it.r1 - r);
+      for (const std::uint64_t r : it.starts) {
+        const std::uint64_t n = std::min(bq, rows - r);
         blocks.push_back(p.grouped ? Rows{it.batch, it.q_head, 0, a.q_len, group} : Rows{it.batch, it.q_head, r, n, 1});
       }
       std::uint64_t kv_end = a.kv_len;
@@ -257,10 +308,6 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
           if (a.mask) {
             const std::uint64_t off = r.batch * a.mask_stride[0] + r.head * a.mask_stride[1] + r.i0 * a.mask_stride[2] + k0;
             tile_dma(r, mask_arg, *a.mask, off, a.mask_stride[2], a.mask_stride[1], L.sub[s].mask[slot], n, token);
-          }
-          if (vis == 2) {
-            const std::uint64_t off = (kT + r.i0 - k0) * kT;
-            tile_dma(r, band_arg, f32, off, static_cast<std::int64_t>(kT), 0, L.sub[s].band[slot], n, token);
           }
         }
       };
@@ -311,8 +358,12 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
             add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = L.s, .b = mf, .dst = L.s, .rows = rn, .cols = n});
           }
           if (vis == 2) {
-            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = L.s, .b = sb.band[slot], .dst = L.s, .rows = rn,
-                             .cols = n});
+            std::uint32_t band = L.diag;
+            if (!aligned || rn != bq || n != bk) {
+              make_band(L.band, rn, n, static_cast<double>(r.i0) - static_cast<double>(k0));
+              band = L.band;
+            }
+            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = L.s, .b = band, .dst = L.s, .rows = rn, .cols = n});
           }
           const std::uint32_t m_old = sb.m[m_cur[s]], m_new = sb.m[1 - m_cur[s]];
           add(isa::VReduce{.op = isa::ReduceOp::max, .in = f32, .out = f32, .axis = 1, .src = L.s, .dst = L.rowmax,
@@ -376,7 +427,7 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
                                     {1, static_cast<std::int64_t>(a.q_len), 0}));
       }
     }
-    add(isa::Wait{.token_mask = 0x1ff});
+    add(isa::Wait{.token_mask = 0x3ff});
   }
   return b.build();
 }

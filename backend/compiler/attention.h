@@ -38,14 +38,14 @@ struct AttentionShape {
   std::array<std::int64_t, 3> mask_stride{};
 };
 
-// The causal band's size: compile_attention's key and query blocks are at most this.
+// Causal blocks are at most this long (query rows and keys).
 inline constexpr std::uint64_t kCausalBand = 256;
 
-// The causal band (argument after the mask, when causal): 3T x T fp32 values (T =
-// kCausalBand), band[x][c] = 0 when c <= x - T, else -inf. The tile of a block whose
-// query rows start at position i0 and keys at k0 is band[T + i0 - k0 + r][c]: key
-// k0 + c is visible to query i0 + r exactly when c <= i0 - k0 + r.
-std::vector<float> attention_causal_band();
+// The positions argument (after the mask, when causal): kCausalBand fp32 values 0, 1,
+// 2, ... The kernel makes each block's causal band on the chip from them: key k0 + c
+// is visible to query i0 + r exactly when c - r <= i0 - k0, and log(that) (0 or -inf)
+// is added to the scores.
+std::vector<float> attention_positions();
 
 // How compile_attention laid the work out (for tests and dumps).
 struct AttentionPlan {
@@ -64,7 +64,7 @@ AttentionPlan plan_attention(const AttentionShape& shape, const Target& target);
 // Arguments: 0 = query, 1 = key, 2 = value, 3 = output (contiguous [batch, q_len,
 // q_heads, value_dim], i.e. [batch, q_heads, q_len, value_dim] with the heads
 // interleaved, as flash attention lays it out), 4 = logsumexp ([batch, q_heads, q_len]
-// fp32, contiguous), then the mask when given, then the causal band when causal.
+// fp32, contiguous), then the mask when given, then the positions when causal.
 std::vector<std::uint8_t> compile_attention(const AttentionShape& shape, const Target& target,
                                             const std::string& name);
 
