@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -19,7 +20,7 @@ constexpr isa::DType f32 = isa::DType::fp32;
 
 // Tokens: key and value blocks and their mask / band tiles by slot, the query rows,
 // the stores of the output and of the logsumexp.
-constexpr std::uint8_t kTokK = 0, kTokV = 2, kTokTile = 4, kTokQ = 6, kTokOut = 7, kTokLse = 8, kTokPos = 9;
+constexpr std::uint8_t kTokK = 0, kTokV = 2, kTokTile = 4, kTokOut = 7, kTokLse = 8, kTokPos = 9, kTokRing = 10, kTokQ = 11;
 std::uint16_t bit(unsigned t) { return static_cast<std::uint16_t>(1u << t); }
 
 std::uint64_t align64(std::uint64_t b) { return (b + 63) / 64 * 64; }
@@ -221,6 +222,49 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
     load[c] += items[i].cost + 1;
   }
 
+  // An item's query blocks, and the keys they see (a prefix: [0, kv_end)).
+  const auto blocks_of = [&](const Item& it) {
+    std::vector<Rows> blocks;
+    for (const std::uint64_t r : it.starts) {
+      const std::uint64_t n = std::min(bq, rows - r);
+      blocks.push_back(p.grouped ? Rows{it.batch, it.q_head, 0, a.q_len, group} : Rows{it.batch, it.q_head, r, n, 1});
+    }
+    return blocks;
+  };
+  const auto kv_end_of = [&](const std::vector<Rows>& blocks) {
+    if (!a.causal) return a.kv_len;
+    std::uint64_t last = 0;
+    for (const Rows& r : blocks) last = std::max(last, r.last_position());
+    return std::min(a.kv_len, last + 1);
+  };
+  // Cores with one item each whose items read the same key/value head share its blocks
+  // over the ring: block j of the prefix they all need is read from DRAM by member
+  // j mod g, which sends it to the others (the ring carries it; DRAM reads it once).
+  struct Sharing {
+    std::vector<std::uint16_t> members;  // cores, in order
+    std::uint64_t blocks = 0;            // shared key blocks: [0, blocks)
+  };
+  std::vector<Sharing> sharing(p.cores);
+  {
+    bool one_each = true;
+    for (const auto& list : per_core) one_each = one_each && list.size() == 1;
+    std::map<std::pair<std::uint64_t, std::uint64_t>, Sharing> by_head;
+    if (one_each && !p.grouped) {
+      for (std::uint32_t c = 0; c < p.cores; ++c) {
+        const Item& it = items[per_core[c][0]];
+        Sharing& g = by_head[{it.batch, it.kv_head}];
+        const std::uint64_t n = (kv_end_of(blocks_of(it)) + bk - 1) / bk;
+        g.blocks = g.members.empty() ? n : std::min(g.blocks, n);
+        g.members.push_back(static_cast<std::uint16_t>(c));
+      }
+      for (std::uint32_t c = 0; c < p.cores; ++c) {
+        const Item& it = items[per_core[c][0]];
+        const Sharing& g = by_head[{it.batch, it.kv_head}];
+        if (g.members.size() > 1) sharing[c] = g;
+      }
+    }
+  }
+
   const std::uint64_t out_row = a.q_heads * a.value_dim, out_batch = a.q_len * out_row;
   isa::ProgramBuilder b(name, p.cores);
   for (std::uint32_t core = 0; core < p.cores; ++core) {
@@ -263,19 +307,14 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
     };
     for (const std::size_t index : list) {
       const Item& it = items[index];
-      // The item's query blocks.
-      std::vector<Rows> blocks;
-      for (const std::uint64_t r : it.starts) {
-        const std::uint64_t n = std::min(bq, rows - r);
-        blocks.push_back(p.grouped ? Rows{it.batch, it.q_head, 0, a.q_len, group} : Rows{it.batch, it.q_head, r, n, 1});
-      }
-      std::uint64_t kv_end = a.kv_len;
-      if (a.causal) {
-        std::uint64_t last = 0;
-        for (const Rows& r : blocks) last = std::max(last, r.last_position());
-        kv_end = std::min(a.kv_len, last + 1);
-      }
+      const std::vector<Rows> blocks = blocks_of(it);
+      const std::uint64_t kv_end = kv_end_of(blocks);
       const std::uint64_t kv_blocks = (kv_end + bk - 1) / bk;
+      // Who reads block j from DRAM: this core, or (shared) the member whose turn it is.
+      const Sharing& share = sharing[core];
+      const auto loader = [&](std::uint64_t j) {
+        return j < share.blocks ? share.members[j % share.members.size()] : static_cast<std::uint16_t>(core);
+      };
       // 0: the block sees none of the keys [k0, k0 + n); 1: all; 2: some (the band).
       const auto visibility = [&](const Rows& r, std::uint64_t k0, std::uint64_t n) {
         if (!a.causal) return 1;
@@ -296,9 +335,9 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
         const auto rows_n = static_cast<std::uint32_t>(n);
         const std::uint64_t k_off = it.batch * a.k_stride[0] + it.kv_head * a.k_stride[1] + k0 * a.k_stride[2];
         const std::uint64_t v_off = it.batch * a.v_stride[0] + it.kv_head * a.v_stride[1] + k0 * a.v_stride[2];
-        add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokK + slot), a.dtype, 1, k_off * isa::dtype_size(a.dtype),
+        if (loader(j) == core) add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokK + slot), a.dtype, 1, k_off * isa::dtype_size(a.dtype),
                                    L.k[slot], {d, rows_n, 1}, {1, a.k_stride[2], 0}));
-        add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokV + slot), a.dtype, 2, v_off * isa::dtype_size(a.dtype),
+        if (loader(j) == core) add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokV + slot), a.dtype, 2, v_off * isa::dtype_size(a.dtype),
                                    L.v[slot], {dv, rows_n, 1}, {1, a.v_stride[2], 0}));
         for (std::size_t s = 0; s < blocks.size(); ++s) {
           const Rows& r = blocks[s];
@@ -338,7 +377,25 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
         const auto slot = static_cast<std::uint32_t>(j % 2);
         const std::uint64_t k0 = j * bk;
         const auto n = static_cast<std::uint32_t>(std::min(bk, kv_end - k0));
-        if (j + 1 < kv_blocks) load_kv(j + 1);
+        if (j + 1 < kv_blocks) {
+          add(isa::Wait{.token_mask = bit(kTokRing)});  // (the slot's last send has left)
+          load_kv(j + 1);
+        }
+        // A shared block arrives from its loader: keys and values side by side in the
+        // slot, one ring message.
+        const std::uint32_t kv_bytes = L.v[slot] - L.k[slot] + n * dv * static_cast<std::uint32_t>(isa::dtype_size(a.dtype));
+        if (j < share.blocks && loader(j) == core) {
+          add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokK + slot) | bit(kTokV + slot))});
+          for (const std::uint16_t other : share.members) {
+            if (other != core) {
+              add(isa::RingSend{.token = kTokRing, .dst_core = other, .tag = static_cast<std::uint16_t>(j),
+                                .sp_addr = L.k[slot], .bytes = kv_bytes});
+            }
+          }
+        } else if (j < share.blocks) {
+          add(isa::RingRecv{.token = kTokRing, .src_core = loader(j), .tag = static_cast<std::uint16_t>(j),
+                            .sp_addr = L.k[slot], .bytes = kv_bytes});
+        }
         add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokK + slot) | bit(kTokTile + slot))});
         bool v_ready = false;
         for (std::size_t s = 0; s < blocks.size(); ++s) {
@@ -427,7 +484,7 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
                                     {1, static_cast<std::int64_t>(a.q_len), 0}));
       }
     }
-    add(isa::Wait{.token_mask = 0x3ff});
+    add(isa::Wait{.token_mask = 0xfff});
   }
   return b.build();
 }

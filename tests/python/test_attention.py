@@ -49,6 +49,8 @@ CASES = [  # batch, q heads, kv heads, L, S, head dim, value dim, causal, mask
     (1, 8, 2, 1, 100, 64, 64, False, None),
     (1, 8, 2, 3, 100, 64, 64, True, None),
     (1, 2, 1, 5, 9, 256, 128, False, "bool"),
+    (1, 2, 2, 1024, 1024, 32, 32, True, None),  # one item per core: key blocks shared over the ring
+    (1, 4, 2, 512, 512, 32, 32, False, "float"),  # the same with grouped heads and a mask
 ]
 
 
