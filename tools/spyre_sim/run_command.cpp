@@ -126,7 +126,7 @@ Workload make_workload(const std::string& spec) {
     return {[=] { at::linear(at::gelu(at::linear(x, w1, b1), "tanh"), w2, b2); },
             2.0 * double(batch) * double(in * hidden + hidden * out)};
   }
-  if (name == "attention") {  // causal scaled-dot-product attention (PyTorch's math path)
+  if (name == "attention") {  // causal scaled-dot-product attention (the fused device kernel)
     need(0, 5);
     const std::int64_t batch = a.size() > 0 ? integer(a[0], "attention BATCH") : 1;
     const std::int64_t seq = a.size() > 1 ? integer(a[1], "attention SEQ") : 2048;
