@@ -11,9 +11,11 @@
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
+#include <ATen/ops/where.h>
 #include <c10/core/DeviceGuard.h>
 
 #include "aten/cpu_fallback.h"
+#include "aten/kernel_cache.h"
 #include "aten/pointwise.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/driver.h"
@@ -259,20 +261,29 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
 
 at::Tensor& zero(at::Tensor& self) { return fill_scalar(self, 0); }
 
-// masked_fill_ has no device kernel: on the CPU over self's storage span, so it works on
-// tensors whose elements share memory (expanded ones) as the CPU's does; the boxed
-// fallback's copy back would refuse them.
-at::Tensor& masked_fill_scalar(at::Tensor& self, const at::Tensor& mask, const c10::Scalar& value) {
-  count_fallback("aten::masked_fill_.Scalar", /*has_kernel=*/false);
-  const at::Tensor m = mask.cpu();
-  on_storage_span(self, [&](at::Tensor& view) { view.masked_fill_(m, value); });
+// masked_fill_: the device's where(mask, value, self) into self, the value in self's
+// dtype. Tensors whose elements share memory (expanded ones) and dtypes the device
+// does not compute fill on the CPU over self's storage span, as the CPU allows (the
+// boxed fallback's copy back, and the device kernel's output, may not overlap).
+at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  TORCH_CHECK(value.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+              value.dim(), " dimension(s).");
+  if (at::has_internal_overlap(self) == at::MemOverlap::Yes || !device_dtype(self.scalar_type()) ||
+      (value.device() != self.device() && !value.is_cpu()) || (mask.device() != self.device() && !mask.is_cpu())) {
+    count_fallback("aten::masked_fill_", /*has_kernel=*/false);
+    const at::Tensor m = mask.cpu(), v = value.cpu();
+    on_storage_span(self, [&](at::Tensor& view) { view.masked_fill_(m, v); });
+    return self;
+  }
+  if (self.numel() == 0) return self;
+  const at::Tensor v = value.to(self.device(), self.scalar_type());
+  at::where_out(self, mask.to(self.device()), v, self);
   return self;
 }
-at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
-  count_fallback("aten::masked_fill_.Tensor", /*has_kernel=*/false);
-  const at::Tensor m = mask.cpu(), v = value.cpu();
-  on_storage_span(self, [&](at::Tensor& view) { view.masked_fill_(m, v); });
-  return self;
+at::Tensor& masked_fill_scalar(at::Tensor& self, const at::Tensor& mask, const c10::Scalar& value) {
+  return masked_fill_tensor(self, mask, at::scalar_tensor(value, self.options().device(c10::kCPU)));
 }
 
 // kaiser_window computes through a DispatchStub that only CPU and CUDA fill: made on the

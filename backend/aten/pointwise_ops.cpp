@@ -332,6 +332,85 @@ SPYRE_COMPARE_SELF(isnan, CompareOp::ne, Value::input(0), true, false)
 SPYRE_COMPARE_SELF(logical_not, CompareOp::eq, Value::constant(0), false, false)
 #undef SPYRE_COMPARE_SELF
 
+// ---- logical and bitwise ops ---------------------------------------------------
+
+// logical_and / _or / _xor of any device dtypes, and bitwise_and / _or / _xor / _not of
+// bool tensors (generation's masks): both sides compared with 0, then the two bools
+// combined: min (and), max (or), != (xor). The result is bool, or out='s dtype.
+// Bitwise ops of integers need bit instructions the vector units do not have: CPU,
+// counted.
+enum class Logic { and_, or_, xor_ };
+
+at::Tensor logical(const char* name, Logic kind, bool bitwise, at::Tensor out, const at::Tensor& a_in,
+                   const at::Tensor& b_in) {
+  const c10::Device device = device_of({&out, &a_in, &b_in});
+  const at::Tensor a = on(a_in, device), b = on(b_in, device);
+  const auto cpu_op = [&] {
+    const at::Tensor x = cpu(a), y = cpu(b);
+    if (bitwise) return kind == Logic::and_ ? at::bitwise_and(x, y) : kind == Logic::or_ ? at::bitwise_or(x, y) : at::bitwise_xor(x, y);
+    return kind == Logic::and_ ? at::logical_and(x, y) : kind == Logic::or_ ? at::logical_or(x, y) : at::logical_xor(x, y);
+  };
+  if (bitwise && (a.scalar_type() != at::kBool || b.scalar_type() != at::kBool)) {
+    at::Tensor r = cpu_op();
+    count_fallback(name);
+    if (!out.defined()) return r.to(device);
+    at::native::resize_output(out, r.sizes());
+    return out.copy_(r);
+  }
+  if (!out.defined()) out = at::empty({0}, a.options().dtype(at::kBool).device(device));
+  at::TensorBase base = out;
+  auto iter = at::TensorIterator::comparison_op(base, a, b);
+  return finish(
+      name, iter, iter.common_dtype(), 3,
+      [&](isa::DType c) {
+        const auto boolean = isa::DType::boolean;
+        Step last = kind == Logic::xor_ ? Step::compare(CompareOp::ne, boolean, Value::step(0), Value::step(1))
+                                        : Step::binary(kind == Logic::and_ ? BinaryOp::min : BinaryOp::max, boolean,
+                                                       Value::step(0), Value::step(1));
+        return Steps{Step::compare(CompareOp::ne, c, Value::input(0), Value::constant(0)),
+                     Step::compare(CompareOp::ne, c, Value::input(1), Value::constant(0)), last};
+      },
+      cpu_op, iter.common_dtype());
+}
+
+#define SPYRE_LOGIC(fn, aten_name, kind, bitwise)                                                        \
+  at::Tensor fn(const at::Tensor& a, const at::Tensor& b) {                                              \
+    return logical("aten::" aten_name, kind, bitwise, at::Tensor(), a, b);                               \
+  }                                                                                                      \
+  at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {                      \
+    logical("aten::" aten_name ".out", kind, bitwise, out, a, b);                                        \
+    return out;                                                                                          \
+  }                                                                                                      \
+  at::Tensor& fn##_inplace(at::Tensor& a, const at::Tensor& b) {                                         \
+    logical("aten::" aten_name "_", kind, bitwise, a, a, b);                                             \
+    return a;                                                                                            \
+  }
+SPYRE_LOGIC(logical_and, "logical_and", Logic::and_, false)
+SPYRE_LOGIC(logical_or, "logical_or", Logic::or_, false)
+SPYRE_LOGIC(logical_xor, "logical_xor", Logic::xor_, false)
+SPYRE_LOGIC(bitwise_and, "bitwise_and", Logic::and_, true)
+SPYRE_LOGIC(bitwise_or, "bitwise_or", Logic::or_, true)
+SPYRE_LOGIC(bitwise_xor, "bitwise_xor", Logic::xor_, true)
+#undef SPYRE_LOGIC
+
+// bitwise_not: logical_not for bool; integers on the CPU, counted.
+at::Tensor& bitwise_not_into(const at::Tensor& self, at::Tensor& out) {
+  if (self.scalar_type() == at::kBool) {
+    compare_self("aten::bitwise_not.out", CompareOp::eq, Value::constant(0), false, out, self, cpu_logical_not);
+    return out;
+  }
+  count_fallback("aten::bitwise_not.out");
+  const at::Tensor r = at::bitwise_not(cpu(self));
+  at::native::resize_output(out, r.sizes());
+  return out.copy_(r);
+}
+at::Tensor& bitwise_not_out(const at::Tensor& self, at::Tensor& out) { return bitwise_not_into(self, out); }
+at::Tensor bitwise_not(const at::Tensor& self) {
+  at::Tensor out = at::empty({0}, self.options());
+  return bitwise_not_into(self, out);
+}
+at::Tensor& bitwise_not_(at::Tensor& self) { return bitwise_not_into(self, self); }
+
 // ---- pow with a scalar exponent ---------------------------------------------------
 
 // x ** e for the exponents models use (squares in norms, square roots, reciprocals),
@@ -389,6 +468,34 @@ at::Tensor& pow_ts_(at::Tensor& self, const c10::Scalar& exponent) {
 }
 at::Tensor& pow_ts_out(const at::Tensor& self, const c10::Scalar& exponent, at::Tensor& out) {
   pow_scalar("aten::pow.Tensor_Scalar_out", out, self, exponent);
+  return out;
+}
+
+// pow(Scalar base, Tensor exponent) (rotary embeddings' base ** (2i / d)) for a
+// positive base: exp(exponent x ln base), in fp32; other bases (0, negative: their
+// sign rules) and non-float results on the CPU, counted.
+at::Tensor pow_base(const char* name, at::TensorBase out, const c10::Scalar& base, const at::Tensor& exponent) {
+  auto iter = at::TensorIterator::binary_op(out, at::native::wrapped_scalar_tensor(base), exponent);
+  at::Tensor result(iter.output());
+  if (iter.numel() == 0) return result;
+  const bool positive = (base.isFloatingPoint() || base.isIntegral(false)) && base.toDouble() > 0;
+  const c10::ScalarType common = iter.common_dtype();
+  if (positive && at::isFloatingType(common) && device_dtype(common) && device_can_run(iter)) {
+    const isa::DType f32 = isa::DType::fp32;
+    run_pointwise(name, iter,
+                  Steps{Step::binary(BinaryOp::mul, f32, Value::input(1), Value::constant(std::log(base.toDouble()))),
+                        Step::unary(UnaryOp::exp, f32, Value::step(0))});
+  } else {
+    count_fallback(name);
+    result.copy_(at::pow(base, cpu(exponent)));
+  }
+  return result;
+}
+at::Tensor pow_st(const c10::Scalar& base, const at::Tensor& exponent) {
+  return pow_base("aten::pow.Scalar", at::TensorBase(), base, exponent);
+}
+at::Tensor& pow_st_out(const c10::Scalar& base, const at::Tensor& exponent, at::Tensor& out) {
+  pow_base("aten::pow.Scalar_out", out, base, exponent);
   return out;
 }
 
@@ -569,10 +676,33 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("isposinf.out", isposinf_out);
   m.impl("logical_not", logical_not);
   m.impl("logical_not.out", logical_not_out);
+  m.impl("logical_and", logical_and);
+  m.impl("logical_and.out", logical_and_out);
+  m.impl("logical_and_", logical_and_inplace);
+  m.impl("logical_or", logical_or);
+  m.impl("logical_or.out", logical_or_out);
+  m.impl("logical_or_", logical_or_inplace);
+  m.impl("logical_xor", logical_xor);
+  m.impl("logical_xor.out", logical_xor_out);
+  m.impl("logical_xor_", logical_xor_inplace);
+  m.impl("bitwise_and.Tensor", bitwise_and);
+  m.impl("bitwise_and.Tensor_out", bitwise_and_out);
+  m.impl("bitwise_and_.Tensor", bitwise_and_inplace);
+  m.impl("bitwise_or.Tensor", bitwise_or);
+  m.impl("bitwise_or.Tensor_out", bitwise_or_out);
+  m.impl("bitwise_or_.Tensor", bitwise_or_inplace);
+  m.impl("bitwise_xor.Tensor", bitwise_xor);
+  m.impl("bitwise_xor.Tensor_out", bitwise_xor_out);
+  m.impl("bitwise_xor_.Tensor", bitwise_xor_inplace);
+  m.impl("bitwise_not", bitwise_not);
+  m.impl("bitwise_not.out", bitwise_not_out);
+  m.impl("bitwise_not_", bitwise_not_);
   m.impl("isnan", isnan);
   m.impl("pow.Tensor_Scalar", pow_ts);
   m.impl("pow_.Scalar", pow_ts_);
   m.impl("pow.Tensor_Scalar_out", pow_ts_out);
+  m.impl("pow.Scalar", pow_st);
+  m.impl("pow.Scalar_out", pow_st_out);
 }
 
 }  // namespace spyre::backend

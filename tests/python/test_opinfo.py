@@ -25,7 +25,12 @@ NAMES = {
     "nn.functional.silu", "sigmoid", "tanh", "sin", "cos", "clamp", "sum", "mean", "amax", "amin", "softmax", "log_softmax",
     "contiguous", "to", "nn.functional.layer_norm", "any", "all",
 }
+# The LLM-inference issue's generation ops; the logic ops also in bool and int32 (bool on
+# the device; bitwise ops of integers on the CPU, counted).
+GENERATION = {"masked_fill", "__rpow__", "logical_and", "logical_or", "logical_xor", "logical_not",
+              "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
 OPS = [op for op in op_db if op.name in NAMES]
+GENERATION_OPS = [op for op in op_db if op.name in GENERATION]
 ACCUMULATING = {"mm", "bmm", "addmm", "matmul", "nn.functional.linear", "baddbmm", "addmv", "mv", "sum", "mean",
                 "softmax", "log_softmax", "nn.functional.layer_norm"}
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -49,6 +54,13 @@ def skip_reason(op, sample):
 class TestSpyreOpInfo(TestCase):
     @ops(OPS, allowed_dtypes=DTYPES)
     def test_matches_cpu(self, device, dtype, op):
+        self.compare_samples(device, dtype, op)
+
+    @ops(GENERATION_OPS, allowed_dtypes=DTYPES + (torch.bool, torch.int32))
+    def test_generation_op_matches_cpu(self, device, dtype, op):
+        self.compare_samples(device, dtype, op)
+
+    def compare_samples(self, device, dtype, op):
         key = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
         # Samples are made on the CPU (random ops on spyre would run there anyway) and
         # copied: the same values on both sides.

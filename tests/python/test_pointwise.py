@@ -276,3 +276,30 @@ def test_a_second_call_with_the_same_shapes_reuses_the_cached_kernel():
     second = dict(torch.ops.spyre.kernel_cache_stats())
     assert second["hits"] == first["hits"] + 1
     assert second["misses"] == first["misses"]
+
+
+def test_generation_mask_ops_and_scalar_base_pow_run_on_the_device():
+    # Masks combine, invert and fill on the device; rotary frequencies' base ** x too.
+    torch.manual_seed(7)
+    x = torch.randn(5, 33)
+    m, n = x > 0, x < 0.5
+    dev = x.to("spyre")
+    dm, dn = m.to("spyre"), n.to("spyre")
+    torch.spyre.reset_fallback_counts()
+    got = {
+        "and": dm & dn, "or": dm | dn, "xor": dm ^ dn, "not": ~dm,
+        "logical_and": torch.logical_and(dev, dev - 0.5), "logical_xor": torch.logical_xor(dm, dev),
+        "masked_fill": dev.masked_fill(dm, float("-inf")), "masked_fill_t": dev.masked_fill(dn, torch.tensor(2.0)),
+        "rpow": torch.pow(10000.0, dev / 64), "rpow_half": torch.pow(2.0, dev.half()),
+    }
+    assert torch.spyre.fallback_counts() == {}
+    want = {
+        "and": m & n, "or": m | n, "xor": m ^ n, "not": ~m,
+        "logical_and": torch.logical_and(x, x - 0.5), "logical_xor": torch.logical_xor(m, x),
+        "masked_fill": x.masked_fill(m, float("-inf")), "masked_fill_t": x.masked_fill(n, torch.tensor(2.0)),
+        "rpow": torch.pow(10000.0, x / 64), "rpow_half": torch.pow(2.0, x.half()),
+    }
+    for k in want:
+        assert got[k].dtype == want[k].dtype, k
+        tol = dict(atol=2e-3, rtol=2e-3) if want[k].dtype == torch.float16 else dict(atol=1e-6, rtol=2e-6)
+        torch.testing.assert_close(got[k].cpu(), want[k], **tol, msg=lambda msg: f"{k}: {msg}")
