@@ -19,7 +19,6 @@
 #include <ATen/native/transformers/attention.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/sum_to_size.h>
@@ -81,22 +80,6 @@ std::int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at
 }
 
 namespace {
-
-// The causal positions on a device (compiler/attention.h), uploaded once. Kept for the
-// process's life (never destroyed: no device call after the runtime has shut down).
-const at::Tensor& causal_positions(c10::Device device) {
-  static std::mutex mutex;
-  static auto* bands = new std::map<c10::DeviceIndex, at::Tensor>();
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = bands->find(device.index());
-  if (it == bands->end()) {
-    std::vector<float> positions = compiler::attention_positions();
-    at::Tensor host = at::from_blob(positions.data(), {static_cast<std::int64_t>(positions.size())},
-                                    at::TensorOptions().dtype(at::kFloat));
-    it = bands->emplace(device.index(), host.to(device)).first;
-  }
-  return it->second;
-}
 
 std::string hex(double x) {
   char text[32];
@@ -171,7 +154,7 @@ ForwardResult fused_attention(const at::Tensor& query, const at::Tensor& key, co
     s.mask_stride = {m.stride(0), m.stride(1), m.stride(2)};
     args.push_back(device_address(m));
   }
-  if (is_causal) args.push_back(device_address(causal_positions(q.device())));
+  if (is_causal) args.push_back(device_address(device_positions(q.device())));
 
   const auto strides = [](const std::array<std::int64_t, 3>& x) {
     return std::to_string(x[0]) + "," + std::to_string(x[1]) + "," + std::to_string(x[2]);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include <ATen/ops/arange.h>
 #include <c10/core/DeviceGuard.h>
 #include <nlohmann/json.hpp>
 
@@ -95,6 +96,18 @@ const DeviceInfo& info(c10::DeviceIndex device) {
 }  // namespace
 
 const compiler::Target& target(c10::DeviceIndex device) { return info(device).target; }
+
+const at::Tensor& device_positions(c10::Device device) {
+  static std::mutex mutex;
+  static auto* kept = new std::map<c10::DeviceIndex, at::Tensor>();  // (never destroyed: see kernel_cache.h)
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = kept->find(device.index());
+  if (it == kept->end()) {
+    const at::Tensor host = at::arange(kDevicePositions, at::TensorOptions().dtype(at::kFloat));
+    it = kept->emplace(device.index(), host.to(device)).first;
+  }
+  return it->second;
+}
 const std::string& config_hash(c10::DeviceIndex device) { return info(device).hash; }
 
 namespace {

@@ -72,6 +72,12 @@ inline std::optional<isa::DType> device_float_dtype(c10::ScalarType t) {
   return std::nullopt;
 }
 
+// kDevicePositions fp32 values 0, 1, 2, ... on `device`, uploaded once and kept for the
+// process's life: kernels that need element positions (causal attention's bands, arg
+// reductions) read them, as the vector units have no index instruction.
+inline constexpr std::int64_t kDevicePositions = 16384;
+const at::Tensor& device_positions(c10::Device device);
+
 // The compiler's view of a device (cores, scratchpad) and its config hash.
 const compiler::Target& target(c10::DeviceIndex device);
 const std::string& config_hash(c10::DeviceIndex device);

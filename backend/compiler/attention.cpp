@@ -119,12 +119,6 @@ struct Item {
 
 }  // namespace
 
-std::vector<float> attention_positions() {
-  std::vector<float> positions(kCausalBand);
-  for (std::uint64_t i = 0; i < kCausalBand; ++i) positions[i] = static_cast<float>(i);
-  return positions;
-}
-
 AttentionPlan plan_attention(const AttentionShape& a, const Target& target) {
   if (a.dtype != f32 && a.dtype != isa::DType::fp16 && a.dtype != isa::DType::bf16) {
     throw std::invalid_argument("attention takes fp32, fp16 or bf16, found " + std::string(isa::to_string(a.dtype)));

@@ -241,3 +241,23 @@ def test_a_layer_norm_row_longer_than_the_scratchpad_runs_on_the_cpu():
     y = torch.nn.functional.layer_norm(x.to("spyre"), (9_400_000,))
     torch.testing.assert_close(y.cpu(), torch.nn.functional.layer_norm(x, (9_400_000,)))
     assert torch.spyre.fallback_counts().get("aten::native_layer_norm") == 1
+
+
+def test_argmax_and_max_along_a_dim_run_on_the_device():
+    # Greedy decoding's argmax over a vocabulary row (longer than one tile), NaN first.
+    torch.manual_seed(11)
+    logits = torch.randn(3, 50000, dtype=torch.float16)
+    logits[1, 123] = float("nan")
+    logits[2, 40000] = 100  # in the third tile
+    dev = logits.to("spyre")
+    torch.spyre.reset_fallback_counts()
+    idx = dev.argmax(-1)
+    values, where = dev.max(-1, keepdim=True)
+    low = dev.argmin(dim=0)
+    assert torch.spyre.fallback_counts() == {}
+    assert idx.dtype == torch.int64 and torch.equal(idx.cpu(), logits.argmax(-1))
+    assert idx.cpu().tolist()[1:] == [123, 40000]
+    want_v, want_i = logits.max(-1, keepdim=True)
+    assert torch.equal(where.cpu(), want_i)
+    torch.testing.assert_close(values.cpu(), want_v, equal_nan=True)
+    assert torch.equal(low.cpu(), logits.argmin(dim=0))
