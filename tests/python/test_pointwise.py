@@ -303,3 +303,20 @@ def test_generation_mask_ops_and_scalar_base_pow_run_on_the_device():
         assert got[k].dtype == want[k].dtype, k
         tol = dict(atol=2e-3, rtol=2e-3) if want[k].dtype == torch.float16 else dict(atol=1e-6, rtol=2e-6)
         torch.testing.assert_close(got[k].cpu(), want[k], **tol, msg=lambda msg: f"{k}: {msg}")
+
+
+@pytest.mark.parametrize("args,dtype", [((10,), None), ((3, -7, -2), None), ((0, 40000), None), ((0, 64, 2), torch.float32),
+                                        ((5, 100, 3), torch.int32), ((0, 10), torch.bfloat16), ((-4.0, 4.0), None)])
+def test_arange_makes_integer_sequences_on_the_device(args, dtype):
+    torch.spyre.reset_fallback_counts()
+    got = torch.arange(*args, dtype=dtype, device="spyre")
+    assert torch.spyre.fallback_counts() == {}
+    want = torch.arange(*args, dtype=dtype)
+    assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+
+
+def test_arange_beyond_fp32_exact_integers_is_made_on_the_cpu():
+    torch.spyre.reset_fallback_counts()
+    for args in [(0, 1, 0.1), (0, 2 ** 25, 2 ** 20)]:
+        assert torch.equal(torch.arange(*args, device="spyre").cpu(), torch.arange(*args))
+    assert torch.spyre.fallback_counts() == {"aten::arange.start_out": 2}

@@ -1,0 +1,73 @@
+// arange on the device (torch.arange, and the position ids and rotary indices models
+// make from it): integer sequences within +-2^24, which fp32 holds exactly, in any
+// device dtype or int64 (compiler/sequence.h). Other ranges (fractional start or step,
+// larger values, float64 and the like) are made on the CPU and copied, counted.
+#include <cmath>
+
+#include <ATen/native/Resize.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "aten/cpu_fallback.h"
+#include "aten/kernel_cache.h"
+#include "compiler/sequence.h"
+#include "runtime/launch.h"
+
+namespace spyre::backend {
+namespace {
+
+constexpr const char* kName = "aten::arange.start_out";
+
+at::Tensor& arange_out(const c10::Scalar& start_s, const c10::Scalar& end_s, const c10::Scalar& step_s, at::Tensor& out) {
+  const double start = start_s.toDouble(), end = end_s.toDouble(), step = step_s.toDouble();
+  // PyTorch's checks and size (RangeFactories).
+  TORCH_CHECK(step != 0, "step must be nonzero");
+  TORCH_CHECK(std::isfinite(start) && std::isfinite(end), "unsupported range: ", start, " -> ", end);
+  TORCH_CHECK((step > 0 && end >= start) || (step < 0 && end <= start),
+              "upper bound and larger bound inconsistent with step sign");
+  const double size_d = std::ceil((end - start) / step);
+  TORCH_CHECK(size_d >= 0 && size_d <= static_cast<double>(std::numeric_limits<std::int64_t>::max()),
+              "invalid size, possible overflow?");
+  const auto size = static_cast<std::int64_t>(size_d);
+  at::native::resize_output(out, {size});
+  if (size == 0) return out;
+  const bool int64 = out.scalar_type() == at::kLong;
+  const auto dtype = device_dtype(out.scalar_type());
+  const double last = start + step * static_cast<double>(size - 1);
+  const bool exact = start == std::floor(start) && step == std::floor(step) &&
+                     std::max(std::fabs(start), std::fabs(last)) < 16777216.0;
+  if (!exact || !(int64 || (dtype && *dtype != isa::DType::boolean)) || !out.is_contiguous()) {
+    count_fallback(kName);
+    const at::Tensor cpu = at::empty({0}, out.options().device(c10::kCPU));
+    at::arange_out(const_cast<at::Tensor&>(cpu), start_s, end_s, step_s);
+    out.copy_(cpu);
+    return out;
+  }
+  compiler::ArangeShape s;
+  s.count = static_cast<std::uint64_t>(size);
+  s.start = start;
+  s.step = step;
+  s.int64 = int64;
+  s.out = int64 ? isa::DType::int32 : *dtype;
+  const c10::DeviceGuard guard(out.device());
+  char text[96];
+  std::snprintf(text, sizeof text, "|%a,%a|", start, step);
+  const std::string key = std::string(kName) + text + std::to_string(s.count) + "|" +
+                          (int64 ? std::string("int64") : std::string(isa::to_string(s.out)));
+  const at::Tensor& positions = device_positions(out.device());
+  run_cached(out.device().index(), key,
+             [&](const compiler::Target& t) {
+               return compiler::compile_arange(s, static_cast<std::uint64_t>(positions.numel()), t, kName);
+             },
+             {device_address(out), device_address(positions)}, kName,
+             Traffic{.read = 0, .written = static_cast<std::uint64_t>(out.numel() * out.element_size())});
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("arange.start_out", arange_out); }
+
+}  // namespace spyre::backend
