@@ -40,7 +40,8 @@ constexpr std::int64_t kMaxHeadDim = 256;
 
 bool float_type(c10::ScalarType t) { return t == at::kFloat || t == at::kHalf || t == at::kBFloat16; }
 
-// Why the fused kernel cannot take these inputs, or empty when it can.
+// Why the fused kernel cannot take these inputs, or empty when it can. (Symbolic sizes:
+// torch.compile traces the choice with fake tensors of dynamic shapes.)
 std::string unsupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         const std::optional<at::Tensor>& mask, double dropout_p, bool enable_gqa) {
   if (dropout_p > 0) return "dropout";
@@ -50,21 +51,23 @@ std::string unsupported(const at::Tensor& q, const at::Tensor& k, const at::Tens
     return "dtypes other than one of float32, float16 and bfloat16 for query, key and value";
   }
   if (k.device() != q.device() || v.device() != q.device()) return "tensors on different devices";
-  if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return "empty tensors";
-  if (k.size(0) != q.size(0) || v.size(0) != q.size(0) || v.size(1) != k.size(1) || v.size(2) != k.size(2) ||
-      k.size(3) != q.size(3)) {
+  if (q.sym_numel() == 0 || k.sym_numel() == 0 || v.sym_numel() == 0) return "empty tensors";
+  if (k.sym_size(0) != q.sym_size(0) || v.sym_size(0) != q.sym_size(0) || v.sym_size(1) != k.sym_size(1) ||
+      v.sym_size(2) != k.sym_size(2) || k.sym_size(3) != q.sym_size(3)) {
     return "mismatched shapes";
   }
-  if (q.size(3) > kMaxHeadDim || v.size(3) > kMaxHeadDim) return "head dims over 256";
-  if (q.size(1) != k.size(1) && (!enable_gqa || q.size(1) % k.size(1) != 0)) return "head counts that do not group";
+  if (q.sym_size(3) > kMaxHeadDim || v.sym_size(3) > kMaxHeadDim) return "head dims over 256";
+  if (q.sym_size(1) != k.sym_size(1) && (!enable_gqa || q.sym_size(1) % k.sym_size(1) != 0)) {
+    return "head counts that do not group";
+  }
   if (mask && mask->defined()) {
     const at::Tensor& m = *mask;
     if (m.device() != q.device() || m.dim() > 4 || (m.scalar_type() != at::kBool && !float_type(m.scalar_type()))) {
       return "this attention mask";
     }
     for (std::int64_t i = 1; i <= m.dim(); ++i) {
-      const std::int64_t want = i == 1 ? k.size(2) : i == 2 ? q.size(2) : i == 3 ? q.size(1) : q.size(0);
-      if (m.size(-i) != 1 && m.size(-i) != want) return "a mask that does not broadcast";
+      const c10::SymInt want = i == 1 ? k.sym_size(2) : i == 2 ? q.sym_size(2) : i == 3 ? q.sym_size(1) : q.sym_size(0);
+      if (m.sym_size(-i) != 1 && m.sym_size(-i) != want) return "a mask that does not broadcast";
     }
   }
   return {};
