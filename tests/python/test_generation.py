@@ -1,6 +1,7 @@
 """A tiny Llama-style LM (3 layers: RMSNorm, rotary embeddings, grouped-query attention
 with a KV cache, SwiGLU) generating 16 tokens greedily on spyre, eagerly and compiled,
-fp32 and fp16, with no CPU fallbacks: the generated tokens against the CPU's."""
+fp32 and fp16, with no CPU fallbacks: the generated tokens against the CPU's. A GPT-2
+block and a Llama-style block, eager and compiled, against the CPU."""
 
 import pytest
 import torch
@@ -116,3 +117,53 @@ def test_tiny_lm_generates_the_cpu_tokens_without_fallbacks(weights, dtype, comp
         if top2[0] - top2[1] <= 0.05:
             break
         assert g == w, f"step {step}: {g} != {w} (gap {float(top2[0] - top2[1]):.3f})"
+
+
+class GPT2Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.fc, self.out = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
+        heads = lambda z: z.view(b, t, HEADS, D // HEADS).transpose(1, 2)  # noqa: E731
+        a = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, D))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class LlamaBlock(nn.Module):
+    """One Block of the tiny LM over a whole sequence (its own cache)."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x):
+        cache = tuple(torch.zeros(x.shape[0], KV_HEADS, x.shape[1], D // HEADS, device=x.device, dtype=x.dtype)
+                      for _ in range(2))
+        return self.block(x, 0, cache)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("kind", [GPT2Block, LlamaBlock], ids=lambda k: k.__name__)
+def test_transformer_blocks_run_without_fallbacks(kind, dtype, compiled):
+    torch.manual_seed(1)
+    block, x = kind(), torch.randn(2, 48, D)
+    with torch.no_grad():
+        want = block(x)
+        dev = kind()
+        dev.load_state_dict(block.state_dict())
+        dev = dev.to("spyre", dtype)
+        if compiled:
+            torch._dynamo.reset()
+            dev = torch.compile(dev, backend="spyre")
+        torch.spyre.reset_fallback_counts()
+        got = dev(x.to("spyre", dtype))
+    assert torch.spyre.fallback_counts() == {}
+    tol = dict(atol=2e-4, rtol=2e-4) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(got.float().cpu(), want, **tol)
