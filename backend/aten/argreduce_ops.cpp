@@ -15,6 +15,7 @@
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
+#include "aten/out.h"
 #include "compiler/argreduce.h"
 #include "runtime/launch.h"
 
@@ -33,6 +34,7 @@ bool device_takes(const at::Tensor& self) {
 // dim is none: argmax/argmin only), in fresh tensors.
 Pair arg_extreme(const char* name, bool max, bool values, const at::Tensor& self, std::optional<std::int64_t> dim,
                  bool keepdim) {
+  TORCH_CHECK(self.dim() <= 64, "only tensors with up to 64 dims are supported");
   if (!device_takes(self) || (dim && self.size(at::maybe_wrap_dim(*dim, self.dim())) == 0)) {
     count_fallback(name);
     const at::Tensor x = self.cpu();
@@ -84,16 +86,13 @@ Pair arg_extreme(const char* name, bool max, bool values, const at::Tensor& self
   return {vals, indices};
 }
 
-void into(at::Tensor& out, const at::Tensor& result) {
-  at::native::resize_output(out, result.sizes());
-  out.copy_(result);
-}
+// PyTorch's out= rules: on the input's device, of exactly the result's dtype.
+void into(at::Tensor& out, const at::Tensor& result) { deliver(result, out, OutDtype::exact); }
 
 at::Tensor argmax(const at::Tensor& self, std::optional<std::int64_t> dim, bool keepdim) {
   return std::get<1>(arg_extreme("aten::argmax", true, false, self, dim, keepdim));
 }
 at::Tensor& argmax_out(const at::Tensor& self, std::optional<std::int64_t> dim, bool keepdim, at::Tensor& out) {
-  TORCH_CHECK(out.scalar_type() == at::kLong, "argmax: expected out of dtype Long, got ", out.scalar_type());
   into(out, std::get<1>(arg_extreme("aten::argmax.out", true, false, self, dim, keepdim)));
   return out;
 }
@@ -101,7 +100,6 @@ at::Tensor argmin(const at::Tensor& self, std::optional<std::int64_t> dim, bool 
   return std::get<1>(arg_extreme("aten::argmin", false, false, self, dim, keepdim));
 }
 at::Tensor& argmin_out(const at::Tensor& self, std::optional<std::int64_t> dim, bool keepdim, at::Tensor& out) {
-  TORCH_CHECK(out.scalar_type() == at::kLong, "argmin: expected out of dtype Long, got ", out.scalar_type());
   into(out, std::get<1>(arg_extreme("aten::argmin.out", false, false, self, dim, keepdim)));
   return out;
 }

@@ -344,19 +344,20 @@ enum class Logic { and_, or_, xor_ };
 at::Tensor logical(const char* name, Logic kind, bool bitwise, at::Tensor out, const at::Tensor& a_in,
                    const at::Tensor& b_in) {
   const c10::Device device = device_of({&out, &a_in, &b_in});
-  const at::Tensor a = on(a_in, device), b = on(b_in, device);
-  const auto cpu_op = [&] {
-    const at::Tensor x = cpu(a), y = cpu(b);
-    if (bitwise) return kind == Logic::and_ ? at::bitwise_and(x, y) : kind == Logic::or_ ? at::bitwise_or(x, y) : at::bitwise_xor(x, y);
-    return kind == Logic::and_ ? at::logical_and(x, y) : kind == Logic::or_ ? at::logical_or(x, y) : at::logical_xor(x, y);
-  };
-  if (bitwise && (a.scalar_type() != at::kBool || b.scalar_type() != at::kBool)) {
-    at::Tensor r = cpu_op();
+  if (bitwise && (a_in.scalar_type() != at::kBool || b_in.scalar_type() != at::kBool)) {
+    // On CPU copies (a scalar operand keeps its wrapped-number promotion), PyTorch's
+    // own result type and out= cast check.
     count_fallback(name);
+    const at::Tensor x = cpu(a_in), y = cpu(b_in);
+    const auto op = [&](const at::Tensor& u, const at::Tensor& v) {
+      return kind == Logic::and_ ? at::bitwise_and(u, v) : kind == Logic::or_ ? at::bitwise_or(u, v) : at::bitwise_xor(u, v);
+    };
+    at::Tensor r = op(x, y);
     if (!out.defined()) return r.to(device);
-    at::native::resize_output(out, r.sizes());
-    return out.copy_(r);
+    return deliver(r.to(device), out);
   }
+  const at::Tensor a = on(a_in, device), b = on(b_in, device);
+  if (out.defined()) check_out(out, device, at::kBool, OutDtype::any);
   if (!out.defined()) out = at::empty({0}, a.options().dtype(at::kBool).device(device));
   at::TensorBase base = out;
   auto iter = at::TensorIterator::comparison_op(base, a, b);
@@ -370,7 +371,14 @@ at::Tensor logical(const char* name, Logic kind, bool bitwise, at::Tensor out, c
         return Steps{Step::compare(CompareOp::ne, c, Value::input(0), Value::constant(0)),
                      Step::compare(CompareOp::ne, c, Value::input(1), Value::constant(0)), last};
       },
-      cpu_op, iter.common_dtype());
+      [&] {
+        const at::Tensor x = cpu(a_in), y = cpu(b_in);
+        if (bitwise) {
+          return kind == Logic::and_ ? at::bitwise_and(x, y) : kind == Logic::or_ ? at::bitwise_or(x, y) : at::bitwise_xor(x, y);
+        }
+        return kind == Logic::and_ ? at::logical_and(x, y) : kind == Logic::or_ ? at::logical_or(x, y) : at::logical_xor(x, y);
+      },
+      iter.common_dtype());
 }
 
 #define SPYRE_LOGIC(fn, aten_name, kind, bitwise)                                                        \
@@ -400,9 +408,8 @@ at::Tensor& bitwise_not_into(const at::Tensor& self, at::Tensor& out) {
     return out;
   }
   count_fallback("aten::bitwise_not.out");
-  const at::Tensor r = at::bitwise_not(cpu(self));
-  at::native::resize_output(out, r.sizes());
-  return out.copy_(r);
+  deliver(at::bitwise_not(cpu(self)).to(self.device()), out);
+  return out;
 }
 at::Tensor& bitwise_not_out(const at::Tensor& self, at::Tensor& out) { return bitwise_not_into(self, out); }
 at::Tensor bitwise_not(const at::Tensor& self) {

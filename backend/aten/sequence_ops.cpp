@@ -22,27 +22,33 @@ constexpr const char* kName = "aten::arange.start_out";
 
 at::Tensor& arange_out(const c10::Scalar& start_s, const c10::Scalar& end_s, const c10::Scalar& step_s, at::Tensor& out) {
   const double start = start_s.toDouble(), end = end_s.toDouble(), step = step_s.toDouble();
-  // PyTorch's checks and size (RangeFactories).
-  TORCH_CHECK(step != 0, "step must be nonzero");
-  TORCH_CHECK(std::isfinite(start) && std::isfinite(end), "unsupported range: ", start, " -> ", end);
-  TORCH_CHECK((step > 0 && end >= start) || (step < 0 && end <= start),
-              "upper bound and larger bound inconsistent with step sign");
-  const double size_d = std::ceil((end - start) / step);
-  TORCH_CHECK(size_d >= 0 && size_d <= static_cast<double>(std::numeric_limits<std::int64_t>::max()),
-              "invalid size, possible overflow?");
+  const bool int64 = out.scalar_type() == at::kLong;
+  const auto dtype = device_dtype(out.scalar_type());
+  const auto integer = [](double x) { return std::isfinite(x) && x == std::floor(x); };
+  bool on_device = integer(start) && integer(end) && integer(step) && step != 0 &&
+                   ((step > 0 && end >= start) || (step < 0 && end <= start)) &&
+                   (int64 || (dtype && *dtype != isa::DType::boolean));
+  // Integers: PyTorch's size, ceil((end - start) / step), and the values must be fp32-exact.
+  const double size_d = on_device ? std::ceil((end - start) / step) : 0;
+  on_device = on_device && size_d <= 16777216.0 &&
+              std::max(std::fabs(start), std::fabs(start + step * std::max(0.0, size_d - 1))) < 16777216.0;
+  if (!on_device) {
+    // PyTorch's own checks, size and values (its integer types truncate the bounds
+    // first), made on the CPU and copied, counted.
+    count_fallback(kName);
+    at::Tensor cpu = at::empty({0}, out.options().device(c10::kCPU));
+    at::arange_out(cpu, start_s, end_s, step_s);
+    at::native::resize_output(out, cpu.sizes());
+    out.copy_(cpu);
+    return out;
+  }
   const auto size = static_cast<std::int64_t>(size_d);
   at::native::resize_output(out, {size});
   if (size == 0) return out;
-  const bool int64 = out.scalar_type() == at::kLong;
-  const auto dtype = device_dtype(out.scalar_type());
-  const double last = start + step * static_cast<double>(size - 1);
-  const bool exact = start == std::floor(start) && step == std::floor(step) &&
-                     std::max(std::fabs(start), std::fabs(last)) < 16777216.0;
-  if (!exact || !(int64 || (dtype && *dtype != isa::DType::boolean)) || !out.is_contiguous()) {
-    count_fallback(kName);
-    const at::Tensor cpu = at::empty({0}, out.options().device(c10::kCPU));
-    at::arange_out(const_cast<at::Tensor&>(cpu), start_s, end_s, step_s);
-    out.copy_(cpu);
+  if (!out.is_contiguous()) {
+    at::Tensor dense = at::empty({size}, out.options());
+    arange_out(start_s, end_s, step_s, dense);
+    out.copy_(dense);
     return out;
   }
   compiler::ArangeShape s;

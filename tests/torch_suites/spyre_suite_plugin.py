@@ -52,6 +52,10 @@ COVERED_ELSEWHERE = {
     **{cell: ("float32 float64", "tests/python/test_rnn.py (no OpInfo in PyTorch; test_nn.py's LSTM and GRU tests run it)")
        for cell in ("_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
                     "_thnn_fused_gru_cell_backward")},
+    **{op: ("float32 float16 bfloat16", "tests/python/test_attention.py (reached through scaled_dot_product_attention's "
+                                         "choice of backend, not by an aten name an OpInfo carries)")
+       for op in ("_scaled_dot_product_fused_attention_overrideable",
+                  "_scaled_dot_product_fused_attention_overrideable_backward")},
     "bernoulli": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
     "dropout": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
     "normal": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
