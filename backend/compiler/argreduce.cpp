@@ -4,6 +4,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "compiler/arena.h"
 #include "compiler/dma.h"
 #include "compiler/does_not_fit.h"
 #include "spyre/isa/program.h"
@@ -15,7 +16,6 @@ constexpr isa::DType f32 = isa::DType::fp32, i32 = isa::DType::int32, i8 = isa::
 constexpr std::uint64_t kMaxTileCols = 16384;
 constexpr double kBig = 3.0e38;  // above every position
 constexpr std::uint8_t kTokIn = 0, kTokPos = 2, kTokOut = 3;
-std::uint64_t align64(std::uint64_t b) { return (b + 63) / 64 * 64; }
 
 struct Layout {
   std::uint32_t in[2] = {0, 0}, x = 0, flag = 0, nan = 0, pos = 0, big = 0, sel = 0;
@@ -26,12 +26,7 @@ struct Layout {
 
 Layout layout(const ArgReduceShape& s, std::uint64_t rows, std::uint64_t cols) {
   Layout l;
-  std::uint64_t next = 0;
-  const auto take = [&](std::uint64_t b) {
-    const auto at = static_cast<std::uint32_t>(next);
-    next += align64(b);
-    return at;
-  };
+  Arena take;
   const std::uint64_t n = rows * cols, in_size = isa::dtype_size(s.in);
   l.in[0] = take(n * in_size);
   l.in[1] = take(n * in_size);
@@ -46,7 +41,7 @@ Layout layout(const ArgReduceShape& s, std::uint64_t rows, std::uint64_t cols) {
   l.idx32 = take(rows * 4);
   l.zero = take(rows * 4);
   l.val = take(rows * in_size);
-  l.bytes = next;
+  l.bytes = take.next;
   return l;
 }
 

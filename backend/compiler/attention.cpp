@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "compiler/arena.h"
 #include "compiler/dma.h"
 #include "compiler/does_not_fit.h"
 #include "spyre/isa/program.h"
@@ -22,8 +23,6 @@ constexpr isa::DType f32 = isa::DType::fp32;
 // the stores of the output and of the logsumexp.
 constexpr std::uint8_t kTokK = 0, kTokV = 2, kTokTile = 4, kTokOut = 7, kTokLse = 8, kTokPos = 9, kTokRing = 10, kTokQ = 11;
 std::uint16_t bit(unsigned t) { return static_cast<std::uint16_t>(1u << t); }
-
-std::uint64_t align64(std::uint64_t b) { return (b + 63) / 64 * 64; }
 
 // The scratchpad buffers of a plan, laid out once: the footprint the planner checks and
 // the addresses the code generator uses come from the same function.
@@ -55,12 +54,7 @@ Layout layout(const AttentionShape& a, bool grouped, std::uint64_t bq, std::uint
   const std::uint64_t size = isa::dtype_size(a.dtype);
   const std::uint64_t mask_size = a.mask ? isa::dtype_size(*a.mask) : 0;
   Layout l;
-  std::uint64_t next = 0;
-  const auto take = [&](std::uint64_t bytes) {
-    const auto at = static_cast<std::uint32_t>(next);
-    next += align64(bytes);
-    return at;
-  };
+  Arena take;
   for (int slot = 0; slot < 2; ++slot) {
     l.k[slot] = take(bk * a.head_dim * size);
     l.v[slot] = take(bk * a.value_dim * size);
@@ -97,7 +91,7 @@ Layout layout(const AttentionShape& a, bool grouped, std::uint64_t bq, std::uint
   l.zero = take(bq * 4);
   l.one = take(bq * 4);
   l.flag = take(bq);
-  l.bytes = next;
+  l.bytes = take.next;
   return l;
 }
 

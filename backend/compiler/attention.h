@@ -42,9 +42,9 @@ struct AttentionShape {
 inline constexpr std::uint64_t kCausalBand = 256;
 
 // The positions argument (after the mask, when causal): at least kCausalBand fp32
-// values 0, 1, 2, ... The kernel makes each block's causal band on the chip from them: key k0 + c
-// is visible to query i0 + r exactly when c - r <= i0 - k0, and log(that) (0 or -inf)
-// is added to the scores.
+// values 0, 1, 2, ... The kernel makes each block's causal band on the chip from
+// them: key k0 + c is visible to query i0 + r exactly when c - r <= i0 - k0, and
+// log(that), 0 or -inf, is added to the scores.
 
 // How compile_attention laid the work out (for tests and dumps).
 struct AttentionPlan {

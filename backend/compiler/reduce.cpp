@@ -1,5 +1,6 @@
 #include "compiler/reduce.h"
 #include "compiler/does_not_fit.h"
+#include "compiler/arena.h"
 
 #include <algorithm>
 #include <array>
@@ -50,16 +51,6 @@ std::uint64_t rows_per_tile(const Bytes& bytes, std::uint64_t rows, std::uint64_
   while (ac > 1 && bytes(ac) > target.scratchpad_bytes) ac /= 2;
   return ac;
 }
-
-// Scratchpad addresses handed out in order, each buffer 64-byte aligned.
-struct Arena {
-  std::uint32_t next = 0;
-  std::uint32_t operator()(std::uint64_t b) {
-    const std::uint32_t at = next;
-    next += align(b);
-    return at;
-  }
-};
 
 // The scratchpad buffers of a row-wise kernel (softmax, layer norm), listed once: each
 // holds `per_row` bytes per row of the tile plus `fixed` bytes. The bytes a tile of r
