@@ -4,7 +4,7 @@
 // larger values, float64 and the like) are made on the CPU and copied, counted.
 #include <cmath>
 
-#include <ATen/native/Resize.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
@@ -19,6 +19,21 @@ namespace spyre::backend {
 namespace {
 
 constexpr const char* kName = "aten::arange.start_out";
+
+// As PyTorch's arange: an out tensor of `size` elements keeps its shape and strides
+// (the values go in its logical order); any other is resized to [size], with
+// PyTorch's warning when it held elements.
+void fit(at::Tensor& out, std::int64_t size) {
+  at::assert_no_internal_overlap(out);
+  if (out.numel() == size) return;
+  if (out.numel() > 0) {
+    TORCH_WARN("The number of elements in the out tensor of shape ", out.sizes(), " is ", out.numel(),
+               " which does not match the computed number of elements ", size,
+               ". Note that this may occur as a result of rounding error. The out tensor will be resized to a tensor "
+               "of shape (", size, ",).");
+  }
+  out.resize_({size});
+}
 
 at::Tensor& arange_out(const c10::Scalar& start_s, const c10::Scalar& end_s, const c10::Scalar& step_s, at::Tensor& out) {
   const double start = start_s.toDouble(), end = end_s.toDouble(), step = step_s.toDouble();
@@ -38,17 +53,17 @@ at::Tensor& arange_out(const c10::Scalar& start_s, const c10::Scalar& end_s, con
     count_fallback(kName);
     at::Tensor cpu = at::empty({0}, out.options().device(c10::kCPU));
     at::arange_out(cpu, start_s, end_s, step_s);
-    at::native::resize_output(out, cpu.sizes());
-    out.copy_(cpu);
+    fit(out, cpu.numel());
+    out.copy_(cpu.view(out.sizes()));
     return out;
   }
   const auto size = static_cast<std::int64_t>(size_d);
-  at::native::resize_output(out, {size});
+  fit(out, size);
   if (size == 0) return out;
   if (!out.is_contiguous()) {
     at::Tensor dense = at::empty({size}, out.options());
     arange_out(start_s, end_s, step_s, dense);
-    out.copy_(dense);
+    out.copy_(dense.view(out.sizes()));
     return out;
   }
   compiler::ArangeShape s;
