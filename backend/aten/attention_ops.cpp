@@ -18,6 +18,7 @@
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/SDPBackend.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/sum.h>
@@ -221,14 +222,10 @@ BackwardResult fused_attention_backward(const at::Tensor& grad_out, const at::Te
                                        at::full({}, -std::numeric_limits<double>::infinity(), scores.options()))
                            : attn_bias.to(at::kFloat));
   }
-  if (is_causal) {
-    const std::int64_t L = q.size(2), S = k.size(2);
-    at::Tensor band = at::empty({L, S}, at::TensorOptions().dtype(at::kFloat));
-    float* b = band.data_ptr<float>();
-    for (std::int64_t i = 0; i < L; ++i) {
-      for (std::int64_t j = 0; j < S; ++j) b[i * S + j] = j <= i ? 0.0f : -std::numeric_limits<float>::infinity();
-    }
-    scores = scores + band.to(q.device());
+  if (is_causal) {  // key j hidden from query i when j > i, made on the device
+    const auto positions = [&](std::int64_t n) { return at::arange(n, scores.options()); };
+    scores = scores.masked_fill(positions(k.size(2)) > positions(q.size(2)).unsqueeze(-1),
+                                -std::numeric_limits<double>::infinity());
   }
   // Rows that saw no key have a logsumexp of -inf and probabilities 0.
   const at::Tensor shift = logsumexp.clamp(std::numeric_limits<float>::lowest(), std::nullopt).unsqueeze(-1);
