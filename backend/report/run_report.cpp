@@ -202,9 +202,61 @@ std::string report_text(const json& r) {
                      e.value("dram_j", 0.0) * 1e3, e.value("ring_j", 0.0) * 1e3, e.value("scratchpad_j", 0.0) * 1e3,
                      e.value("static_j", 0.0) * 1e3);
   }
+  if (r.contains("llm") && r["llm"].is_object()) {
+    const json& g = r["llm"];
+    const auto pct = [](double bound, double t) { return t > 0 ? 100 * bound / t : 0.0; };
+    const double ttft = g.value("ttft_us", 0.0), step = g.value("decode_us_per_token", 0.0);
+    s += fmt::format("prefill              time to first token {:.3f} us (bound {:.3f} us: {:.1f}% of roofline), {} "
+                     "kernels\n",
+                     ttft, g.value("prefill_bound_us", 0.0), pct(g.value("prefill_bound_us", 0.0), ttft),
+                     g.value("prefill_kernels", 0));
+    s += fmt::format("decode               {} steps, {:.3f} us per token (bound {:.3f} us: {:.1f}% of roofline), "
+                     "{:.1f} tokens/s decoding, {:.1f} tokens/s end to end\n",
+                     g.value("decode_steps", 0), step, g.value("decode_bound_us_per_token", 0.0),
+                     pct(g.value("decode_bound_us_per_token", 0.0), step), g.value("decode_tokens_per_s", 0.0),
+                     g.value("tokens_per_s", 0.0));
+    if (g.contains("cpu_check")) {
+      s += fmt::format("CPU check            {} of {} generated tokens equal the CPU's\n",
+                       g["cpu_check"].value("equal", 0), g["cpu_check"].value("tokens", 0));
+    }
+  }
+  // Long runs (a generation: thousands of launches) print one row per kernel name.
+  const json& all = r["kernels"];
+  constexpr std::size_t kMaxRows = 60;
+  json rows = json::array();
+  if (all.size() <= kMaxRows) {
+    rows = all;
+  } else {
+    std::map<std::string, std::size_t> at;
+    for (const auto& k : all) {
+      const std::string name = k.value("name", "?");
+      const auto [it, fresh] = at.emplace(name, rows.size());
+      if (fresh) {
+        rows.push_back({{"name", name}, {"launches", 0.0}, {"time_ps", 0.0}, {"flops", 0.0}, {"bytes", 0.0},
+                        {"min_dram_bytes", 0.0}, {"bound_ps", 0.0}});
+      }
+      json& row = rows[it->second];
+      const double t = k.value("time_ps", 0.0);
+      row["launches"] = row["launches"].get<double>() + k.value("launches", 1.0);
+      row["time_ps"] = row["time_ps"].get<double>() + t;
+      row["flops"] = row["flops"].get<double>() + k.value("flops", 0.0);
+      row["bytes"] = row["bytes"].get<double>() + k.value("dram_read_bytes", 0.0) + k.value("dram_write_bytes", 0.0);
+      row["min_dram_bytes"] = row["min_dram_bytes"].get<double>() + k.value("min_dram_bytes", 0.0);
+      row["bound_ps"] = row["bound_ps"].get<double>() + k.value("roofline_fraction", 0.0) * t;
+    }
+    const double hz = m.value("time_us", 0.0) > 0 ? double(m.value("cycles", 0)) / (m.value("time_us", 0.0) * 1e-6) : 0;
+    for (json& row : rows) {
+      const double t = row["time_ps"].get<double>(), bytes = row["bytes"].get<double>();
+      row["name"] = fmt::format("{} x{}", row["name"].get<std::string>(), row["launches"].get<double>());
+      row["cycles"] = std::llround(t * 1e-12 * hz);
+      row["dram_read_bytes"] = bytes;
+      row["intensity_flop_per_byte"] = bytes > 0 ? row["flops"].get<double>() / bytes : 0.0;
+      row["roofline_fraction"] = t > 0 ? row["bound_ps"].get<double>() / t : 0.0;
+    }
+  }
   s += fmt::format("{:<22} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>9}\n", "kernel", "time us", "cycles", "GFLOP",
                    "DRAM MB", "least MB", "FLOP/B", "roofline");
-  for (const auto& k : r["kernels"]) {
+  for (const auto& k : rows) {
     s += fmt::format("{:<22} {:>10.3f} {:>10} {:>9.3f} {:>9.3f} {:>9.3f} {:>8.1f} {:>8.1f}%\n", k.value("name", "?"),
                      k.value("time_ps", 0.0) * 1e-6, k.value("cycles", 0), k.value("flops", 0.0) * 1e-9,
                      (k.value("dram_read_bytes", 0.0) + k.value("dram_write_bytes", 0.0)) * 1e-6,

@@ -13,7 +13,7 @@ import pathlib
 # torch is imported inside the functions: `import torch` itself may import this
 # package (through the entry point) while torch is still initialising.
 
-__all__ = ["configure", "library_path", "run", "report_text"]
+__all__ = ["configure", "generate", "library_path", "run", "report_text"]
 
 
 def library_path() -> pathlib.Path:
@@ -109,4 +109,4 @@ def configure(config=None, *, yaml=None, overrides=None, devices=0, mode=None) -
     )
 
 
-from .profile import report_text, run  # noqa: E402  (after the library is loaded)
+from .profile import generate, report_text, run  # noqa: E402  (after the library is loaded)

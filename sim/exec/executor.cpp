@@ -199,7 +199,13 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::VReduce& r) {
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VConvert& c) {
-  if (real(c.from) && real(c.to)) numeric::convert(c.from, c.to, sp(s) + c.src, sp(s) + c.dst, c.count);
+  if (real(c.from) && real(c.to)) {
+    numeric::convert(c.from, c.to, sp(s) + c.src, sp(s) + c.dst, c.count);
+  } else if (real(c.to)) {
+    // Without data, float values read as zeros, so integers made from them are zeros
+    // (an argmax's indices, say), never what an earlier kernel left in the scratchpad.
+    std::memset(sp(s) + c.dst, 0, std::size_t{c.count} * isa::dtype_size(c.to));
+  }
   touch(s, c.dst + std::uint64_t{c.count} * isa::dtype_size(c.to));
   return vector(s, *current_, "convert", c.count);
 }

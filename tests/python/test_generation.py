@@ -167,3 +167,58 @@ def test_transformer_blocks_run_without_fallbacks(kind, dtype, compiled):
     assert torch.spyre.fallback_counts() == {}
     tol = dict(atol=2e-4, rtol=2e-4) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
     torch.testing.assert_close(got.float().cpu(), want, **tol)
+
+
+def caches_on(device, dtype):
+    return [tuple(torch.zeros(1, KV_HEADS, CACHE, D // HEADS, device=device, dtype=dtype) for _ in range(2))
+            for _ in range(LAYERS)]
+
+
+def test_generate_reports_the_phases_of_a_users_model(weights):
+    import spyre_sim
+
+    want, _ = generate(model_on(weights, "cpu", torch.float32), "cpu", torch.float32)
+    model, caches = model_on(weights, "spyre", torch.float32), caches_on("spyre", torch.float32)
+    r = spyre_sim.generate(lambda ids, pos: model(ids, pos, caches), torch.tensor([PROMPT]), STEPS)
+    g, m = r["llm"], r["metrics"]
+    assert g["tokens"] == [want]
+    assert m["cpu_fallbacks"] == 0
+    assert g["decode_steps"] == STEPS - 1
+    assert 0 < g["prefill_bound_us"] < g["ttft_us"] < m["time_us"]
+    assert 0 < g["decode_bound_us_per_token"] < g["decode_us_per_token"]
+    # The prefill is its own run's time: a generation of one token (no decode step).
+    one = spyre_sim.generate(lambda ids, pos: model(ids, pos, caches), torch.tensor([PROMPT]), 1)
+    assert one["llm"]["tokens"] == [want[:1]] and one["llm"]["decode_steps"] == 0
+    assert one["metrics"]["time_us"] == pytest.approx(g["ttft_us"], rel=1e-9)
+    with pytest.raises(ValueError, match="token ids"):
+        spyre_sim.generate(lambda ids, pos: model(ids, pos, caches), torch.tensor(PROMPT), 2)
+
+
+NO_DATA_SCRIPT = r"""
+import sys, torch, spyre_sim
+sys.path.insert(0, {tests!r})
+import test_generation as t
+spyre_sim.configure(mode="no-data")
+with torch.device("meta"):
+    model = t.TinyLM().half()
+model = model.to_empty(device="spyre")
+caches = t.caches_on("spyre", torch.float16)
+r = spyre_sim.generate(lambda ids, pos: model(ids, pos, caches), torch.tensor([t.PROMPT]), 4)
+print(r["llm"]["tokens"], r["metrics"]["cpu_fallbacks"], r["llm"]["ttft_us"] > 0, r["llm"]["decode_us_per_token"] > 0)
+"""
+
+
+def test_a_model_made_on_meta_generates_on_a_device_without_data(tmp_path):
+    # Timing-only: the model's parameters are allocated on the device and never written
+    # (to_empty); float values are not computed and read as zeros, so argmax picks token
+    # 0 every step; the integer tokens themselves are real data.
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    tests = str(pathlib.Path(__file__).resolve().parent)
+    p = subprocess.run([sys.executable, "-c", NO_DATA_SCRIPT.format(tests=tests)], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "SPYRE_SIM_DEVICES": "1"})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[-2] == "[[0, 0, 0, 0]] 0 True True"

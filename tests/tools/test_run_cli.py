@@ -327,3 +327,47 @@ def test_calibrate_prints_rows_as_json_and_refuses_an_empty_selection():
     assert row["model"] == pytest.approx(149.5, rel=0.01) and row["reference"] == 150 and row["pass"]
     r = spyre_sim("calibrate", "--only", "no such row")
     assert r.returncode == 2 and "no calibration row left" in r.stderr
+
+
+def test_no_data_mode_gives_the_timed_cycles_and_traffic():
+    # Workloads whose addresses do not depend on values: an MLP, an attention layer, a
+    # transformer block and an LLM's prefill (gen=1: the prefill's token only).
+    for workload in ("mlp:64,256,512,256", "attention:1,128,4,64", "block:64,128,4,256",
+                     "llm:layers=2,dim=128,heads=4,kv_heads=2,ffn=256,vocab=512,prompt=32,gen=1"):
+        timed = report("--workload", workload, "--config", CI)["metrics"]
+        no_data = report("--workload", workload, "--config", CI, "--mode", "no-data")["metrics"]
+        for metric in ("cycles", "kernels", "dram_read_bytes", "dram_write_bytes", "ring_link_bytes", "macs"):
+            assert no_data[metric] == timed[metric], (workload, metric)
+
+
+LLM = "llm:layers=2,dim=128,heads=4,kv_heads=2,ffn=256,vocab=512,prompt=24,gen=6"
+
+
+def test_llm_generates_the_cpus_tokens_and_reports_each_phase():
+    for extra in (",dtype=fp32,check=cpu", ",dtype=fp32,batch=3,check=cpu"):
+        j = report("--workload", LLM + extra, "--config", CI)
+        g, m = j["llm"], j["metrics"]
+        assert m["cpu_fallbacks"] == 0
+        # fp32: greedy tokens equal the CPU's, for every sequence of the batch (batch 3:
+        # prompts of 24, 20 and 16 tokens, left-padded and masked).
+        assert g["cpu_check"]["equal"] == g["cpu_check"]["tokens"] > 0
+        assert g["decode_steps"] == 5
+        assert 0 < g["prefill_bound_us"] < g["ttft_us"] < m["time_us"]
+        assert 0 < g["decode_bound_us_per_token"] < g["decode_us_per_token"]
+        # The time to first token is the prefill's alone (the same workload with gen=1), to
+        # 1%: after a longer warm-up the allocator hands out other addresses, so DRAM
+        # channels collide differently (batch 3: 0.3%); one decode step is far more than 1%.
+        prefill = report("--workload", LLM.replace("gen=6", "gen=1") + extra, "--config", CI)["metrics"]
+        assert g["ttft_us"] == pytest.approx(prefill["time_us"], rel=0.01)
+        batch = 3 if "batch=3" in extra else 1
+        assert g["decode_tokens_per_s"] == pytest.approx(batch * 1e6 / g["decode_us_per_token"])
+    assert g["prompt_lengths"] == [24, 20, 16]
+    text = spyre_sim("run", "--workload", LLM, "--config", CI)
+    assert text.returncode == 0, text.stderr
+    assert "time to first token" in text.stdout and "tokens/s" in text.stdout
+    for bad, message in (("llm:layers=0", "llm layers: expected a positive integer"),
+                         ("llm:dim=100,heads=3", "dim 100 is not a multiple of heads 3"),
+                         ("llm:heads=8,kv_heads=3", "heads 8 is not a multiple of kv_heads 3"),
+                         ("llm:colour=red", "unknown key 'colour'")):
+        r = spyre_sim("run", "--workload", bad, "--config", CI)
+        assert r.returncode == 2 and message in r.stderr, (bad, r.stderr)

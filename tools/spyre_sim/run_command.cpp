@@ -35,6 +35,7 @@
 
 #include "report/run_report.h"
 #include "spyre_sim/device_session.h"
+#include "spyre_sim/llm_workload.h"
 
 namespace spyre::tools {
 namespace {
@@ -81,7 +82,9 @@ struct Workload {
 
 const char* kWorkloadHelp =
     "gemm:M,N,K[,dtype] | add:N[,dtype] | softmax:ROWS,COLS[,dtype] | mlp[:BATCH,IN,HIDDEN,OUT[,dtype]] | "
-    "attention[:BATCH,SEQ,HEADS,HEAD_DIM[,dtype]] | block[:TOKENS,DIM,HEADS,HIDDEN[,dtype]] (dtype fp16 by default)";
+    "attention[:BATCH,SEQ,HEADS,HEAD_DIM[,dtype]] | block[:TOKENS,DIM,HEADS,HIDDEN[,dtype]] | "
+    "llm[:layers=,dim=,heads=,kv_heads=,ffn=,vocab=,prompt=,gen=,batch=,dtype=,seed=,warmup=0|1,check=cpu] (dtype fp16 by "
+    "default)";
 
 Workload make_workload(const std::string& spec) {
   const auto [name, a] = parse_workload(spec);
@@ -249,15 +252,9 @@ void require_writable(const std::string& path, const char* option) {
   }
 }
 
-int run(const RunOptions& o) {
-  configure_driver(o.config, o.mode);
-
-  if (o.workload.empty() == o.model.empty()) throw UsageError("give either --workload or --model (one of them)");
-  if (!o.trace.empty()) require_writable(o.trace, "--trace");
-  if (o.update_golden) {
-    if (o.expect.empty()) throw UsageError("--update-golden needs --expect-json FILE");
-    require_writable(o.expect, "--expect-json");
-  }
+// The measured run of a named workload or a TorchScript model: one run compiles and
+// loads every kernel, then the device's statistics are reset and a second is reported.
+json run_workload(const RunOptions& o) {
   Workload w = o.model.empty() ? make_workload(o.workload) : make_model_workload(o.model, o.inputs);  // uploads inputs
   w.run();                                 // compiles and loads every kernel once
   spyreDeviceSynchronize(device_handle());
@@ -274,8 +271,26 @@ int run(const RunOptions& o) {
   if (sync != SPYRE_SUCCESS) {
     throw DeviceFault(o.trace.empty() ? fault : fmt::format("{} (trace of the run: {})", fault, o.trace));
   }
-  const json result =
-      make_report(o.model.empty() ? o.workload : "model:" + o.model, w.flops, device_report(), backend::fallback_counts());
+  return make_report(o.model.empty() ? o.workload : "model:" + o.model, w.flops, device_report(),
+                     backend::fallback_counts());
+}
+
+// llm: a generation (llm_workload.h), reported per phase.
+json run_llm_workload(const RunOptions& o) {
+  const LlmSpec spec = LlmSpec::parse(parse_workload(o.workload).second);
+  return run_llm(spec, o.workload, o.trace);
+}
+
+int run(const RunOptions& o) {
+  configure_driver(o.config, o.mode);
+
+  if (o.workload.empty() == o.model.empty()) throw UsageError("give either --workload or --model (one of them)");
+  if (!o.trace.empty()) require_writable(o.trace, "--trace");
+  if (o.update_golden) {
+    if (o.expect.empty()) throw UsageError("--update-golden needs --expect-json FILE");
+    require_writable(o.expect, "--expect-json");
+  }
+  const json result = o.model.empty() && parse_workload(o.workload).first == "llm" ? run_llm_workload(o) : run_workload(o);
   if (o.json_out) {
     fmt::print("{}\n", result.dump(2, ' ', false, json::error_handler_t::replace));
   } else {
