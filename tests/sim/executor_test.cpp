@@ -2,6 +2,7 @@
 // and hand-written faults, run on the timed device, the functional (untimed) device and
 // the timed device without data. Results, fault records and counters must be
 // identical; cycles must not depend on the data policy.
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <optional>
@@ -14,6 +15,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include "compiler/dma.h"
 #include "compiler/elementwise.h"
 #include "compiler/gather.h"
 #include "compiler/matmul.h"
@@ -308,6 +310,36 @@ TEST_CASE("given every generator's programs, the timed and functional devices ag
     CHECK(n.record.end - n.record.start == t.record.end - t.record.start);
     ++seed;
   }
+}
+
+TEST_CASE("given no data, integers converted from float values are zeros, not the scratchpad's old bytes") {
+  // Core 0 loads 16 int32 (arg 0) to scratchpad 0 and 16 fp32 (arg 1) to 256, converts
+  // the floats to int32 over the first load, and stores the result (arg 2). With data
+  // the store holds the converted floats; without, zeros (never arg 0's integers, which
+  // were real data in the scratchpad).
+  using compiler::make_dma;
+  isa::ProgramBuilder b("convert over old integers", 1);
+  b.add(0, make_dma<isa::DmaLoad>(0, DType::int32, 0, 0, 0, {16, 1, 1}, {1, 0, 0}))
+      .add(0, make_dma<isa::DmaLoad>(0, DType::fp32, 1, 0, 256, {16, 1, 1}, {1, 0, 0}))
+      .add(0, isa::Wait{.token_mask = 1})
+      .add(0, isa::VConvert{.from = DType::fp32, .to = DType::int32, .src = 256, .dst = 0, .count = 16})
+      .add(0, make_dma<isa::DmaStore>(1, DType::int32, 2, 0, 0, {16, 1, 1}, {1, 0, 0}))
+      .add(0, isa::Wait{.token_mask = 2})
+      .add(0, isa::End{});
+  const Case c{"convert over old integers", b.build(), {{.bytes = 64}, {.bytes = 64}, {.bytes = 64}}};
+  const config::ChipConfig cfg = ci_chip();
+  sim::Simulation simulation;
+  sim::Chip& timed = simulation.add_chip(cfg);
+  sim::Chip& bookkeeping = simulation.add_chip(cfg, sim::Timing::timed, sim::Data::none);
+  const Result t = run_case(&simulation, timed, c, 5);
+  const Result n = run_case(&simulation, bookkeeping, c, 5);
+  REQUIRE_FALSE(t.record.fault);
+  REQUIRE_FALSE(n.record.fault);
+  CHECK(n.buffers[0] == t.buffers[0]);  // the same random integers went in
+  CHECK(std::any_of(n.buffers[0].begin(), n.buffers[0].end(), [](std::uint8_t v) { return v != 0; }));
+  CHECK(std::all_of(n.buffers[2].begin(), n.buffers[2].end(), [](std::uint8_t v) { return v == 0; }));
+  CHECK(t.buffers[2] != t.buffers[0]);  // with data, the floats' conversions
+  CHECK(n.record.end - n.record.start == t.record.end - t.record.start);
 }
 
 TEST_CASE("given programs that fault, the timed and functional devices record the same fault") {
