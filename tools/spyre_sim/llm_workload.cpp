@@ -275,7 +275,8 @@ LlmSpec LlmSpec::parse(const std::vector<std::string>& items) {
 
 std::string LlmSpec::describe() const {
   return fmt::format("llm:layers={},dim={},heads={},kv_heads={},ffn={},vocab={},prompt={},gen={},batch={},dtype={}",
-                     layers, dim, heads, kv_heads, ffn, vocab, prompt, gen, batch, c10::toString(dtype));
+                     layers, dim, heads, kv_heads, ffn, vocab, prompt, gen, batch,
+                     dtype == c10::kFloat ? "fp32" : dtype == c10::kBFloat16 ? "bf16" : "fp16");
 }
 
 std::vector<std::int64_t> llm_prompt_lengths(const LlmSpec& s) {
