@@ -3,12 +3,29 @@
 // launch; mean and rstd come back in PyTorch's dtype and shape, so autograd's
 // backward (which runs on the CPU, counted) gets what it expects. Inputs the device
 // cannot compute (float64, ...) run on the CPU, counted.
+//
+// rms_norm (nn.RMSNorm, F.rms_norm): PyTorch 2.6 has only its composite (an fp32
+// upcast, pow, mean, add, rsqrt, mul, a cast back and the weight's mul: 8 kernels
+// for fp16). Without gradients it is one kernel here (spyre::rms_norm, with a Meta
+// kernel for tracing), reached from both the PrivateUse1 and the AutogradPrivateUse1
+// keys; when a gradient is needed the composite runs (differentiable device ops).
 #include <cstdio>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/native_batch_norm.h>
 #include <ATen/ops/native_layer_norm.h>
+#include <ATen/OpMathType.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/ops/rms_norm.h>
+#include <ATen/ops/rsqrt.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/Half.h>
+#include <c10/util/BFloat16.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/library.h>
+
+#include <limits>
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
@@ -110,6 +127,129 @@ Result native_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_sha
   return {out, mean, rstd};
 }
 
+// PyTorch's rms_norm: eps (default: the input dtype's machine epsilon, as
+// torch.finfo(dtype).eps) is first rounded to the input's dtype; the output dtype is
+// the input's, promoted with the weight's.
+double rms_eps(c10::ScalarType t, std::optional<double> eps) {
+  const double e = eps ? *eps
+                   : t == at::kHalf ? 0x1p-10
+                   : t == at::kBFloat16 ? 0x1p-7
+                   : t == at::kFloat ? double(std::numeric_limits<float>::epsilon())
+                                     : std::numeric_limits<double>::epsilon();
+  if (t == at::kHalf) return static_cast<float>(c10::Half(static_cast<float>(e)));
+  if (t == at::kBFloat16) return static_cast<float>(c10::BFloat16(static_cast<float>(e)));
+  if (t == at::kFloat) return static_cast<float>(e);
+  return e;
+}
+
+c10::ScalarType rms_out_type(const at::Tensor& input, const std::optional<at::Tensor>& weight) {
+  return weight && weight->defined() ? at::promote_types(input.scalar_type(), weight->scalar_type())
+                                     : input.scalar_type();
+}
+
+void check_rms_args(const at::Tensor& input, at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight) {
+  const auto n = static_cast<std::int64_t>(normalized_shape.size());
+  TORCH_CHECK(n >= 1, "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one ",
+              "element, but got normalized_shape = ", normalized_shape);
+  TORCH_CHECK(!weight || !weight->defined() || weight->sizes().equals(normalized_shape),
+              "Expected weight to be of same shape as normalized_shape, but got weight of shape ", weight->sizes(),
+              " and normalized_shape = ", normalized_shape);
+  TORCH_CHECK(input.dim() >= n && input.sizes().slice(static_cast<std::size_t>(input.dim() - n)).equals(normalized_shape),
+              "Given normalized_shape=", normalized_shape, ", expected input with shape [*, ",
+              c10::Join(", ", normalized_shape), "], but got input of size", input.sizes());
+}
+
+// spyre::rms_norm on the device: one kernel (compiler/reduce.h, LayerNormShape::rms).
+at::Tensor spyre_rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                          const std::optional<at::Tensor>& weight_opt, std::optional<double> eps) {
+  static constexpr const char* kName = "aten::rms_norm";
+  check_rms_args(input, normalized_shape, weight_opt);
+  const at::Tensor weight = weight_opt.value_or(at::Tensor());
+  const c10::ScalarType out_type = rms_out_type(input, weight_opt);
+  const auto in_t = device_float_dtype(input.scalar_type()), out_t = device_float_dtype(out_type);
+  const bool weight_ok = !weight.defined() || (device_float_dtype(weight.scalar_type()) &&
+                                               weight.device() == input.device());
+  const auto on_cpu = [&] {
+    if (input.numel() != 0) count_fallback(kName);
+    const std::optional<at::Tensor> w = weight.defined() ? std::optional<at::Tensor>(weight.cpu()) : std::nullopt;
+    return at::rms_norm(input.cpu(), normalized_shape, w, eps).to(input.device());
+  };
+  if (input.numel() == 0 || !in_t || !out_t || !weight_ok) return on_cpu();
+  compiler::LayerNormShape s;
+  s.rms = true;
+  s.cols = static_cast<std::uint64_t>(c10::multiply_integers(normalized_shape));
+  s.rows = static_cast<std::uint64_t>(input.numel()) / s.cols;
+  s.in = *in_t;
+  s.out = *out_t;
+  if (weight.defined()) s.weight = *device_float_dtype(weight.scalar_type());
+  s.eps = rms_eps(input.scalar_type(), eps);
+  const at::Tensor x = input.contiguous();
+  at::Tensor out = at::empty(input.sizes(), input.options().dtype(out_type).memory_format(c10::MemoryFormat::Contiguous));
+  const c10::DeviceGuard guard(input.device());
+  char eps_text[32];
+  std::snprintf(eps_text, sizeof eps_text, "%a", s.eps);  // exact
+  const std::string key = std::string(kName) + "|" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "|" +
+                          std::string(isa::to_string(s.in)) + "," +
+                          (s.weight ? std::string(isa::to_string(*s.weight)) : "-") + ">" +
+                          std::string(isa::to_string(*s.out)) + "|" + eps_text;
+  std::vector<std::uint64_t> args{device_address(x)};
+  at::Tensor w;  // kept alive until the launch is queued
+  if (weight.defined()) args.push_back(device_address(w = weight.contiguous()));
+  args.push_back(device_address(out));
+  const auto bytes = [](const at::Tensor& t) {
+    return t.defined() ? static_cast<std::uint64_t>(t.numel() * t.element_size()) : std::uint64_t{0};
+  };
+  const Traffic traffic{.read = bytes(x) + bytes(w), .written = bytes(out)};
+  if (!run_cached_if_fits(input.device().index(), key,
+                          [&](const compiler::Target& t) { return compiler::compile_layer_norm(s, t, kName); }, args,
+                          kName, traffic)) {
+    return on_cpu();  // a row longer than the scratchpad holds
+  }
+  return out;
+}
+
+at::Tensor spyre_rms_norm_meta(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                               const std::optional<at::Tensor>& weight, std::optional<double>) {
+  check_rms_args(input, normalized_shape, weight);
+  return at::empty(input.sizes(), input.options().dtype(rms_out_type(input, weight)));
+}
+
+at::Tensor call_spyre_rms_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                               const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("spyre::rms_norm", "").typed<decltype(spyre_rms_norm)>();
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;  // no gradient to record
+  return op.call(input, normalized_shape, weight, eps);
+}
+
+// PyTorch 2.6's rms_norm composite, op for op (its own is not exported): the input in
+// its op-math dtype, rsqrt(mean(x^2) + eps), the product cast back, then the weight.
+at::Tensor rms_norm_composite(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+                              const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  check_rms_args(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight);
+  std::vector<std::int64_t> dims;
+  for (auto d = input.dim() - static_cast<std::int64_t>(normalized_shape.size()); d < input.dim(); ++d) dims.push_back(d);
+  const at::Tensor x = input.to(at::toOpMathType(input.scalar_type()));
+  const at::Tensor r = at::rsqrt(x.pow(2).mean(dims, /*keepdim=*/true).add_(rms_eps(input.scalar_type(), eps)));
+  at::Tensor result = x.mul(r).type_as(input);
+  if (weight && weight->defined()) result = result.mul(*weight);
+  return result;
+}
+
+// aten::rms_norm on spyre tensors. Without a gradient to record, the one kernel; with
+// one, PyTorch's composite (its ops record their own backward).
+at::Tensor rms_norm_autograd(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+                             const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  const bool needs_grad =
+      at::GradMode::is_enabled() && (input.requires_grad() || (weight && weight->defined() && weight->requires_grad()));
+  if (needs_grad) return rms_norm_composite(input, normalized_shape, weight, eps);
+  return call_spyre_rms_norm(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, eps);
+}
+
+at::Tensor rms_norm_inference(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+                              const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  return call_spyre_rms_norm(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, eps);
+}
+
 // native_batch_norm updates running_mean and running_var in training, but its schema does
 // not mark them as written, so the boxed CPU fallback would leave the device's copies
 // unchanged (running statistics silently never learned). On CPU copies, the statistics
@@ -138,6 +278,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_layer_norm", native_layer_norm);
   m.impl("native_batch_norm", native_batch_norm);
+  m.impl("rms_norm", rms_norm_inference);
 }
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("rms_norm", rms_norm_autograd); }
+
+TORCH_LIBRARY_FRAGMENT(spyre, m) {
+  m.def("rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) { m.impl("rms_norm", spyre_rms_norm); }
+TORCH_LIBRARY_IMPL(spyre, Meta, m) { m.impl("rms_norm", spyre_rms_norm_meta); }
+// Not differentiable itself (aten::rms_norm takes the composite when a gradient is needed).
+TORCH_LIBRARY_IMPL(spyre, Autograd, m) { m.impl("rms_norm", torch::autograd::autogradNotImplementedFallback()); }
 
 }  // namespace spyre::backend

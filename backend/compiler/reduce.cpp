@@ -325,19 +325,26 @@ std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& s, const Targ
     throw std::invalid_argument(name + ": layer norm takes floating-point tensors");
   }
   if (s.rows == 0 || s.cols == 0) throw std::invalid_argument(name + ": nothing to compute (zero elements)");
-  const isa::DType f32 = isa::DType::fp32;
-  const std::uint64_t in_size = isa::dtype_size(s.in), stat_size = isa::dtype_size(s.stats);
-  const bool convert_in = s.in != f32, convert_stats = s.stats != f32;
+  if (s.rms && s.bias) throw std::invalid_argument(name + ": RMSNorm takes no bias");
+  if (s.out && (!isa::is_float(*s.out) || (!s.rms && *s.out != s.in))) {
+    throw std::invalid_argument(name + ": the output dtype differs from the input's only for RMSNorm");
+  }
+  const isa::DType f32 = isa::DType::fp32, out_t = s.out.value_or(s.in);
+  const bool rms = s.rms;
+  const std::uint64_t in_size = isa::dtype_size(s.in), out_size = isa::dtype_size(out_t);
+  const std::uint64_t stat_size = isa::dtype_size(s.stats);
+  const bool convert_in = s.in != f32, convert_stats = !rms && s.stats != f32;
   const std::uint64_t params = (s.weight ? 1 : 0) + (s.bias ? 1 : 0);
   RowBuffers buf;
   const std::size_t in0 = buf.add(s.cols * in_size), in1 = buf.add(s.cols * in_size);
   const auto x32 = buf.add_if(convert_in, s.cols * 4);
-  const std::size_t y = buf.add(s.cols * 4), e = buf.add(s.cols * 4);
+  const auto y = buf.add_if(!rms, s.cols * 4);
+  const std::size_t e = buf.add(s.cols * 4);
   const std::size_t m0 = buf.add(4), m1 = buf.add(4), r0 = buf.add(4), r1 = buf.add(4);
   // Mean and rstd in their own dtype (else the fp32 buffers are stored directly).
   const auto mo0 = buf.add_if(convert_stats, stat_size), mo1 = buf.add_if(convert_stats, stat_size);
   const auto ro0 = buf.add_if(convert_stats, stat_size), ro1 = buf.add_if(convert_stats, stat_size);
-  const std::size_t out0 = buf.add(s.cols * in_size), out1 = buf.add(s.cols * in_size);
+  const std::size_t out0 = buf.add(s.cols * out_size), out1 = buf.add(s.cols * out_size);
   // A parameter (cols values, loaded once per core): fp32, and its raw values when
   // they are not fp32 already.
   const auto w = buf.add_if(s.weight.has_value(), 0, s.cols * 4);
@@ -349,7 +356,7 @@ std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& s, const Targ
   const std::uint64_t n = ac * s.cols;
   const std::uint32_t sp_in[2] = {buf.at(in0), buf.at(in1)};
   const std::uint32_t sp_x = buf.at(x32, 0);
-  const std::uint32_t sp_y = buf.at(y), sp_e = buf.at(e);
+  const std::uint32_t sp_y = buf.at(y, 0), sp_e = buf.at(e);
   const std::uint32_t sp_m[2] = {buf.at(m0), buf.at(m1)}, sp_r[2] = {buf.at(r0), buf.at(r1)};
   const std::uint32_t sp_mo[2] = {buf.at(mo0, sp_m[0]), buf.at(mo1, sp_m[1])};
   const std::uint32_t sp_ro[2] = {buf.at(ro0, sp_r[0]), buf.at(ro1, sp_r[1])};
@@ -407,21 +414,32 @@ std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& s, const Targ
         b.add(core, isa::VBinary{.op = op, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = v, .dst = v,
                                  .rows = 1, .cols = rows, .imm = imm});
       };
-      b.add(core, isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = x, .dst = m,
-                               .rows = rows, .cols = cols});
-      scale(m, isa::BinaryOp::mul, inv_n);
-      b.add(core, isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = x, .b = m,
-                               .dst = sp_y, .rows = rows, .cols = cols});
-      b.add(core, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .a = sp_y, .b = sp_y, .dst = sp_e,
+      // y: the centred values (layer norm) or the values themselves (RMSNorm).
+      std::uint32_t yv = sp_y;
+      if (rms) {
+        yv = x;
+      } else {
+        b.add(core, isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = x, .dst = m,
+                                 .rows = rows, .cols = cols});
+        scale(m, isa::BinaryOp::mul, inv_n);
+        b.add(core, isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = x,
+                                 .b = m, .dst = sp_y, .rows = rows, .cols = cols});
+      }
+      b.add(core, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .a = yv, .b = yv, .dst = sp_e,
                                .rows = rows, .cols = cols});
       b.add(core, isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = sp_e, .dst = r,
                                .rows = rows, .cols = cols});
       scale(r, isa::BinaryOp::mul, inv_n);
       scale(r, isa::BinaryOp::add, s.eps);
       b.add(core, isa::VUnary{.op = isa::UnaryOp::rsqrt, .dtype = f32, .src = r, .dst = r, .count = rows});
-      const bool direct = s.in == f32;
-      b.add(core, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::col, .a = sp_y, .b = r,
+      const bool direct = out_t == f32;
+      b.add(core, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::col, .a = yv, .b = r,
                                .dst = sp_e, .rows = rows, .cols = cols});
+      if (rms && s.weight && s.in != f32) {
+        // PyTorch rounds the normalised value to the input's dtype before the weight.
+        b.add(core, isa::VConvert{.from = f32, .to = s.in, .src = sp_e, .dst = sp_out[slot], .count = count});
+        b.add(core, isa::VConvert{.from = s.in, .to = f32, .src = sp_out[slot], .dst = sp_e, .count = count});
+      }
       if (s.weight) {
         b.add(core, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::row, .a = sp_e,
                                  .b = sp_w, .dst = sp_e, .rows = rows, .cols = cols});
@@ -433,14 +451,15 @@ std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& s, const Targ
       if (direct) {
         b.add(core, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = sp_e, .dst = sp_out[slot], .count = count});
       } else {
-        b.add(core, isa::VConvert{.from = f32, .to = s.in, .src = sp_e, .dst = sp_out[slot], .count = count});
+        b.add(core, isa::VConvert{.from = f32, .to = out_t, .src = sp_e, .dst = sp_out[slot], .count = count});
       }
       if (convert_stats) {
         b.add(core, isa::VConvert{.from = f32, .to = s.stats, .src = m, .dst = sp_mo[slot], .count = rows});
         b.add(core, isa::VConvert{.from = f32, .to = s.stats, .src = r, .dst = sp_ro[slot], .count = rows});
       }
-      b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), s.in, arg_out, u * n * in_size,
+      b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), out_t, arg_out, u * n * out_size,
                                           sp_out[slot], {cols, rows, 1}, {1, static_cast<std::int64_t>(s.cols), 0}));
+      if (rms) continue;
       b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(4 + slot), s.stats, arg_mean, u * ac * stat_size,
                                           sp_mo[slot], {rows, 1, 1}, {1, 0, 0}));
       b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(6 + slot), s.stats, arg_rstd, u * ac * stat_size,

@@ -52,6 +52,11 @@ struct LayerNormShape {
   std::optional<isa::DType> weight = std::nullopt, bias = std::nullopt;  // the affine parameters' dtype, when given (cols values each)
   isa::DType stats = isa::DType::fp32;     // mean and 1/std (rows values each)
   double eps = 1e-5;
+  // RMSNorm instead (PyTorch's rms_norm): no mean and no bias; x * rsqrt(mean(x^2) +
+  // eps) rounded to `in`, then * weight, stored as `out` (the promoted dtype of the
+  // input and the weight); no statistics. Arguments: 0 = in, [1 = weight], then out.
+  bool rms = false;
+  std::optional<isa::DType> out = std::nullopt;  // default: `in`
 };
 
 // Each tile holds whole rows in fp32: mean, x - mean, the biased variance by a second

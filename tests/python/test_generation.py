@@ -186,10 +186,12 @@ def test_generate_reports_the_phases_of_a_users_model(weights):
     assert g["decode_steps"] == STEPS - 1
     assert 0 < g["prefill_bound_us"] < g["ttft_us"] < m["time_us"]
     assert 0 < g["decode_bound_us_per_token"] < g["decode_us_per_token"]
-    # The prefill is its own run's time: a generation of one token (no decode step).
+    # The prefill is its own run's time: a generation of one token (no decode step), to
+    # 1% (the allocator's addresses, and so DRAM channel collisions, differ by history).
     one = spyre_sim.generate(lambda ids, pos: model(ids, pos, caches), torch.tensor([PROMPT]), 1)
     assert one["llm"]["tokens"] == [want[:1]] and one["llm"]["decode_steps"] == 0
-    assert one["metrics"]["time_us"] == pytest.approx(g["ttft_us"], rel=1e-9)
+    assert one["metrics"]["time_us"] == pytest.approx(g["ttft_us"], rel=0.01)
+    assert g["decode_us_per_token"] > 0.01 * g["ttft_us"]  # so 1% tells the phases apart
     with pytest.raises(ValueError, match="token ids"):
         spyre_sim.generate(lambda ids, pos: model(ids, pos, caches), torch.tensor(PROMPT), 2)
 
@@ -222,3 +224,40 @@ def test_a_model_made_on_meta_generates_on_a_device_without_data(tmp_path):
                        timeout=600, env={**os.environ, "SPYRE_SIM_DEVICES": "1"})
     assert p.returncode == 0, p.stderr
     assert p.stdout.split("\n")[-2] == "[[0, 0, 0, 0]] 0 True True"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_rms_norm_is_one_kernel_with_pytorchs_numerics(dtype):
+    import spyre_sim
+
+    torch.manual_seed(2)
+    x = torch.randn(4, 7, 96, dtype=dtype)
+    for weight in (None, torch.randn(96, dtype=dtype), torch.randn(96)):  # an fp32 weight promotes the output
+        for eps in (None, 1e-5):  # None: the input dtype's epsilon, as PyTorch's
+            want = F.rms_norm(x, (96,), weight, eps)
+            w = None if weight is None else weight.to("spyre")
+            r = spyre_sim.run(lambda: F.rms_norm(x.to("spyre"), (96,), w, eps), warmup=1)
+            assert [k["name"] for k in r["kernels"] if k["name"] != "aten::copy_"] == ["aten::rms_norm"]
+            got = F.rms_norm(x.to("spyre"), (96,), w, eps).cpu()
+            assert got.dtype == want.dtype
+            if dtype == torch.float32:
+                torch.testing.assert_close(got, want)
+            else:  # the same roundings as PyTorch's composite: bit for bit
+                assert torch.equal(got, want)
+
+
+def test_rms_norm_with_gradients_runs_the_composite_on_the_device():
+    torch.manual_seed(3)
+    x, w = torch.randn(4, 6, 8, requires_grad=True), torch.randn(6, 8, requires_grad=True)
+    want = F.rms_norm(x, (6, 8), w, 1e-5)
+    want.square().sum().backward()
+    xs, ws = x.detach().to("spyre").requires_grad_(), w.detach().to("spyre").requires_grad_()
+    torch.spyre.reset_fallback_counts()
+    got = F.rms_norm(xs, (6, 8), ws, 1e-5)
+    got.square().sum().backward()
+    assert torch.spyre.fallback_counts() == {}
+    torch.testing.assert_close(got.detach().cpu(), want.detach())
+    torch.testing.assert_close(xs.grad.cpu(), x.grad)
+    torch.testing.assert_close(ws.grad.cpu(), w.grad)
+    with pytest.raises(RuntimeError, match=r"expected input with shape \[\*, 7\]"):
+        F.rms_norm(xs.detach(), (7,))
