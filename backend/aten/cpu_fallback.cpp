@@ -134,7 +134,7 @@ void check_no_partial_overlap(const c10::FunctionSchema& schema, const torch::ji
   }
 }
 
-void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void fallback_counted(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool has_kernel) {
   const auto& schema = op.schema();
   std::string name = schema.name();
   if (!schema.overload_name().empty()) name += "." + schema.overload_name();
@@ -148,10 +148,12 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   check_same_device(schema, name, *stack);
   check_no_partial_overlap(schema, *stack);
-  count(name, false);
+  count(name, has_kernel);
   seed_random_arguments(schema, stack);
   at::native::cpu_fallback(op, stack);
 }
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { fallback_counted(op, stack, false); }
 
 // Convolutions reach non-CPU/CUDA backends as convolution_overrideable, which has no
 // CPU kernel for the boxed fallback to call: run the CPU convolution on copies.
@@ -185,6 +187,11 @@ std::map<std::string, std::int64_t> fallback_counts() {
 }
 
 void count_fallback(const std::string& op, bool has_kernel) { count(op, has_kernel); }
+
+void run_on_cpu(const char* op, const char* overload, torch::jit::Stack* stack) {
+  const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload);
+  fallback_counted(handle, stack, true);
+}
 
 void reset_fallback_counts() {
   const std::lock_guard lock(g_mutex);

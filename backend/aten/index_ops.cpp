@@ -3,10 +3,20 @@
 // contiguous row, and compiler/gather.h moves only those rows (any dtype: rows are
 // bytes). As on CUDA, an index out of range is a device fault reported at the next
 // synchronizing call, naming the index and the kernel.
+//
+// index_copy_ (and index_copy, index_copy.out) the other way: compiler/gather.h's
+// scatter writes the source's rows into the table in place, only those rows (a KV
+// cache update moves one position per head, not the cache). index_put_ with one index
+// tensor and full slices elsewhere (cache[:, :, pos] = kv) is the same scatter; other
+// index_put_ patterns (masks, several index tensors, accumulate) run on the CPU, counted.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/index_copy.h>
+#include <ATen/core/List.h>
+#include <ATen/core/ivalue.h>
 #include <c10/core/DeviceGuard.h>
 
 #include "aten/cpu_fallback.h"
@@ -73,11 +83,165 @@ at::Tensor& index_select_out(const at::Tensor& self, std::int64_t dim, const at:
   return out;
 }
 
+// self[outer..., index[i], inner...] = source[outer..., i, inner...] on the device.
+// PyTorch's own checks run first on meta copies (shapes, dtypes, the index's dtype),
+// so errors read as the CPU's.
+at::Tensor& index_copy_device(const char* name, at::Tensor& self, std::int64_t dim, const at::Tensor& index_in,
+                              const at::Tensor& source_in) {
+  const auto meta = [](const at::Tensor& t) {
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+  };
+  (void)at::index_copy(meta(self), dim, meta(index_in), meta(source_in));  // PyTorch's checks
+  TORCH_CHECK(index_in.device() == self.device() || index_in.device().is_cpu(), name,
+              ": expected the index on ", self.device(), " or the CPU, found it on ", index_in.device());
+  TORCH_CHECK(source_in.device() == self.device(), name, ": expected the source on ", self.device(), ", found it on ",
+              source_in.device());
+  {
+    // The CPU kernel's own checks, with its messages.
+    TORCH_CHECK(index_in.scalar_type() == at::kLong, "index_copy_(): Expected a long tensor for index, but got ",
+                index_in.scalar_type());
+    TORCH_CHECK(self.scalar_type() == source_in.scalar_type(),
+                "index_copy_(): self and source expected to have the same dtype, but got (self) ", self.scalar_type(),
+                " and (source) ", source_in.scalar_type());
+    const std::int64_t wd = at::maybe_wrap_dim(dim, std::max<std::int64_t>(self.dim(), 1));
+    auto sliced = [&](const at::Tensor& t) {
+      auto v = t.sizes().vec();
+      if (!v.empty()) v.erase(v.begin() + std::min<std::int64_t>(wd, static_cast<std::int64_t>(v.size()) - 1));
+      std::string text;
+      for (const auto x : v) text += (text.empty() ? "" : " ") + std::to_string(x);
+      return std::pair{v, text};
+    };
+    const auto [self_slice, self_text] = sliced(self);
+    const auto [source_slice, source_text] = sliced(source_in);
+    TORCH_CHECK(self_slice == source_slice, "index_copy_(): Source/destination tensor must have same slice shapes. ",
+                "Destination slice shape: ", self_text, " at dimension ", wd, " and source slice shape: ", source_text,
+                " at dimension 0.");
+    TORCH_CHECK_INDEX(index_in.dim() == 0 || source_in.dim() == 0 || index_in.numel() == source_in.size(wd),
+                      "index_copy_(): Number of indices (", index_in.numel(), ") should be equal to source.size(dim) (",
+                      source_in.size(wd), ")");
+  }
+  if (index_in.numel() == 0 || self.numel() == 0) return self;
+  if (self.dim() == 0) {  // one element: a copy
+    self.copy_(source_in.reshape({}));
+    return self;
+  }
+  const std::int64_t d = at::maybe_wrap_dim(dim, self.dim());
+  // Rows are the dims after d, contiguous in the table; a table that is not gets its
+  // contiguous copy scattered into and copied back.
+  std::int64_t expected = 1;
+  bool rows_contiguous = self.stride(d) > 0;
+  for (std::int64_t k = self.dim() - 1; k > d; --k) {
+    if (self.size(k) != 1 && self.stride(k) != expected) rows_contiguous = false;
+    expected *= self.size(k);
+  }
+  for (std::int64_t k = 0; k <= d; ++k) {
+    if (self.stride(k) < 0) rows_contiguous = false;
+  }
+  at::Tensor table =
+      rows_contiguous && at::has_internal_overlap(self) == at::MemOverlap::No ? self : self.contiguous();
+  auto source_sizes = table.sizes().vec();
+  source_sizes[static_cast<std::size_t>(d)] = index_in.numel();
+  at::Tensor source = source_in.reshape(source_sizes);
+  // The source is read as [outer..., count, row] contiguous, never through self's memory.
+  if (at::get_overlap_status(source, table) != at::MemOverlapStatus::No) source = source.clone();
+  source = source.contiguous();
+  const at::Tensor index = index_in.reshape({-1}).to(self.device()).contiguous();
+  compiler::ScatterShape s;
+  s.count = static_cast<std::uint64_t>(index.numel());
+  s.rows = static_cast<std::uint64_t>(table.size(d));
+  const auto esize = static_cast<std::uint64_t>(table.element_size());
+  s.row_bytes = static_cast<std::uint64_t>(expected) * esize;
+  s.row_stride = static_cast<std::uint64_t>(table.stride(d)) * esize;
+  s.wide_index = index.scalar_type() == at::kLong;
+  std::string key = std::string(name) + "|" + std::to_string(s.count) + "x" + std::to_string(s.row_bytes) + "B/" +
+                    std::to_string(s.row_stride) + "|" + std::to_string(s.rows) + (s.wide_index ? "|i64|" : "|i32|");
+  std::uint64_t outer = 1;
+  for (std::int64_t k = 0; k < d; ++k) {
+    s.outer_sizes.push_back(static_cast<std::uint64_t>(table.size(k)));
+    s.outer_strides.push_back(static_cast<std::uint64_t>(table.stride(k)) * esize);
+    outer *= static_cast<std::uint64_t>(table.size(k));
+    key += std::to_string(table.size(k)) + ":" + std::to_string(table.stride(k)) + ",";
+  }
+  const c10::DeviceGuard guard(self.device());
+  const std::uint64_t moved = outer * s.count * s.row_bytes;
+  // Programs grow with the outer positions; past 16384 of them the CPU does it.
+  const bool ran = outer <= 16384 &&
+                   run_cached_if_fits(self.device().index(), key,
+                                      [&](const compiler::Target& t) { return compiler::compile_scatter(s, t, name); },
+                                      {device_address(table), device_address(index), device_address(source)}, name,
+                                      {.read = s.count * (s.wide_index ? 8 : 4) + moved, .written = moved});
+  if (!ran) {
+    count_fallback(name);
+    at::Tensor cpu = table.cpu();
+    cpu.index_copy_(d, index.cpu(), source.cpu());
+    table.copy_(cpu);
+  }
+  if (!table.is_same(self)) self.copy_(table);
+  return self;
+}
+
+at::Tensor& index_copy_(at::Tensor& self, std::int64_t dim, const at::Tensor& index, const at::Tensor& source) {
+  return index_copy_device("aten::index_copy_", self, dim, index, source);
+}
+
+at::Tensor& index_copy_out(const at::Tensor& self, std::int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                           at::Tensor& out) {
+  const auto meta = [](const at::Tensor& t) {
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+  };
+  (void)at::index_copy(meta(self), dim, meta(index), meta(source));
+  if (!out.is_same(self)) {
+    at::native::resize_output(out, self.sizes());
+    out.copy_(self);
+  }
+  return index_copy_device("aten::index_copy.out", out, dim, index, source);
+}
+
+at::Tensor index_copy(const at::Tensor& self, std::int64_t dim, const at::Tensor& index, const at::Tensor& source) {
+  at::Tensor out = self.clone(at::MemoryFormat::Contiguous);
+  return index_copy_device("aten::index_copy", out, dim, index, source);
+}
+
+// index_put_: one 1-D integer index tensor at some position and full slices (None)
+// elsewhere, no accumulation, is index_copy_ along that dim with the values broadcast;
+// anything else runs on the CPU through the fallback, counted.
+at::Tensor& index_put_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
+                       bool accumulate) {
+  std::int64_t at_dim = -1;
+  bool simple = !accumulate && values.device() == self.device() && values.scalar_type() == self.scalar_type() &&
+                static_cast<std::int64_t>(indices.size()) <= self.dim();
+  for (std::size_t i = 0; simple && i < indices.size(); ++i) {
+    const std::optional<at::Tensor> t = indices.get(i);
+    if (!t || !t->defined()) continue;
+    const bool integer = t->scalar_type() == at::kLong || t->scalar_type() == at::kInt;
+    if (at_dim >= 0 || !integer || t->dim() != 1 || (t->device() != self.device() && !t->device().is_cpu())) {
+      simple = false;
+    } else {
+      at_dim = static_cast<std::int64_t>(i);
+    }
+  }
+  if (simple && at_dim >= 0) {
+    const at::Tensor index = *indices.get(static_cast<std::size_t>(at_dim));
+    auto shape = self.sizes().vec();
+    shape[static_cast<std::size_t>(at_dim)] = index.numel();
+    if (at::is_expandable_to(values.sizes(), shape)) {
+      return index_copy_device("aten::index_put_", self, at_dim, index.to(at::kLong), values.expand(shape));
+    }
+  }
+  torch::jit::Stack stack{self, indices, values, accumulate};
+  run_on_cpu("aten::index_put_", "", &stack);
+  return self;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("index_select", index_select);
   m.impl("index_select.out", index_select_out);
+  m.impl("index_copy_", index_copy_);
+  m.impl("index_copy.out", index_copy_out);
+  m.impl("index_copy", index_copy);
+  m.impl("index_put_", index_put_);
 }
 
 }  // namespace spyre::backend

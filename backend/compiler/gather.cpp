@@ -68,4 +68,67 @@ std::vector<std::uint8_t> compile_gather(const GatherShape& s, const Target& tar
   return b.build();
 }
 
+std::vector<std::uint8_t> compile_scatter(const ScatterShape& s, const Target& target, const std::string& name) {
+  std::uint64_t outer = 1;
+  for (const std::uint64_t d : s.outer_sizes) outer *= d;
+  if (s.count == 0 || s.rows == 0 || s.row_bytes == 0 || outer == 0 || s.outer_sizes.size() != s.outer_strides.size()) {
+    throw std::invalid_argument(name + ": nothing to scatter (" + std::to_string(s.count) + " indices into " +
+                                std::to_string(s.rows) + " rows of " + std::to_string(s.row_bytes) + " bytes, " +
+                                std::to_string(outer) + " outer positions)");
+  }
+  const std::uint64_t index_size = s.wide_index ? 8 : 4;
+  const std::uint64_t room = target.scratchpad_bytes;
+  if (room < 64 + 2 * s.row_bytes + index_size) {
+    throw DoesNotFit(name + ": a scatter of " + std::to_string(s.row_bytes) + "-byte rows needs " +
+                     std::to_string(64 + 2 * s.row_bytes + index_size) + " bytes of scratchpad, the device has " +
+                     std::to_string(room));
+  }
+  // An index block and two row buffers of a block's rows each.
+  const std::uint64_t block =
+      std::max<std::uint64_t>(1, std::min({s.count, (room - 63) / (2 * s.row_bytes + index_size), std::uint64_t{4096}}));
+  const auto idx_bytes = static_cast<std::uint32_t>((block * index_size + 63) / 64 * 64);
+  const std::uint32_t sp_rows[2] = {idx_bytes, static_cast<std::uint32_t>(idx_bytes + block * s.row_bytes)};
+  const std::uint64_t blocks = (s.count + block - 1) / block, units = blocks * outer;
+  // The byte offset of outer position o in the table (the last outer dim fastest).
+  const auto outer_offset = [&](std::uint64_t o) {
+    std::uint64_t off = 0;
+    for (std::size_t d = s.outer_sizes.size(); d-- > 0;) {
+      off += (o % s.outer_sizes[d]) * s.outer_strides[d];
+      o /= s.outer_sizes[d];
+    }
+    return off;
+  };
+  const std::uint64_t cores = std::min<std::uint64_t>(std::max<std::uint32_t>(1, target.cores), units);
+  isa::ProgramBuilder b(name, static_cast<std::uint32_t>(cores));
+  const auto row_bytes = static_cast<std::uint32_t>(s.row_bytes);
+  for (std::uint32_t core = 0; core < cores; ++core) {
+    const std::uint64_t first = units * core / cores, last = units * (core + 1) / cores;
+    std::uint64_t loaded_block = blocks;  // none yet
+    for (std::uint64_t u = first; u < last; ++u) {
+      const std::uint64_t blk = u / outer, o = u % outer, i0 = blk * block;
+      const auto n = static_cast<std::uint32_t>(std::min(block, s.count - i0));
+      const auto slot = static_cast<std::uint32_t>((u - first) % 2);
+      // Tokens: 0 the indices, 1 the source rows, 2/3 the scatters of slots 0/1.
+      if (blk != loaded_block) {
+        // The indices are overwritten only once the scatters reading them are done.
+        if (u > first) b.add(core, isa::Wait{.token_mask = 0xc});
+        b.add(core, make_dma<isa::DmaLoad>(0, isa::DType::int8, 1, i0 * index_size, 0,
+                                           {static_cast<std::uint32_t>(n * index_size), 1, 1}, {1, 0, 0}));
+        loaded_block = blk;
+      }
+      // The slot's buffer is free once its scatter from two units ago is done.
+      if (u >= first + 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
+      b.add(core, make_dma<isa::DmaLoad>(1, isa::DType::int8, 2, (o * s.count + i0) * s.row_bytes, sp_rows[slot],
+                                         {row_bytes, n, 1}, {1, static_cast<std::int64_t>(s.row_bytes), 0}));
+      b.add(core, isa::Wait{.token_mask = 3});
+      b.add(core, isa::DmaGather{.token = static_cast<std::uint8_t>(2 + slot), .wide_index = s.wide_index,
+                                 .scatter = true, .arg = 0, .index_sp = 0, .count = n, .sp_addr = sp_rows[slot],
+                                 .row_bytes = row_bytes, .offset = outer_offset(o), .rows = s.rows,
+                                 .row_stride = s.row_stride});
+    }
+    b.add(core, isa::Wait{.token_mask = 0xf});
+  }
+  return b.build();
+}
+
 }  // namespace spyre::compiler

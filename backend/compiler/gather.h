@@ -26,4 +26,24 @@ struct GatherShape {
 // and one stick.
 std::vector<std::uint8_t> compile_gather(const GatherShape& shape, const Target& target, const std::string& name);
 
+// The row scatter, index_copy_'s: table[o][index[i]] = source[o][i] for every outer
+// position o (the dims before the indexed one, any strides) and whole rows (the dims
+// after it, contiguous in the table). The table is written in place; only the rows
+// named move. Each core takes a run of (index block, outer position) units: it loads
+// the block's indices once, then per outer position the source rows (contiguous) and
+// a dma_scatter of them, double-buffered. An index outside [0, rows) faults.
+struct ScatterShape {
+  std::uint64_t count = 0;       // indices (source rows per outer position)
+  std::uint64_t rows = 0;        // the table's size along the indexed dim
+  std::uint64_t row_bytes = 0;   // bytes per row (contiguous in the table and the source)
+  std::uint64_t row_stride = 0;  // bytes between the table's rows
+  std::vector<std::uint64_t> outer_sizes, outer_strides;  // the outer dims: sizes and byte strides in the table
+  bool wide_index = true;
+};
+
+// Arguments: 0 = table, 1 = indices (contiguous), 2 = source (contiguous [outer...,
+// count, row]). Throws DoesNotFit when two rows and an index do not fit the
+// scratchpad, std::invalid_argument for an empty scatter.
+std::vector<std::uint8_t> compile_scatter(const ScatterShape& shape, const Target& target, const std::string& name);
+
 }  // namespace spyre::compiler

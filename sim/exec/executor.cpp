@@ -244,7 +244,7 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::DmaStore& d) {
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::DmaGather& g) {
   // The indices are integers, so always real; the rows move only with real data.
-  return move(s, g.arg, true, g.token, [&](std::uint64_t argument, functional::DmaResult& moved, const auto& on_run) {
+  return move(s, g.arg, !g.scatter, g.token, [&](std::uint64_t argument, functional::DmaResult& moved, const auto& on_run) {
     return functional::gather(g, argument, device_.memory, sp(s), moved, on_run, device_.data == Data::real);
   });
 }

@@ -112,7 +112,9 @@ std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t argument, 
                                std::uint8_t* sp, DmaResult& result,
                                const std::function<void(std::uint64_t, std::uint64_t)>& on_run, bool move_bytes) {
   std::uint64_t base = 0;
-  if (auto f = base_address("DMA gather from ", argument, g.offset, base)) return f;
+  const std::string what = g.scatter ? "DMA scatter" : "DMA gather";
+  const std::string towards = g.scatter ? "DMA scatter to " : "DMA gather from ";
+  if (auto f = base_address(towards.c_str(), argument, g.offset, base)) return f;
   const auto index = [&](std::uint32_t i) -> std::int64_t {
     if (g.wide_index) {
       std::int64_t v;
@@ -129,22 +131,29 @@ std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t argument, 
   for (std::uint32_t i = 0; i < g.count; ++i) {
     const std::int64_t v = indices[i];
     if (v < 0 || static_cast<std::uint64_t>(v) >= g.rows) {
-      return DmaFault{"DMA gather index " + std::to_string(v) + " (entry " + std::to_string(i) + " of " +
+      return DmaFault{what + " index " + std::to_string(v) + " (entry " + std::to_string(i) + " of " +
                           std::to_string(g.count) + ") is outside the table's rows [0, " + std::to_string(g.rows) + ")",
                       std::nullopt};
     }
     // isa::check made sure (rows - 1) * row_stride + row_bytes fits 64 bits.
     const auto row = checked::add(base, static_cast<std::uint64_t>(v) * g.row_stride);
     if (!row) {
-      return DmaFault{"DMA gather row " + std::to_string(v) + " (entry " + std::to_string(i) + ") lies past the " +
+      return DmaFault{what + " row " + std::to_string(v) + " (entry " + std::to_string(i) + ") lies past the " +
                           "64-bit address space",
                       std::nullopt};
     }
-    if (auto f = check_access("DMA gather from ", memory, argument, *row, g.row_bytes)) return f;
+    if (auto f = check_access(towards.c_str(), memory, argument, *row, g.row_bytes)) return f;
   }
   for (std::uint32_t i = 0; i < g.count; ++i) {
     const std::uint64_t row = base + static_cast<std::uint64_t>(indices[i]) * g.row_stride;
-    if (move_bytes) std::memcpy(sp + g.sp_addr + std::uint64_t{i} * g.row_bytes, memory.host(row), g.row_bytes);
+    std::uint8_t* rows = sp + g.sp_addr + std::uint64_t{i} * g.row_bytes;
+    if (move_bytes) {
+      if (g.scatter) {
+        std::memcpy(memory.host(row), rows, g.row_bytes);
+      } else {
+        std::memcpy(rows, memory.host(row), g.row_bytes);
+      }
+    }
     on_run(row, g.row_bytes);
   }
   result.useful_bytes = std::uint64_t{g.count} * g.row_bytes;

@@ -37,7 +37,8 @@ std::optional<DmaFault> transfer(const isa::Dma& d, bool load, std::uint64_t arg
 
 // The rows of a DmaGather (from argument + g.offset): checks every index against
 // [0, rows) and every row against the live allocations before moving anything, then
-// copies the rows into the scratchpad; `on_run` gets each row's device run.
+// copies the rows into the scratchpad (with g.scatter: from it, into the table rows);
+// `on_run` gets each row's device run.
 std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t argument, DeviceMemory& memory, std::uint8_t* sp,
                                DmaResult& result, const std::function<void(std::uint64_t, std::uint64_t)>& on_run,
                                bool move_bytes = true);

@@ -162,11 +162,12 @@ struct Checker {
     }
     // count and row_bytes are 32-bit: their product and sp_addr sum fit 64 bits.
     const std::uint64_t dst_end = g.sp_addr + std::uint64_t{g.count} * g.row_bytes;
+    const char* rows = g.scatter ? "source" : "destination";
     if (g.sp_addr < index_end && g.index_sp < dst_end) {
-      return "destination [" + str(g.sp_addr) + ", " + str(dst_end) + ") overlaps the indices [" + str(g.index_sp) +
-             ", " + str(index_end) + ")";
+      return std::string(rows) + " [" + str(g.sp_addr) + ", " + str(dst_end) + ") overlaps the indices [" +
+             str(g.index_sp) + ", " + str(index_end) + ")";
     }
-    return sp_range("destination", g.sp_addr, std::uint64_t{g.count} * g.row_bytes, DType::int8, l);
+    return sp_range(rows, g.sp_addr, std::uint64_t{g.count} * g.row_bytes, DType::int8, l);
   }
   Reason operator()(const Wait& w) const {
     if (w.token_mask == 0) return std::string("waits for no token (empty mask)");

@@ -49,6 +49,8 @@ std::vector<Instruction> one_of_each() {
           Barrier{.id = 5, .count = 4},
           DmaGather{.token = 9, .wide_index = true, .arg = 2, .index_sp = 8, .count = 3, .sp_addr = 64,
                     .row_bytes = 256, .offset = 0x1000, .rows = 32000, .row_stride = 8192},
+          DmaGather{.token = 3, .wide_index = false, .scatter = true, .arg = 1, .index_sp = 0, .count = 2,
+                    .sp_addr = 128, .row_bytes = 64, .offset = 0x40, .rows = 17, .row_stride = 256},
           VTranspose{.dtype = DType::fp16, .src = 0, .dst = 4096, .rows = 64, .cols = 32},
           VRandom{.dist = RandomDist::normal, .dst = 64, .cols = 8, .rows = 3, .planes = 2, .state = 0,
                   .start = 0x123456789ull, .row_step = 100, .plane_step = 10000}};
@@ -255,6 +257,15 @@ TEST_CASE("given instructions, the disassembly reads as assembly") {
   CHECK(disassemble(DmaGather{.token = 1, .wide_index = false, .arg = 0, .index_sp = 0, .count = 4, .sp_addr = 64,
                               .row_bytes = 256, .offset = 0, .rows = 100, .row_stride = 512}) ==
         "dma_gather t1 arg0+0 rows=100 row_stride=512 <- int32 index sp:0 x4 -> sp:64 row_bytes=256");
+  CHECK(disassemble(DmaGather{.token = 2, .wide_index = true, .scatter = true, .arg = 0, .index_sp = 0, .count = 1,
+                              .sp_addr = 64, .row_bytes = 12, .offset = 0, .rows = 4, .row_stride = 12}) ==
+        "dma_scatter t2 sp:64 row_bytes=12 -> arg0+0 rows=4 row_stride=12 <- int64 index sp:0 x1");
+  // A scatter's rows are its source: an overlap with the indices is named so.
+  CHECK(check(DmaGather{.token = 2, .wide_index = true, .scatter = true, .arg = 0, .index_sp = 0, .count = 2,
+                        .sp_addr = 8, .row_bytes = 12, .offset = 0, .rows = 4, .row_stride = 12},
+              kLimits)
+            .value_or("")
+            .starts_with("source [8, 32) overlaps the indices [0, 16)"));
   CHECK(disassemble(Matmul{.a = 0, .b = 64, .c = 128, .m = 8, .n = 8, .k = 8, .lda = 8, .ldb = 8, .ldc = 8,
                            .in = DType::fp16, .out = DType::fp32, .trans_b = true, .accumulate = true}) ==
         "matmul fp16->fp32 sp:0 x sp:64^T += sp:128  m=8 n=8 k=8 ld=8,8,8");

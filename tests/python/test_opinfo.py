@@ -27,7 +27,7 @@ NAMES = {
 }
 # The LLM-inference issue's generation ops, also in bool and int32 (bool logic on
 # the device; bitwise ops of integers on the CPU, counted).
-GENERATION = {"nn.functional.rms_norm", "masked_fill", "__rpow__", "argmax", "argmin", "max", "min", "arange", "logical_and", "logical_or", "logical_xor", "logical_not",
+GENERATION = {"nn.functional.rms_norm", "index_copy", "index_put", "masked_fill", "__rpow__", "argmax", "argmin", "max", "min", "arange", "logical_and", "logical_or", "logical_xor", "logical_not",
               "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
 OPS = [op for op in op_db if op.name in NAMES]
 GENERATION_OPS = [op for op in op_db if op.name in GENERATION]

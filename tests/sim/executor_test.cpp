@@ -243,6 +243,11 @@ std::vector<Case> generator_cases(const compiler::Target& t) {
                     {bytes_of(50 * 768, DType::fp32)}, {bytes_of(50, DType::fp32)}, {bytes_of(50, DType::fp32)}}});
   cases.push_back({"gather", compile_gather({.count = 100, .rows = 1000, .row_bytes = 256, .wide_index = true}, t, "gather"),
                    {{1000 * 256}, {100 * 8, 1000}, {100 * 256}}});
+  // Rows of 48 bytes into a table 64 bytes apart, 3 outer positions 5000 bytes apart.
+  cases.push_back({"scatter", compile_scatter({.count = 30, .rows = 70, .row_bytes = 48, .row_stride = 64,
+                                               .outer_sizes = {3}, .outer_strides = {5000}, .wide_index = true},
+                                              t, "scatter"),
+                   {{3 * 5000}, {30 * 8, 70}, {3 * 30 * 48}}});
   cases.push_back({"triangle", compile_triangle({.matrices = 2, .rows = 40, .cols = 50, .element_bytes = 2, .lower = true, .diagonal = 1}, t, "tril"),
                    {{2 * 40 * 50 * 2}, {2 * 40 * 50 * 2}}});
   return cases;

@@ -1,0 +1,84 @@
+"""KV-cache updates on the device: index_copy_ (and index_copy, index_copy.out) and the
+index_put_ pattern caches use (cache[:, :, pos] = kv) scatter only the named rows in
+place (compiler/gather.h compile_scatter); other index_put_ patterns run on the CPU,
+counted. Against the CPU, with PyTorch's errors."""
+
+import pytest
+import torch
+
+
+def on_both(fn, *args):
+    want = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    torch.spyre.reset_fallback_counts()
+    got = fn(*[a.to("spyre") if isinstance(a, torch.Tensor) else a for a in args])
+    return got.cpu(), want, torch.spyre.fallback_counts()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool], ids=str)
+@pytest.mark.parametrize("shape,dim", [((2, 3, 16, 8), 2), ((10, 4), 0), ((10, 4), 1), ((5, 6, 7), -1), ((3, 300, 64), 1)])
+def test_index_copy_writes_the_named_rows_as_the_cpu(dtype, shape, dim):
+    torch.manual_seed(0)
+    x = (torch.randn(shape) * 10).to(dtype)
+    idx = torch.randperm(shape[dim])[:3]
+    sshape = list(shape)
+    sshape[dim] = 3
+    src = (torch.randn(sshape) * 10).to(dtype)
+    for fn in (lambda a, i, b: a.index_copy_(dim, i, b), lambda a, i, b: a.index_copy(dim, i, b),
+               lambda a, i, b: torch.index_copy(a, dim, i, b, out=torch.empty_like(a))):
+        got, want, fallbacks = on_both(fn, x, idx, src)
+        assert fallbacks == {}
+        assert torch.equal(got, want)
+
+
+def test_a_decode_step_moves_one_position_per_head_of_a_cache_view():
+    cache, k = torch.zeros(2, 4, 32, 16), torch.randn(2, 4, 1, 16)
+    dev = cache.to("spyre")
+    import spyre_sim
+
+    # A view of the cache (its first 20 positions), the position on the CPU.
+    r = spyre_sim.run(lambda: dev.narrow(2, 0, 20).index_copy_(2, torch.tensor([7]), k.to("spyre")), warmup=0)
+    cache.narrow(2, 0, 20).index_copy_(2, torch.tensor([7]), k)
+    assert torch.equal(dev.cpu(), cache)
+    (scatter,) = [x for x in r["kernels"] if x["name"] == "aten::index_copy_"]
+    row = 16 * 4  # one position of one head: 64 bytes
+    assert scatter["dram_write_bytes"] <= 2 * 4 * 128  # 8 rows, each within one 128-byte stick: not the cache
+    assert scatter["min_dram_bytes"] == 8 + 2 * (2 * 4 * row)  # the index, the rows read and written
+
+
+def test_cache_assignment_by_position_is_a_scatter_and_other_index_puts_run_on_the_cpu():
+    def put(a, i, b):
+        a[:, :, i] = b
+        return a
+
+    def put_broadcast(a, i, b):
+        a[:, i] = b
+        return a
+
+    for fn, args in ((put, (torch.zeros(1, 2, 8, 4), torch.tensor([3, 5]), torch.randn(1, 2, 2, 4))),
+                     (put_broadcast, (torch.zeros(3, 5, 2), torch.tensor([0, 4]), torch.randn(2)))):
+        got, want, fallbacks = on_both(fn, *args)
+        assert fallbacks == {} and torch.equal(got, want)
+    for fn, args in ((lambda a, m, b: a.index_put_((m,), b), (torch.zeros(5), torch.tensor([1, 0, 1, 0, 0]).bool(),
+                                                              torch.tensor(1.0))),
+                     (lambda a, i, b: a.index_put_((i,), b, accumulate=True), (torch.zeros(5), torch.tensor([1, 1]),
+                                                                               torch.tensor([1.0, 2.0])))):
+        got, want, fallbacks = on_both(fn, *args)
+        assert fallbacks == {"aten::index_put_": 1} and torch.equal(got, want)
+
+
+def test_bad_index_copies_fail_as_on_the_cpu_and_an_index_out_of_range_faults():
+    for bad in (lambda d: torch.zeros(4, 3, device=d).index_copy_(0, torch.tensor([1], device=d), torch.zeros(1, 2, device=d)),
+                lambda d: torch.zeros(4, 3, device=d).index_copy_(0, torch.tensor([1.0], device=d), torch.zeros(1, 3, device=d)),
+                lambda d: torch.zeros(4, 3, device=d).index_copy_(0, torch.tensor([1], device=d),
+                                                                   torch.zeros(1, 3, device=d, dtype=torch.float16))):
+        with pytest.raises(RuntimeError) as cpu:
+            bad("cpu")
+        with pytest.raises(RuntimeError) as spyre:
+            bad("spyre")
+        assert str(spyre.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+    x = torch.zeros(4, 3, device="spyre")
+    x.index_copy_(0, torch.tensor([9], device="spyre"), torch.ones(1, 3, device="spyre"))
+    with pytest.raises(RuntimeError, match=r"dma_scatter.*DMA scatter index 9 \(entry 0 of 1\) is outside the table's rows \[0, 4\)"):
+        torch.spyre.synchronize()
+    # The device keeps working.
+    assert torch.equal(torch.ones(2, device="spyre").add(1).cpu(), torch.full((2,), 2.0))
