@@ -13,13 +13,16 @@ import sys
 import torch
 
 import spyre_sim
-from spyre_sim.models import GptMlp, SwiGLU
+from spyre_sim.models import Gpt2Block, GptMlp, LlamaBlock, SwiGLU
 
 
 def measure(model, x):
     r = spyre_sim.run(model, x)
     m = r["metrics"]
-    return m["time_us"], len(r["kernels"]), (m["dram_read_bytes"] + m["dram_write_bytes"]) / 1e6, m["cpu_fallbacks"]
+    # The block's roofline bound: the sum of its kernels' bounds (each its FLOPs at the
+    # peak or its op's least DRAM bytes; include/spyre/cost/roofline.h), from the report.
+    return (m["time_us"], m["kernels"], (m["dram_read_bytes"] + m["dram_write_bytes"]) / 1e6, m["cpu_fallbacks"],
+            m["roofline_fraction"] * m["time_us"])
 
 
 def main():
@@ -33,10 +36,13 @@ def main():
         f"RMSNorm+SwiGLU {tokens}x{d}->{hidden}": SwiGLU(d, hidden),
         f"TransformerEncoderLayer {tokens}x{d}, {heads} heads": torch.nn.TransformerEncoderLayer(
             d, heads, hidden, batch_first=True, activation="gelu"),
+        f"Llama block {tokens}x{d}, {heads}/{heads // 4} heads": LlamaBlock(d, heads, heads // 4, hidden, tokens),
+        f"GPT-2 block {tokens}x{d}, {heads} heads": Gpt2Block(d, heads, 4 * d),
     }
     print(f"torch.compile(backend='spyre') against eager, fp16, on '{torch.spyre.report()['config']['name']}' "
           "(modelled device time of one call)")
-    print(f"{'block':46} {'eager us':>9} {'compiled us':>11} {'speed-up':>8} {'kernels':>9} {'DRAM MB':>15}")
+    print(f"{'block':46} {'eager us':>9} {'compiled us':>11} {'speed-up':>8} {'kernels':>9} {'DRAM MB':>15} "
+          f"{'bound us':>9} {'compiled/bound':>14}")
     for name, block in blocks.items():
         block = block.half().eval().to("spyre")
         x = torch.randn(1, tokens, d).half().to("spyre")
@@ -45,8 +51,11 @@ def main():
         compiled = measure(torch.compile(block, backend="spyre"), x)
         if eager[3] or compiled[3]:
             print(f"{name}: CPU fallbacks eager {eager[3]}, compiled {compiled[3]}", file=sys.stderr)
+        # The bound of the block's ops as the eager run launches them (compiled kernels
+        # fuse ops, so their own bounds sum lower).
         print(f"{name:46} {eager[0]:9.1f} {compiled[0]:11.1f} {eager[0] / compiled[0]:7.2f}x "
-              f"{eager[1]:4d}->{compiled[1]:<4d} {eager[2]:7.1f}->{compiled[2]:<7.1f}")
+              f"{eager[1]:4d}->{compiled[1]:<4d} {eager[2]:7.1f}->{compiled[2]:<7.1f} {eager[4]:9.1f} "
+              f"{compiled[0] / eager[4]:13.2f}x")
 
 
 if __name__ == "__main__":

@@ -3,12 +3,17 @@ the shapes and op mixes transformer layers put on a device, without a model zoo.
 
 - ``GptMlp(d, hidden)``: Linear, GELU (tanh), Linear (GPT's feed-forward).
 - ``SwiGLU(d, hidden)``: RMSNorm, then a gated feed-forward with the residual (Llama's).
+- ``LlamaBlock(d, heads, kv_heads, hidden, max_len)``: a whole Llama decoder layer over a
+  sequence (``nn.RMSNorm``, rotary embeddings from precomputed tables, causal
+  grouped-query attention, SwiGLU, residuals).
+- ``Gpt2Block(d, heads, hidden)``: a whole GPT-2 layer (pre-norm ``nn.LayerNorm``, fused
+  QKV projection with bias, causal attention, GELU (tanh) MLP, residuals).
 """
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["GptMlp", "SwiGLU"]
+__all__ = ["GptMlp", "SwiGLU", "LlamaBlock", "Gpt2Block"]
 
 
 class GptMlp(torch.nn.Module):
@@ -37,3 +42,65 @@ class SwiGLU(torch.nn.Module):
     def forward(self, x):
         h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.norm
         return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class LlamaBlock(torch.nn.Module):
+    """A Llama decoder layer over a whole sequence ``x [batch, length, d]`` (a prefill):
+    RMSNorm, Q/K/V projections, rotary embeddings (cos/sin tables for ``max_len``
+    positions, buffers), causal grouped-query attention, output projection, residual,
+    RMSNorm, SwiGLU feed-forward, residual."""
+
+    def __init__(self, d: int, heads: int, kv_heads: int, hidden: int, max_len: int = 4096, theta: float = 10000.0):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+        self.n1, self.n2 = torch.nn.RMSNorm(d), torch.nn.RMSNorm(d)
+        self.q = torch.nn.Linear(d, d, bias=False)
+        self.k = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.v = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.o = torch.nn.Linear(d, d, bias=False)
+        self.w1 = torch.nn.Linear(d, hidden, bias=False)
+        self.w3 = torch.nn.Linear(d, hidden, bias=False)
+        self.w2 = torch.nn.Linear(hidden, d, bias=False)
+        inv = theta ** (-torch.arange(0, self.hd, 2).float() / self.hd)
+        angles = torch.arange(max_len).float()[:, None] * inv[None, :]
+        angles = torch.cat([angles, angles], -1)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def rotate(self, z, cos, sin):
+        half = z.shape[-1] // 2
+        return z * cos + torch.cat([-z[..., half:], z[..., :half]], -1) * sin
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.n1(x)
+        q = self.q(h).view(b, t, self.heads, self.hd).transpose(1, 2)
+        k = self.k(h).view(b, t, self.kv_heads, self.hd).transpose(1, 2)
+        v = self.v(h).view(b, t, self.kv_heads, self.hd).transpose(1, 2)
+        cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)
+        q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        h = self.n2(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class Gpt2Block(torch.nn.Module):
+    """A GPT-2 layer over a whole sequence ``x [batch, length, d]``: LayerNorm, fused QKV
+    projection (with bias), causal attention, output projection, residual, LayerNorm,
+    Linear, GELU (tanh), Linear, residual."""
+
+    def __init__(self, d: int, heads: int, hidden: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.mlp = GptMlp(d, hidden)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        heads = lambda z: z.view(b, t, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
+        a = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
