@@ -18,12 +18,13 @@ of this package, so ``backend="spyre"`` works without importing anything first.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Callable
 
 import torch
 import torch.fx
 
-__all__ = ["backend", "fuse_pointwise", "fuse_matmul_epilogues", "FUSIBLE_OPS"]
+__all__ = ["backend", "drop_layout_preserving_clones", "fuse_pointwise", "fuse_matmul_epilogues", "FUSIBLE_OPS"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.bool: "bool",
@@ -337,8 +338,54 @@ def fuse_matmul_epilogues(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
+def drop_layout_preserving_clones(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Removes ``aten.clone`` nodes that change nothing: AOTAutograd writes eval-mode
+    dropout as a clone, and a clone of a contiguous tensor read only by other ops of a
+    graph that mutates nothing is that tensor (each would be a device copy, a pass over
+    DRAM for nothing). Kept: clones that change the layout (their readers may need it),
+    clones the graph returns (outputs must not alias), and every clone of a graph with
+    an in-place op (the clone may hold a value from before the mutation)."""
+    nodes = list(gm.graph.nodes)
+    for node in nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is not None and schema.is_mutable:
+            return gm
+    # The graph's outputs and what they view: a clone seen through a view by an output
+    # stays, else that output would alias the clone's source.
+    outputs, todo = set(), []
+    for node in nodes:
+        if node.op == "output":
+            torch.fx.node.map_arg(node.args, todo.append)
+    while todo:
+        n = todo.pop()
+        if n in outputs:
+            continue
+        outputs.add(n)
+        schema = getattr(n.target, "_schema", None) if n.op == "call_function" else None
+        aliases = schema is not None and schema.returns and schema.returns[0].alias_info is not None
+        if aliases or n.target is operator.getitem:
+            todo.extend(a for a in n.args if isinstance(a, torch.fx.Node))
+    changed = False
+    for node in nodes:
+        if node.op != "call_function" or node.target is not aten.clone.default or node in outputs:
+            continue
+        src = node.args[0]
+        src_val, val = (_val(src) if isinstance(src, torch.fx.Node) else None), _val(node)
+        if not isinstance(src_val, torch.Tensor) or not isinstance(val, torch.Tensor):
+            continue
+        if not src_val.is_contiguous() or src_val.stride() != val.stride() or src_val.dtype != val.dtype:
+            continue
+        node.replace_all_uses_with(src)
+        gm.graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
-    return fuse_pointwise(fuse_matmul_epilogues(gm))
+    return fuse_pointwise(fuse_matmul_epilogues(drop_layout_preserving_clones(gm)))
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs):
