@@ -7,8 +7,9 @@
 // index_copy_ (and index_copy, index_copy.out) the other way: compiler/gather.h's
 // scatter writes the source's rows into the table in place, only those rows (a KV
 // cache update moves one position per head, not the cache). index_put_ with one index
-// tensor and full slices elsewhere (cache[:, :, pos] = kv) is the same scatter; other
-// index_put_ patterns (masks, several index tensors, accumulate) run on the CPU, counted.
+// tensor and full slices elsewhere (cache[:, :, pos] = kv; its _index_put_impl_) is the
+// same scatter, negative indices counting from the end; other index_put_ patterns
+// (masks, several index tensors, accumulate) run on the CPU, counted.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
@@ -87,7 +88,7 @@ at::Tensor& index_select_out(const at::Tensor& self, std::int64_t dim, const at:
 // PyTorch's own checks run first on meta copies (shapes, dtypes, the index's dtype),
 // so errors read as the CPU's.
 at::Tensor& index_copy_device(const char* name, at::Tensor& self, std::int64_t dim, const at::Tensor& index_in,
-                              const at::Tensor& source_in) {
+                              const at::Tensor& source_in, bool wrap = false) {
   const auto meta = [](const at::Tensor& t) {
     return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
   };
@@ -153,8 +154,10 @@ at::Tensor& index_copy_device(const char* name, at::Tensor& self, std::int64_t d
   s.row_bytes = static_cast<std::uint64_t>(expected) * esize;
   s.row_stride = static_cast<std::uint64_t>(table.stride(d)) * esize;
   s.wide_index = index.scalar_type() == at::kLong;
+  s.wrap = wrap;
   std::string key = std::string(name) + "|" + std::to_string(s.count) + "x" + std::to_string(s.row_bytes) + "B/" +
-                    std::to_string(s.row_stride) + "|" + std::to_string(s.rows) + (s.wide_index ? "|i64|" : "|i32|");
+                    std::to_string(s.row_stride) + "|" + std::to_string(s.rows) + (s.wide_index ? "|i64|" : "|i32|") +
+                    (wrap ? "wrap|" : "");
   std::uint64_t outer = 1;
   for (std::int64_t k = 0; k < d; ++k) {
     s.outer_sizes.push_back(static_cast<std::uint64_t>(table.size(k)));
@@ -202,11 +205,12 @@ at::Tensor index_copy(const at::Tensor& self, std::int64_t dim, const at::Tensor
   return index_copy_device("aten::index_copy", out, dim, index, source);
 }
 
-// index_put_: one 1-D integer index tensor at some position and full slices (None)
-// elsewhere, no accumulation, is index_copy_ along that dim with the values broadcast;
-// anything else runs on the CPU through the fallback, counted.
-at::Tensor& index_put_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
-                       bool accumulate) {
+// _index_put_impl_ (what index_put_ and tensor[...] = v reach): one 1-D integer index
+// tensor at some position and full slices (None) elsewhere, no accumulation, is a
+// scatter along that dim with the values broadcast and negative indices counting from
+// the end; anything else runs on the CPU through the fallback, counted.
+at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                            const at::Tensor& values, bool accumulate, bool unsafe) {
   std::int64_t at_dim = -1;
   bool simple = !accumulate && values.device() == self.device() && values.scalar_type() == self.scalar_type() &&
                 static_cast<std::int64_t>(indices.size()) <= self.dim();
@@ -225,11 +229,12 @@ at::Tensor& index_put_(at::Tensor& self, const c10::List<std::optional<at::Tenso
     auto shape = self.sizes().vec();
     shape[static_cast<std::size_t>(at_dim)] = index.numel();
     if (at::is_expandable_to(values.sizes(), shape)) {
-      return index_copy_device("aten::index_put_", self, at_dim, index.to(at::kLong), values.expand(shape));
+      return index_copy_device("aten::_index_put_impl_", self, at_dim, index.to(at::kLong), values.expand(shape),
+                               /*wrap=*/true);
     }
   }
-  torch::jit::Stack stack{self, indices, values, accumulate};
-  run_on_cpu("aten::index_put_", "", &stack);
+  torch::jit::Stack stack{self, indices, values, accumulate, unsafe};
+  run_on_cpu("aten::_index_put_impl_", "", &stack);
   return self;
 }
 
@@ -241,7 +246,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("index_copy_", index_copy_);
   m.impl("index_copy.out", index_copy_out);
   m.impl("index_copy", index_copy);
-  m.impl("index_put_", index_put_);
+  m.impl("_index_put_impl_", index_put_impl_);
 }
 
 }  // namespace spyre::backend

@@ -122,7 +122,7 @@ std::vector<std::uint8_t> compile_scatter(const ScatterShape& s, const Target& t
                                          {row_bytes, n, 1}, {1, static_cast<std::int64_t>(s.row_bytes), 0}));
       b.add(core, isa::Wait{.token_mask = 3});
       b.add(core, isa::DmaGather{.token = static_cast<std::uint8_t>(2 + slot), .wide_index = s.wide_index,
-                                 .scatter = true, .arg = 0, .index_sp = 0, .count = n, .sp_addr = sp_rows[slot],
+                                 .scatter = true, .wrap = s.wrap, .arg = 0, .index_sp = 0, .count = n, .sp_addr = sp_rows[slot],
                                  .row_bytes = row_bytes, .offset = outer_offset(o), .rows = s.rows,
                                  .row_stride = s.row_stride});
     }

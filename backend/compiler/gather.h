@@ -39,6 +39,7 @@ struct ScatterShape {
   std::uint64_t row_stride = 0;  // bytes between the table's rows
   std::vector<std::uint64_t> outer_sizes, outer_strides;  // the outer dims: sizes and byte strides in the table
   bool wide_index = true;
+  bool wrap = false;  // negative indices count from the end (index_put_), else they fault (index_copy_)
 };
 
 // Arguments: 0 = table, 1 = indices (contiguous), 2 = source (contiguous [outer...,

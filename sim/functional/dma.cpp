@@ -127,12 +127,19 @@ std::optional<DmaFault> gather(const isa::DmaGather& g, std::uint64_t argument, 
   };
   // The indices are read once: rows copied into the scratchpad cannot change them.
   std::vector<std::int64_t> indices(g.count);
-  for (std::uint32_t i = 0; i < g.count; ++i) indices[i] = index(i);
+  for (std::uint32_t i = 0; i < g.count; ++i) {
+    indices[i] = index(i);
+    if (g.wrap && indices[i] < 0 && static_cast<std::uint64_t>(-(indices[i] + 1)) < g.rows) {
+      indices[i] += static_cast<std::int64_t>(g.rows);
+    }
+  }
   for (std::uint32_t i = 0; i < g.count; ++i) {
     const std::int64_t v = indices[i];
     if (v < 0 || static_cast<std::uint64_t>(v) >= g.rows) {
-      return DmaFault{what + " index " + std::to_string(v) + " (entry " + std::to_string(i) + " of " +
-                          std::to_string(g.count) + ") is outside the table's rows [0, " + std::to_string(g.rows) + ")",
+      const std::string lowest = g.wrap ? "-" + std::to_string(g.rows) : std::string("0");
+      return DmaFault{what + " index " + std::to_string(g.wrap ? index(i) : v) + " (entry " + std::to_string(i) +
+                          " of " + std::to_string(g.count) + ") is outside the table's rows [" + lowest + ", " +
+                          std::to_string(g.rows) + ")",
                       std::nullopt};
     }
     // isa::check made sure (rows - 1) * row_stride + row_bytes fits 64 bits.

@@ -39,7 +39,9 @@ struct Printer {
       return fmt("dma_scatter t%u sp:%u row_bytes=%u -> arg%u+%llu rows=%llu row_stride=%llu <- %s index sp:%u x%u",
                  g.token, g.sp_addr, g.row_bytes, g.arg, static_cast<unsigned long long>(g.offset),
                  static_cast<unsigned long long>(g.rows), static_cast<unsigned long long>(g.row_stride),
-                 g.wide_index ? "int64" : "int32", g.index_sp, g.count);
+                 g.wrap ? (g.wide_index ? "int64 (negative from the end)" : "int32 (negative from the end)")
+                        : (g.wide_index ? "int64" : "int32"),
+                 g.index_sp, g.count);
     }
     return fmt("dma_gather t%u arg%u+%llu rows=%llu row_stride=%llu <- %s index sp:%u x%u -> sp:%u row_bytes=%u", g.token,
                g.arg, static_cast<unsigned long long>(g.offset), static_cast<unsigned long long>(g.rows),

@@ -210,6 +210,7 @@ void fields(F& f, D& d) requires std::is_same_v<std::remove_const_t<D>, DmaGathe
   f(1, d.token);
   f.flag(2, 0, d.wide_index);
   f.flag(2, 1, d.scatter);
+  f.flag(2, 2, d.wrap);
   f(4, d.arg);
   f(8, d.index_sp);
   f(12, d.count);

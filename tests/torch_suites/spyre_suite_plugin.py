@@ -253,6 +253,19 @@ def pytest_collection_modifyitems(config, items):
                 f.write(json.dumps(record) + "\n")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A device fault is reported at the next synchronizing call, as on CUDA: synchronize
+    after each test so a fault its work left pending fails that test (when nothing else
+    did), never the next one."""
+    outcome = yield
+    try:
+        torch.spyre.synchronize()
+    except RuntimeError as fault:
+        if outcome.excinfo is None:
+            outcome.force_exception(fault)
+
+
 def pytest_runtest_logstart(nodeid, location):
     _LOG.write({"start": _short_id(nodeid)})
 

@@ -139,11 +139,13 @@ struct DmaStore : Dma {};
 // outside [0, rows) faults, naming it. (Embedding lookups: the table stays in device
 // memory; only the rows asked for move.) With `scatter` the rows move the other way:
 // scratchpad row i is stored at the table row index[i] (index_copy_, KV-cache updates;
-// rows are written in order, so a repeated index keeps the last).
+// rows are written in order, so a repeated index keeps the last). With `wrap` an index
+// in [-rows, 0) counts from the end (Python's and index_put_'s negative indices).
 struct DmaGather {
   std::uint8_t token = 0;
   bool wide_index = false;
   bool scatter = false;
+  bool wrap = false;
   std::uint16_t arg = 0;
   std::uint32_t index_sp = 0, count = 0, sp_addr = 0, row_bytes = 0;
   std::uint64_t offset = 0;      // bytes from the argument to row 0's first byte moved
