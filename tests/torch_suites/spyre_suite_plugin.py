@@ -41,7 +41,7 @@ DEVICE_KERNEL_EXCLUDED = {
 OPINFO_NAME = {
     "_softmax": "softmax", "_log_softmax": "log_softmax", "_safe_softmax": "softmax",
     "native_layer_norm": "layer_norm", "native_dropout": "dropout", "native_dropout_backward": "dropout",
-    "_int_mm": "mm", "_scaled_mm": "mm",
+    "_int_mm": "mm", "_scaled_mm": "mm", "_index_put_impl_": "index_put",
 }
 
 # Device-kernel ops and dtypes that PyTorch's device-generic tests never run (no OpInfo,
