@@ -6,10 +6,28 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "config/config_loader.h"
 
 namespace spyre::tools {
+
+c10::ScalarType dtype_of(const std::string& s) {
+  if (s == "fp16" || s == "float16" || s == "half") return c10::kHalf;
+  if (s == "bf16" || s == "bfloat16") return c10::kBFloat16;
+  if (s == "fp32" || s == "float32" || s == "float") return c10::kFloat;
+  throw UsageError("unknown dtype '" + s + "' (expected fp16, bf16 or fp32)");
+}
+
+std::int64_t positive_integer(const std::string& s, const std::string& what) {
+  try {
+    std::size_t used = 0;
+    const long long v = std::stoll(s, &used);
+    if (used == s.size() && v > 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("{}: expected a positive integer, found '{}'", what, s));
+}
 
 void configure_driver(const ConfigOptions& config, spyre_device_mode_t mode) {
   // Validate the config here (a clear usage error), then hand it to the driver.

@@ -3,7 +3,11 @@
 // to the tool's exit codes.
 #pragma once
 
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "aten/cpu_fallback.h"
@@ -18,6 +22,11 @@ namespace spyre::tools {
 void configure_driver(const ConfigOptions& config, spyre_device_mode_t mode);
 
 spyre_device_t device_handle();
+
+// Workload parameters: "fp16" / "bf16" / "fp32" (and their PyTorch names), and a
+// positive integer; a UsageError naming `what` otherwise.
+c10::ScalarType dtype_of(const std::string& s);
+std::int64_t positive_integer(const std::string& s, const std::string& what);
 
 // The device's report (launch records, per-kernel and chip statistics) as JSON.
 nlohmann::json device_report();

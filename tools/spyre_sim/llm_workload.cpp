@@ -46,23 +46,6 @@ using nlohmann::json;
 
 namespace {
 
-std::int64_t positive(const std::string& key, const std::string& value) {
-  try {
-    std::size_t used = 0;
-    const long long v = std::stoll(value, &used);
-    if (used == value.size() && v > 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(fmt::format("llm {}: expected a positive integer, found '{}'", key, value));
-}
-
-c10::ScalarType llm_dtype(const std::string& s) {
-  if (s == "fp16" || s == "float16" || s == "half") return c10::kHalf;
-  if (s == "bf16" || s == "bfloat16") return c10::kBFloat16;
-  if (s == "fp32" || s == "float32" || s == "float") return c10::kFloat;
-  throw UsageError("llm dtype: expected fp16, bf16 or fp32, found '" + s + "'");
-}
-
 struct Layer {
   at::Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w1, w3, w2;
 };
@@ -244,7 +227,7 @@ LlmSpec LlmSpec::parse(const std::vector<std::string>& items) {
     }
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     if (const auto it = ints.find(key); it != ints.end()) {
-      *it->second = positive(key, value);
+      *it->second = positive_integer(value, "llm " + key);
     } else if (key == "seed") {
       try {
         std::size_t used = 0;
@@ -254,7 +237,7 @@ LlmSpec LlmSpec::parse(const std::vector<std::string>& items) {
         throw UsageError("llm seed: expected a non-negative integer, found '" + value + "'");
       }
     } else if (key == "dtype") {
-      s.dtype = llm_dtype(value);
+      s.dtype = dtype_of(value);
     } else if (key == "warmup") {
       if (value != "0" && value != "1") throw UsageError("llm warmup: expected 0 or 1, found '" + value + "'");
       s.warmup = value == "1";

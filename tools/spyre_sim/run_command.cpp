@@ -46,12 +46,6 @@ using report::GoldenCheck;
 using report::make_report;
 using report::report_text;
 
-c10::ScalarType dtype_of(const std::string& s) {
-  if (s == "fp16" || s == "float16" || s == "half") return c10::kHalf;
-  if (s == "bf16" || s == "bfloat16") return c10::kBFloat16;
-  if (s == "fp32" || s == "float32" || s == "float") return c10::kFloat;
-  throw UsageError("unknown dtype '" + s + "' (expected fp16, bf16 or fp32)");
-}
 
 // "gemm:4096,4096,4096,fp16" -> {"gemm", {"4096", "4096", "4096", "fp16"}}
 std::pair<std::string, std::vector<std::string>> parse_workload(const std::string& w) {
@@ -63,15 +57,6 @@ std::pair<std::string, std::vector<std::string>> parse_workload(const std::strin
   return r;
 }
 
-std::int64_t integer(const std::string& s, const std::string& what) {
-  try {
-    std::size_t used = 0;
-    const long long v = std::stoll(s, &used);
-    if (used == s.size() && v > 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(fmt::format("{}: expected a positive integer, found '{}'", what, s));
-}
 
 // A workload: set-up (inputs on the device, kernels compiled by a first run) and the
 // measured run, both enqueue work on the current stream.
@@ -100,28 +85,29 @@ Workload make_workload(const std::string& spec) {
   };
   if (name == "gemm") {
     need(3, 4);
-    const auto m = integer(a[0], "gemm M"), n = integer(a[1], "gemm N"), k = integer(a[2], "gemm K");
+    const auto m = positive_integer(a[0], "gemm M"), n = positive_integer(a[1], "gemm N"),
+               k = positive_integer(a[2], "gemm K");
     const at::Tensor x = at::randn({m, k}).to(opts(3)), y = at::randn({k, n}).to(opts(3));
     return {[x, y] { at::mm(x, y); }, 2.0 * double(m) * double(n) * double(k)};
   }
   if (name == "add") {
     need(1, 2);
-    const auto n = integer(a[0], "add N");
+    const auto n = positive_integer(a[0], "add N");
     const at::Tensor x = at::randn({n}).to(opts(1)), y = at::randn({n}).to(opts(1));
     return {[x, y] { at::add(x, y); }, double(n)};
   }
   if (name == "softmax") {
     need(2, 3);
-    const auto r = integer(a[0], "softmax ROWS"), c = integer(a[1], "softmax COLS");
+    const auto r = positive_integer(a[0], "softmax ROWS"), c = positive_integer(a[1], "softmax COLS");
     const at::Tensor x = at::randn({r, c}).to(opts(2));
     return {[x] { at::_softmax(x, 1, false); }, 5.0 * double(r) * double(c)};
   }
   if (name == "mlp") {
     need(0, 5);
-    const std::int64_t batch = a.size() > 0 ? integer(a[0], "mlp BATCH") : 512;
-    const std::int64_t in = a.size() > 1 ? integer(a[1], "mlp IN") : 4096;
-    const std::int64_t hidden = a.size() > 2 ? integer(a[2], "mlp HIDDEN") : 11008;
-    const std::int64_t out = a.size() > 3 ? integer(a[3], "mlp OUT") : 4096;
+    const std::int64_t batch = a.size() > 0 ? positive_integer(a[0], "mlp BATCH") : 512;
+    const std::int64_t in = a.size() > 1 ? positive_integer(a[1], "mlp IN") : 4096;
+    const std::int64_t hidden = a.size() > 2 ? positive_integer(a[2], "mlp HIDDEN") : 11008;
+    const std::int64_t out = a.size() > 3 ? positive_integer(a[3], "mlp OUT") : 4096;
     const auto o = opts(4);
     const at::Tensor x = at::randn({batch, in}).to(o);
     const at::Tensor w1 = at::mul(at::randn({hidden, in}), 0.02).to(o), b1 = at::randn({hidden}).to(o);
@@ -131,10 +117,10 @@ Workload make_workload(const std::string& spec) {
   }
   if (name == "attention") {  // causal scaled-dot-product attention (the fused device kernel)
     need(0, 5);
-    const std::int64_t batch = a.size() > 0 ? integer(a[0], "attention BATCH") : 1;
-    const std::int64_t seq = a.size() > 1 ? integer(a[1], "attention SEQ") : 2048;
-    const std::int64_t heads = a.size() > 2 ? integer(a[2], "attention HEADS") : 32;
-    const std::int64_t dim = a.size() > 3 ? integer(a[3], "attention HEAD_DIM") : 128;
+    const std::int64_t batch = a.size() > 0 ? positive_integer(a[0], "attention BATCH") : 1;
+    const std::int64_t seq = a.size() > 1 ? positive_integer(a[1], "attention SEQ") : 2048;
+    const std::int64_t heads = a.size() > 2 ? positive_integer(a[2], "attention HEADS") : 32;
+    const std::int64_t dim = a.size() > 3 ? positive_integer(a[3], "attention HEAD_DIM") : 128;
     const auto o = opts(4);
     const at::Tensor q = at::randn({batch, heads, seq, dim}).to(o), k = at::randn({batch, heads, seq, dim}).to(o),
                      v = at::randn({batch, heads, seq, dim}).to(o);
@@ -143,10 +129,10 @@ Workload make_workload(const std::string& spec) {
   }
   if (name == "block") {  // a pre-norm GPT block: x + attn(ln(x)), then + mlp(ln(x))
     need(0, 5);
-    const std::int64_t tokens = a.size() > 0 ? integer(a[0], "block TOKENS") : 2048;
-    const std::int64_t dim = a.size() > 1 ? integer(a[1], "block DIM") : 4096;
-    const std::int64_t heads = a.size() > 2 ? integer(a[2], "block HEADS") : 32;
-    const std::int64_t hidden = a.size() > 3 ? integer(a[3], "block HIDDEN") : 4 * dim;
+    const std::int64_t tokens = a.size() > 0 ? positive_integer(a[0], "block TOKENS") : 2048;
+    const std::int64_t dim = a.size() > 1 ? positive_integer(a[1], "block DIM") : 4096;
+    const std::int64_t heads = a.size() > 2 ? positive_integer(a[2], "block HEADS") : 32;
+    const std::int64_t hidden = a.size() > 3 ? positive_integer(a[3], "block HIDDEN") : 4 * dim;
     if (dim % heads != 0) throw UsageError(fmt::format("block: DIM {} is not a multiple of HEADS {}", dim, heads));
     const auto o = opts(4);
     const auto weight = [&](std::int64_t rows, std::int64_t cols) { return at::mul(at::randn({rows, cols}), 0.02).to(o); };
@@ -189,7 +175,7 @@ Workload make_model_workload(const std::string& path, const std::vector<std::str
     const c10::ScalarType t = colon == std::string::npos ? c10::kFloat : dtype_of(spec.substr(colon + 1));
     std::vector<std::int64_t> sizes;
     std::stringstream ss(spec.substr(0, colon));
-    for (std::string d; std::getline(ss, d, ',');) sizes.push_back(integer(d, "--input " + spec));
+    for (std::string d; std::getline(ss, d, ',');) sizes.push_back(positive_integer(d, "--input " + spec));
     inputs.emplace_back(at::randn(sizes).to(at::TensorOptions().device(device).dtype(t)));
     if (!dtype) dtype = t;
   }
