@@ -10,6 +10,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/max.h>
 #include <ATen/ops/min.h>
+#include <ATen/ops/topk.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -124,9 +125,69 @@ std::tuple<at::Tensor&, at::Tensor&> min_dim_out(const at::Tensor& self, std::in
   return {values, indices};
 }
 
+// topk along `dim`: float rows on the device (compiler/argreduce.h: k up to
+// kTopkMaxK, in the moved-last layout, then back in the input's dim order,
+// contiguous as the CPU's); other dtypes, larger k, 0-d and empty inputs on the CPU,
+// counted. `sorted` = false is served sorted (PyTorch leaves the order open).
+Pair topk_impl(const char* name, const at::Tensor& self, std::int64_t k, std::int64_t dim, bool largest) {
+  const std::int64_t d = at::maybe_wrap_dim(dim, self.dim());
+  const std::int64_t size = self.dim() == 0 ? 1 : self.size(d);
+  TORCH_CHECK(k >= 0 && k <= size, "selected index k out of range");
+  const auto t = self.scalar_type();
+  const bool on_device = (t == at::kFloat || t == at::kHalf || t == at::kBFloat16) && self.dim() > 0 && k > 0 &&
+                         static_cast<std::uint64_t>(k) <= compiler::kTopkMaxK &&
+                         static_cast<std::uint64_t>(size) <= compiler::kTopkMaxCols && self.numel() > 0;
+  if (!on_device) {
+    if (k > 0 && self.numel() > 0) count_fallback(name);
+    auto [v, i] = at::topk(self.cpu(), k, dim, largest, true);
+    return {v.to(self.device()), i.to(self.device())};
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor moved = self.movedim(d, -1);
+  if (moved.stride(-1) != 1) moved = moved.contiguous();
+  const at::Tensor x = moved.reshape({-1, size});
+  compiler::TopkShape s;
+  s.rows = static_cast<std::uint64_t>(x.size(0));
+  s.cols = static_cast<std::uint64_t>(size);
+  s.row_stride = x.stride(0);
+  s.k = static_cast<std::uint64_t>(k);
+  s.in = *device_dtype(t);
+  s.largest = largest;
+  std::vector<std::int64_t> shape = moved.sizes().vec();
+  shape.back() = k;
+  at::Tensor values = at::empty(shape, self.options());
+  at::Tensor indices = at::empty(shape, self.options().dtype(at::kLong));
+  const std::string key = std::string(name) + "|" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/" +
+                          std::to_string(s.row_stride) + "|" + std::to_string(k) + (largest ? "L" : "S") + "|" +
+                          std::string(isa::to_string(s.in));
+  const auto bytes = [](const at::Tensor& v) { return static_cast<std::uint64_t>(v.numel() * v.element_size()); };
+  run_cached(self.device().index(), key, [&](const compiler::Target& tg) { return compiler::compile_topk(s, tg, name); },
+             {device_address(x), device_address(values), device_address(indices),
+              device_address(device_positions(self.device()))},
+             name, Traffic{.read = bytes(x), .written = bytes(values) + bytes(indices)});
+  if (d != self.dim() - 1) {
+    values = values.movedim(-1, d).contiguous();
+    indices = indices.movedim(-1, d).contiguous();
+  }
+  return {values, indices};
+}
+
+Pair topk(const at::Tensor& self, c10::SymInt k, std::int64_t dim, bool largest, bool /*sorted*/) {
+  return topk_impl("aten::topk", self, k.expect_int(), dim, largest);
+}
+std::tuple<at::Tensor&, at::Tensor&> topk_out(const at::Tensor& self, c10::SymInt k, std::int64_t dim, bool largest,
+                                              bool /*sorted*/, at::Tensor& values, at::Tensor& indices) {
+  auto [v, i] = topk_impl("aten::topk.values", self, k.expect_int(), dim, largest);
+  into(values, v);
+  into(indices, i);
+  return {values, indices};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("topk", topk);
+  m.impl("topk.values", topk_out);
   m.impl("argmax", argmax);
   m.impl("argmax.out", argmax_out);
   m.impl("argmin", argmin);

@@ -42,8 +42,8 @@ void count(const std::string& name, bool has_kernel) {
   }
   if (!first || !warnings_enabled()) return;
   if (has_kernel) {
-    TORCH_WARN("spyre: ", name, " runs on the CPU for these arguments: its spyre kernels do not take them (float64, "
-               "int64, uint8 and complex tensors, or tensors on several devices) (see torch.spyre.fallback_counts())");
+    TORCH_WARN("spyre: ", name, " runs on the CPU for these arguments: its spyre kernels do not take them (such as "
+               "float64, int64, uint8 and complex tensors, tensors on several devices, or sizes past a kernel's limits) (see torch.spyre.fallback_counts())");
   } else {
     TORCH_WARN("spyre: ", name, " has no spyre kernel and runs on the CPU (see torch.spyre.fallback_counts())");
   }

@@ -10,11 +10,17 @@
 // tensor and full slices elsewhere (cache[:, :, pos] = kv; its _index_put_impl_) is the
 // same scatter, negative indices counting from the end; other index_put_ patterns
 // (masks, several index tensors, accumulate) run on the CPU, counted.
+//
+// gather (torch.gather, take_along_dim: the sampled token's id from its candidate
+// list) picks single elements along a dim, per outer position (compiler/gather.h's
+// compile_gather_along), any dtype of 1 to 8 bytes; arguments PyTorch refuses (and
+// 0-d tensors) take the CPU path, which raises PyTorch's errors, counted.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/gather.h>
 #include <ATen/ops/index_copy.h>
 #include <ATen/core/List.h>
 #include <ATen/core/ivalue.h>
@@ -238,9 +244,65 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
   return self;
 }
 
+at::Tensor gather_impl(const char* name, const at::Tensor& self, std::int64_t dim, const at::Tensor& index,
+                       const at::Tensor& out) {
+  const std::int64_t d = at::maybe_wrap_dim(dim, std::max<std::int64_t>(self.dim(), 1));
+  const auto elem = static_cast<std::uint64_t>(self.element_size());
+  bool on_device = index.scalar_type() == at::kLong && index.device() == self.device() && self.dim() > 0 &&
+                   index.dim() == self.dim() && index.numel() > 0 && self.size(d) > 0 && !self.is_complex() &&
+                   (elem == 1 || elem == 2 || elem == 4 || elem == 8);
+  for (std::int64_t k = 0; on_device && k < self.dim(); ++k) {
+    on_device = k == d || index.size(k) <= self.size(k);
+  }
+  if (!on_device) {
+    if (index.numel() > 0) count_fallback(name);
+    return deliver(at::gather(self.cpu(), dim, index.cpu()).to(self.device()), out, OutDtype::exact);
+  }
+  const c10::DeviceGuard guard(self.device());
+  const at::Tensor idx = index.movedim(d, -1).contiguous();
+  const at::Tensor table = self.movedim(d, -1);
+  compiler::GatherAlongShape s;
+  s.count = static_cast<std::uint64_t>(idx.size(-1));
+  s.rows = static_cast<std::uint64_t>(table.size(-1));
+  s.elem_bytes = elem;
+  s.row_stride = static_cast<std::uint64_t>(table.stride(-1)) * elem;
+  std::string key = std::string(name) + "|" + std::to_string(s.count) + "/" + std::to_string(s.rows) + "x" +
+                    std::to_string(s.row_stride) + "|" + std::to_string(elem) + "|";
+  for (std::int64_t k = 0; k + 1 < idx.dim(); ++k) {
+    s.outer_sizes.push_back(static_cast<std::uint64_t>(idx.size(k)));
+    s.outer_strides.push_back(static_cast<std::uint64_t>(table.stride(k)) * elem);
+    key += std::to_string(idx.size(k)) + ":" + std::to_string(table.stride(k)) + ",";
+  }
+  at::Tensor result = at::empty(idx.sizes(), self.options());
+  run_cached(self.device().index(), key,
+             [&](const compiler::Target& t) { return compiler::compile_gather_along(s, t, name); },
+             {device_address(table), device_address(idx), device_address(result)}, name,
+             Traffic{.read = static_cast<std::uint64_t>(idx.numel()) * (8 + elem),
+                     .written = static_cast<std::uint64_t>(result.numel()) * elem});
+  result = result.movedim(-1, d);
+  if (!result.is_contiguous()) result = result.contiguous();
+  return deliver(result, out, OutDtype::exact);
+}
+at::Tensor gather(const at::Tensor& self, std::int64_t dim, const at::Tensor& index, bool /*sparse_grad*/) {
+  return gather_impl("aten::gather", self, dim, index, at::Tensor());
+}
+at::Tensor& gather_out(const at::Tensor& self, std::int64_t dim, const at::Tensor& index, bool /*sparse_grad*/,
+                       at::Tensor& out) {
+  // PyTorch's: an out tensor (resized to the index's shape first) with overlapping
+  // elements, or sharing memory with an input, is refused.
+  if (out.device() == self.device()) at::native::resize_output(out, index.sizes());
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, index);
+  gather_impl("aten::gather.out", self, dim, index, out);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("gather", gather);
+  m.impl("gather.out", gather_out);
   m.impl("index_select", index_select);
   m.impl("index_select.out", index_select_out);
   m.impl("index_copy_", index_copy_);

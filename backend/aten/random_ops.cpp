@@ -1,5 +1,5 @@
-// Random ops on the device: uniform_, normal_, bernoulli (of a probability or of a
-// tensor of them) and native_dropout, as pointwise kernels that draw counter-based
+// Random ops on the device: uniform_, normal_, exponential_, bernoulli (of a
+// probability or of a tensor of them), native_dropout and multinomial, as pointwise kernels that draw counter-based
 // random numbers (vrandom, include/spyre/isa/isa.h) from the spyre generator
 // (runtime/generator.h). Their numbers depend on the generator's seed and offset alone,
 // not on how many cores the chip has nor on the CPU's generator. Dtypes the device
@@ -8,6 +8,13 @@
 #include <limits>
 
 #include <ATen/TensorIterator.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/UnaryOps.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/gt.h>
+#include <ATen/ops/multinomial_native.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/ones_like.h>
 #include <torch/library.h>
@@ -88,6 +95,33 @@ at::Tensor& normal(at::Tensor& self, double mean, double std, std::optional<at::
   return self;
 }
 
+at::Tensor& exponential(at::Tensor& self, double lambd, std::optional<at::Generator> gen) {
+  TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
+  if (!on_device(self)) {
+    return on_cpu("aten::exponential_", self, gen, [&](at::Tensor& t, auto g) { t.exponential_(lambd, g); });
+  }
+  // -ln(1 - u) / lambda in fp32 (1 - u in (0, 1] exactly: never infinite), rounded once.
+  const isa::DType f32 = isa::DType::fp32;
+  fill_random("aten::exponential_", self,
+              {Step::binary(isa::BinaryOp::sub, f32, Value::constant(1), Value::random(kUniform)),
+               Step::unary(isa::UnaryOp::log, f32, Value::step(0)),
+               Step::binary(isa::BinaryOp::mul, f32, Value::step(1), Value::constant(-1.0 / lambd))},
+              gen);
+  return self;
+}
+
+// multinomial: PyTorch's own composite (at::native::multinomial) on device kernels: one
+// sample, or samples without replacement, as the top of p / q for q ~ Exp(1)
+// (exponential_, div, argmax or topk); samples with replacement through the dispatch
+// stub below.
+at::Tensor multinomial(const at::Tensor& self, std::int64_t n, bool replacement, std::optional<at::Generator> gen) {
+  return at::native::multinomial(self, n, replacement, std::move(gen));
+}
+at::Tensor& multinomial_out(const at::Tensor& self, std::int64_t n, bool replacement, std::optional<at::Generator> gen,
+                            at::Tensor& out) {
+  return at::native::multinomial_out(self, n, replacement, std::move(gen), out);
+}
+
 at::Tensor& bernoulli_float(at::Tensor& self, double p, std::optional<at::Generator> gen) {
   TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
   if (!device_dtype(self.scalar_type())) {
@@ -157,9 +191,39 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
   return masked_scale("aten::native_dropout_backward", grad, mask, scale);
 }
 
+// Samples with replacement: each draw u (uniform, times the row's total) picks the first
+// category whose running sum (cumsum, fp32) exceeds it: argmax of (cdf > u), on the
+// device. (PyTorch's with-replacement stub; the CPU's own checks of the probabilities.)
+void multinomial_with_replacement(at::Tensor& result, const at::Tensor& self, const std::int64_t n_sample,
+                                  std::optional<at::Generator> gen) {
+  const at::Tensor p = (self.dim() == 1 ? self.unsqueeze(0) : self).to(at::kFloat);
+  TORCH_CHECK((p.min() >= 0).item<bool>(), "invalid multinomial distribution (encountering probability entry < 0)");
+  TORCH_CHECK(p.isfinite().all().item<bool>(),
+              "invalid multinomial distribution (encountering probability entry = infinity or NaN)");
+  const at::Tensor cdf = at::cumsum(p, -1);
+  const at::Tensor total = cdf.narrow(-1, p.size(-1) - 1, 1);
+  TORCH_CHECK((total > 0).all().item<bool>(), "invalid multinomial distribution (sum of probabilities <= 0)");
+  at::Tensor u = at::empty({p.size(0), n_sample}, p.options());
+  uniform(u, 0, 1, std::move(gen));
+  u.mul_(total);
+  const at::Tensor picks = at::argmax(at::gt(cdf.unsqueeze(1), u.unsqueeze(2)).to(at::kChar), -1);
+  result.copy_(self.dim() == 1 ? picks.squeeze(0) : picks);
+}
+
 }  // namespace
 
+}  // namespace spyre::backend
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(multinomial_with_replacement_stub, &spyre::backend::multinomial_with_replacement)
+}  // namespace at::native
+
+namespace spyre::backend {
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("exponential_", exponential);
+  m.impl("multinomial", multinomial);
+  m.impl("multinomial.out", multinomial_out);
   m.impl("uniform_", uniform);
   m.impl("normal_", normal);
   m.impl("bernoulli_.float", bernoulli_float);

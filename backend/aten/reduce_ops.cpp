@@ -177,6 +177,25 @@ at::Tensor& amin_out(const at::Tensor& self, at::IntArrayRef dims, bool keepdim,
   reduce("aten::amin.out", isa::ReduceOp::min, false, out, self, dims, keepdim, std::nullopt);
   return out;
 }
+// max() / min() of every element: amax / amin over all dims (NaN wins, as both).
+at::Tensor max_all(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() > 0, "max(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                                "reduction dim with the 'dim' argument.");
+  return reduce("aten::max", isa::ReduceOp::max, false, at::Tensor(), self, at::IntArrayRef{}, false, std::nullopt);
+}
+at::Tensor min_all(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() > 0, "min(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                                "reduction dim with the 'dim' argument.");
+  return reduce("aten::min", isa::ReduceOp::min, false, at::Tensor(), self, at::IntArrayRef{}, false, std::nullopt);
+}
+
+// _assert_async (PyTorch's composites check their arguments with it, multinomial's
+// among them): the one value read back (a synchronizing read, where CUDA's is not).
+void assert_async_msg(const at::Tensor& self, c10::string_view msg) {
+  TORCH_CHECK(self.numel() == 1, "Boolean value of Tensor with more than one value is ambiguous");
+  TORCH_CHECK(self.is_nonzero(), msg.empty() ? std::string("Assertion is failed") : std::string(msg));
+}
+void assert_async(const at::Tensor& self) { assert_async_msg(self, ""); }
 
 // ---- softmax ---------------------------------------------------------------------
 
@@ -350,6 +369,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("amax.out", amax_out);
   m.impl("amin", amin);
   m.impl("amin.out", amin_out);
+  m.impl("max", max_all);
+  m.impl("min", min_all);
+  m.impl("_assert_async", assert_async);
+  m.impl("_assert_async.msg", assert_async_msg);
   m.impl("_softmax", softmax_fn);
   m.impl("_softmax.out", softmax_out);
   m.impl("_log_softmax", log_softmax_fn);

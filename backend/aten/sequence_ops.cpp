@@ -5,13 +5,16 @@
 #include <cmath>
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/WrapDimUtils.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cumsum.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
+#include "aten/out.h"
 #include "compiler/sequence.h"
 #include "runtime/launch.h"
 
@@ -87,8 +90,63 @@ at::Tensor& arange_out(const c10::Scalar& start_s, const c10::Scalar& end_s, con
   return out;
 }
 
+// cumsum along `dim` (the sums of sampling's sorted probabilities, and the like): float
+// tensors on the device, the dim moved last (compiler/sequence.h, summed in fp32);
+// integer and bool inputs (summed as int64), float64 and empty tensors on the CPU,
+// counted. The result dtype as PyTorch's: `dtype`, else the out tensor's, else int64
+// for integers and the input's own.
+at::Tensor cumsum_impl(const char* name, const at::Tensor& self, std::int64_t dim,
+                       std::optional<c10::ScalarType> dtype, const at::Tensor& out) {
+  const std::int64_t d = at::maybe_wrap_dim(dim, self.dim());
+  const c10::ScalarType result_type =
+      dtype ? *dtype
+            : out.defined() ? out.scalar_type()
+                            : (at::isIntegralType(self.scalar_type(), /*includeBool=*/true) ? at::kLong : self.scalar_type());
+  const auto is_float = [](c10::ScalarType t) { return t == at::kFloat || t == at::kHalf || t == at::kBFloat16; };
+  at::Tensor result;
+  if (!is_float(self.scalar_type()) || !is_float(result_type) || self.numel() == 0) {
+    if (self.numel() > 0) count_fallback(name);
+    result = at::cumsum(self.cpu(), d, result_type).to(self.device());
+  } else {
+    const c10::DeviceGuard guard(self.device());
+    const at::Tensor moved = (self.dim() == 0 ? self.reshape({1}) : self.movedim(d, -1)).contiguous();
+    const std::int64_t size = moved.size(-1);
+    at::Tensor y = at::empty(moved.sizes(), self.options().dtype(result_type));
+    compiler::CumsumShape s;
+    s.rows = static_cast<std::uint64_t>(moved.numel() / size);
+    s.cols = static_cast<std::uint64_t>(size);
+    s.in = *device_dtype(self.scalar_type());
+    s.out = *device_dtype(result_type);
+    const std::string key = std::string(name) + "|" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "|" +
+                            std::string(isa::to_string(s.in)) + ">" + std::string(isa::to_string(s.out));
+    run_cached(self.device().index(), key,
+               [&](const compiler::Target& t) { return compiler::compile_cumsum(s, t, name); },
+               {device_address(moved), device_address(y), device_address(device_positions(self.device()))}, name,
+               Traffic{.read = static_cast<std::uint64_t>(moved.numel() * moved.element_size()),
+                       .written = static_cast<std::uint64_t>(y.numel() * y.element_size())});
+    result = self.dim() == 0 ? y.reshape({}) : y.movedim(-1, d);
+    if (!result.is_contiguous()) result = result.contiguous();
+  }
+  return deliver(result, out, OutDtype::exact);
+}
+at::Tensor cumsum(const at::Tensor& self, std::int64_t dim, std::optional<c10::ScalarType> dtype) {
+  return cumsum_impl("aten::cumsum", self, dim, dtype, at::Tensor());
+}
+at::Tensor& cumsum_out(const at::Tensor& self, std::int64_t dim, std::optional<c10::ScalarType> dtype, at::Tensor& out) {
+  cumsum_impl("aten::cumsum.out", self, dim, dtype, out);
+  return out;
+}
+at::Tensor& cumsum_(at::Tensor& self, std::int64_t dim, std::optional<c10::ScalarType> dtype) {
+  return cumsum_out(self, dim, dtype ? dtype : std::optional<c10::ScalarType>(self.scalar_type()), self);
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("arange.start_out", arange_out); }
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("arange.start_out", arange_out);
+  m.impl("cumsum", cumsum);
+  m.impl("cumsum.out", cumsum_out);
+  m.impl("cumsum_", cumsum_);
+}
 
 }  // namespace spyre::backend

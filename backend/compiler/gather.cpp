@@ -131,4 +131,61 @@ std::vector<std::uint8_t> compile_scatter(const ScatterShape& s, const Target& t
   return b.build();
 }
 
+std::vector<std::uint8_t> compile_gather_along(const GatherAlongShape& s, const Target& target,
+                                               const std::string& name) {
+  std::uint64_t outer = 1;
+  for (const std::uint64_t d : s.outer_sizes) outer *= d;
+  if (s.count == 0 || s.rows == 0 || outer == 0 || s.outer_sizes.size() != s.outer_strides.size() ||
+      (s.elem_bytes != 1 && s.elem_bytes != 2 && s.elem_bytes != 4 && s.elem_bytes != 8)) {
+    throw std::invalid_argument(name + ": nothing to gather (" + std::to_string(s.count) + " indices into " +
+                                std::to_string(s.rows) + " elements of " + std::to_string(s.elem_bytes) + " bytes, " +
+                                std::to_string(outer) + " outer positions)");
+  }
+  constexpr std::uint64_t kIndex = 8;
+  const std::uint64_t room = target.scratchpad_bytes;
+  if (room < 4 * 64 + 2 * (s.elem_bytes + kIndex)) {
+    throw DoesNotFit(name + ": a gather needs " + std::to_string(4 * 64 + 2 * (s.elem_bytes + kIndex)) +
+                     " bytes of scratchpad, the device has " + std::to_string(room));
+  }
+  // Two index blocks and two element blocks.
+  const std::uint64_t block =
+      std::max<std::uint64_t>(1, std::min({s.count, (room - 4 * 64) / (2 * (s.elem_bytes + kIndex)), std::uint64_t{4096}}));
+  const auto align = [](std::uint64_t v) { return static_cast<std::uint32_t>((v + 63) / 64 * 64); };
+  const std::uint32_t sp_idx[2] = {0, align(block * kIndex)};
+  const std::uint32_t sp_val[2] = {2 * align(block * kIndex), 2 * align(block * kIndex) + align(block * s.elem_bytes)};
+  const std::uint64_t blocks = (s.count + block - 1) / block, units = blocks * outer;
+  const auto outer_offset = [&](std::uint64_t o) {
+    std::uint64_t off = 0;
+    for (std::size_t d = s.outer_sizes.size(); d-- > 0;) {
+      off += (o % s.outer_sizes[d]) * s.outer_strides[d];
+      o /= s.outer_sizes[d];
+    }
+    return off;
+  };
+  const std::uint64_t cores = std::min<std::uint64_t>(std::max<std::uint32_t>(1, target.cores), units);
+  isa::ProgramBuilder b(name, static_cast<std::uint32_t>(cores));
+  for (std::uint32_t core = 0; core < cores; ++core) {
+    const std::uint64_t first = units * core / cores, last = units * (core + 1) / cores;
+    for (std::uint64_t u = first; u < last; ++u) {
+      const std::uint64_t o = u / blocks, i0 = (u % blocks) * block;
+      const auto n = static_cast<std::uint32_t>(std::min(block, s.count - i0));
+      const auto slot = static_cast<std::uint32_t>((u - first) % 2);
+      // Tokens: 0 the indices, 1 the gather, 2/3 the stores of slots 0/1.
+      if (u >= first + 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
+      b.add(core, make_dma<isa::DmaLoad>(0, isa::DType::int8, 1, (o * s.count + i0) * kIndex, sp_idx[slot],
+                                         {static_cast<std::uint32_t>(n * kIndex), 1, 1}, {1, 0, 0}));
+      b.add(core, isa::Wait{.token_mask = 1});
+      b.add(core, isa::DmaGather{.token = 1, .wide_index = true, .arg = 0, .index_sp = sp_idx[slot], .count = n,
+                                 .sp_addr = sp_val[slot], .row_bytes = static_cast<std::uint32_t>(s.elem_bytes),
+                                 .offset = outer_offset(o), .rows = s.rows, .row_stride = s.row_stride});
+      b.add(core, isa::Wait{.token_mask = 2});
+      b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), isa::DType::int8, 2,
+                                          (o * s.count + i0) * s.elem_bytes, sp_val[slot],
+                                          {static_cast<std::uint32_t>(n * s.elem_bytes), 1, 1}, {1, 0, 0}));
+    }
+    b.add(core, isa::Wait{.token_mask = 0xf});
+  }
+  return b.build();
+}
+
 }  // namespace spyre::compiler

@@ -47,4 +47,21 @@ struct ScatterShape {
 // scratchpad, std::invalid_argument for an empty scatter.
 std::vector<std::uint8_t> compile_scatter(const ScatterShape& shape, const Target& target, const std::string& name);
 
+// Element gather along a dim, torch.gather's: out[o][i] = table_o[index[o][i]] for
+// every outer position o (the other dims, any strides in the table), where table_o's
+// elements are row_stride bytes apart. Each core takes a run of (outer position, index
+// block) units: the block's indices, a dma_gather of single elements (each costs its
+// whole stick), a store, double-buffered. An index outside [0, rows) faults.
+struct GatherAlongShape {
+  std::uint64_t count = 0;       // indices per outer position
+  std::uint64_t rows = 0;        // the table's size along the dim
+  std::uint64_t elem_bytes = 0;  // 1, 2, 4 or 8
+  std::uint64_t row_stride = 0;  // bytes between the table's elements along the dim
+  std::vector<std::uint64_t> outer_sizes, outer_strides;  // sizes and byte strides in the table
+};
+// Arguments: 0 = table, 1 = indices (int64, contiguous [outer..., count]), 2 = out
+// (contiguous [outer..., count]).
+std::vector<std::uint8_t> compile_gather_along(const GatherAlongShape& shape, const Target& target,
+                                               const std::string& name);
+
 }  // namespace spyre::compiler

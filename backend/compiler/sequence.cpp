@@ -4,7 +4,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "compiler/arena.h"
 #include "compiler/dma.h"
+#include "compiler/does_not_fit.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::compiler {
@@ -62,6 +64,138 @@ std::vector<std::uint8_t> compile_arange(const ArangeShape& s, std::uint64_t pos
       add(make_dma<isa::DmaStore>(1, i32, 0, i0 * 8 + 4, sp_sign, {1, n, 1}, {1, 2, 0}));
     }
     add(isa::Wait{.token_mask = 3});
+  }
+  return b.build();
+}
+
+}  // namespace spyre::compiler
+
+namespace spyre::compiler {
+namespace {
+
+constexpr std::uint64_t kScanChunk = 16384;
+
+struct ScanLayout {
+  std::uint32_t in[2] = {0, 0}, x = 0, y = 0, pos = 0, flag = 0, zero = 0, out = 0, carry = 0;
+  std::uint64_t bytes = 0;
+};
+
+ScanLayout scan_layout(const CumsumShape& s, std::uint64_t n) {
+  ScanLayout l;
+  Arena take;
+  l.in[0] = take(n * isa::dtype_size(s.in));
+  l.in[1] = take(n * isa::dtype_size(s.in));
+  l.x = take(n * 4);
+  l.y = take(n * 4);
+  l.pos = take(n * 4);
+  l.zero = take(n * 4);
+  l.flag = take(n);
+  l.out = take(n * isa::dtype_size(s.out));
+  l.carry = take(4);
+  l.bytes = take.next;
+  return l;
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> compile_cumsum(const CumsumShape& s, const Target& target, const std::string& name) {
+  constexpr isa::DType f32 = isa::DType::fp32;
+  for (const isa::DType t : {s.in, s.out}) {
+    if (t != f32 && t != isa::DType::fp16 && t != isa::DType::bf16) {
+      throw std::invalid_argument(name + ": running sums take fp32, fp16 or bf16, found " + std::string(isa::to_string(t)));
+    }
+  }
+  if (s.rows == 0 || s.cols == 0) throw std::invalid_argument(name + ": nothing to sum (zero elements)");
+  const auto cores_max = std::max<std::uint32_t>(1, target.cores);
+  const bool chunked = s.cols > kScanChunk;
+  const std::uint64_t tc = chunked ? kScanChunk : s.cols;
+  std::uint64_t tr = chunked ? 1 : std::max<std::uint64_t>(1, std::min((s.rows + cores_max - 1) / cores_max, kScanChunk / tc));
+  while (tr > 1 && scan_layout(s, tr * tc).bytes > target.scratchpad_bytes) tr /= 2;
+  const ScanLayout L = scan_layout(s, tr * tc);
+  if (L.bytes > target.scratchpad_bytes) {
+    throw DoesNotFit(name + ": a tile of " + std::to_string(tc) + " values needs " + std::to_string(L.bytes) +
+                     " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
+  }
+  const std::uint64_t row_tiles = (s.rows + tr - 1) / tr, col_tiles = (s.cols + tc - 1) / tc;
+  const auto cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(cores_max, row_tiles));
+  const std::uint64_t in_size = isa::dtype_size(s.in), out_size = isa::dtype_size(s.out);
+  const auto u32 = [](std::uint64_t v) { return static_cast<std::uint32_t>(v); };
+  constexpr std::uint8_t kTokIn = 0, kTokPos = 2, kTokOut = 3;
+  isa::ProgramBuilder b(name, cores);
+  for (std::uint32_t core = 0; core < cores; ++core) {
+    const auto add = [&](const isa::Instruction& inst) { b.add(core, inst); };
+    const std::uint64_t first = row_tiles * core / cores, last = row_tiles * (core + 1) / cores;
+    if (first == last) continue;
+    // Each element's column (for the row masks of tiles of several rows), and zeros.
+    if (tr > 1) {
+      add(make_dma<isa::DmaLoad>(kTokPos, f32, 2, 0, L.x, {u32(tc), 1, 1}, {1, 0, 0}));
+      add(isa::VFill{.dtype = f32, .dst = L.pos, .count = u32(tr * tc), .value = 0});
+      add(isa::VFill{.dtype = f32, .dst = L.zero, .count = u32(tr * tc), .value = 0});
+      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << kTokPos)});
+      add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = L.pos, .b = L.x,
+                       .dst = L.pos, .rows = u32(tr), .cols = u32(tc)});
+    }
+    struct Unit {
+      std::uint64_t r0, rows, c0, cols;
+    };
+    std::vector<Unit> units;
+    for (std::uint64_t t = first; t < last; ++t) {
+      for (std::uint64_t c = 0; c < col_tiles; ++c) {
+        units.push_back({t * tr, std::min(tr, s.rows - t * tr), c * tc, std::min(tc, s.cols - c * tc)});
+      }
+    }
+    const auto load = [&](std::size_t u) {
+      const Unit& x = units[u];
+      add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokIn + u % 2), s.in, 0, (x.r0 * s.cols + x.c0) * in_size,
+                                 L.in[u % 2], {u32(x.cols), u32(x.rows), 1}, {1, static_cast<std::int64_t>(s.cols), 0}));
+    };
+    load(0);
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const Unit& x = units[u];
+      const auto r = u32(x.rows), c = u32(x.cols), n = r * c;
+      if (u + 1 < units.size()) load(u + 1);
+      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (kTokIn + u % 2))});
+      if (s.in == f32) {
+        add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = L.in[u % 2], .dst = L.x, .count = n});
+      } else {
+        add(isa::VConvert{.from = s.in, .to = f32, .src = L.in[u % 2], .dst = L.x, .count = n});
+      }
+      // Doubling steps, ping-ponging between x and y: y[i] = x[i] + x[i - d] (from the
+      // same row), y[i] = x[i] for the first d of a row.
+      std::uint32_t src = L.x, dst = L.y;
+      for (std::uint64_t d = 1; d < c; d *= 2) {
+        const auto dd = u32(d), m = n - dd;
+        add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = src, .dst = dst, .count = dd});
+        if (r > 1) {
+          add(isa::VCompare{.op = isa::CompareOp::ge, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = L.pos,
+                            .dst = L.flag, .rows = 1, .cols = n, .imm = static_cast<double>(d)});
+          add(isa::VSelect{.dtype = f32, .cond = L.flag + dd, .a = src, .b = L.zero, .dst = dst + dd * 4, .count = m});
+          add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = src + dd * 4, .b = dst + dd * 4,
+                           .dst = dst + dd * 4, .rows = 1, .cols = m});
+        } else {
+          add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = src + dd * 4, .b = src, .dst = dst + dd * 4,
+                           .rows = 1, .cols = m});
+        }
+        std::swap(src, dst);
+      }
+      // A chunked row: the sums so far, carried.
+      if (chunked) {
+        if (x.c0 != 0) {
+          add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::scalar, .a = src,
+                           .b = L.carry, .dst = src, .rows = 1, .cols = n});
+        }
+        add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = src + (n - 1) * 4, .dst = L.carry, .count = 1});
+      }
+      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << kTokOut)});
+      if (s.out == f32) {
+        add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = src, .dst = L.out, .count = n});
+      } else {
+        add(isa::VConvert{.from = f32, .to = s.out, .src = src, .dst = L.out, .count = n});
+      }
+      add(make_dma<isa::DmaStore>(kTokOut, s.out, 1, (x.r0 * s.cols + x.c0) * out_size, L.out, {c, r, 1},
+                                  {1, static_cast<std::int64_t>(s.cols), 0}));
+    }
+    add(isa::Wait{.token_mask = 0xf});
   }
   return b.build();
 }

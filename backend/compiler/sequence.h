@@ -1,5 +1,6 @@
 // The kernel compiler's sequences: arange's start, start + step, ... made on the chip
-// from the device's positions vector (there is no index instruction).
+// from the device's positions vector (there is no index instruction), and running
+// sums along rows (cumsum).
 #pragma once
 
 #include <cstdint>
@@ -24,5 +25,20 @@ struct ArangeShape {
 // min(count, positions) values).
 std::vector<std::uint8_t> compile_arange(const ArangeShape& shape, std::uint64_t positions, const Target& target,
                                          const std::string& name);
+
+// Running sums along each row: out[r, j] = in[r, 0] + ... + in[r, j].
+struct CumsumShape {
+  std::uint64_t rows = 1, cols = 1;  // contiguous rows
+  isa::DType in = isa::DType::fp32, out = isa::DType::fp32;  // each fp32, fp16 or bf16
+};
+
+// Rows in tiles (whole rows of up to 16384 values, as many as fit; longer rows in
+// chunks of 16384, each chunk's sums then offset by the row's total so far), summed in
+// fp32 by log2(width) doubling steps: after the step of distance d every value holds
+// the sum of the up to 2d values ending at it (Hillis-Steele; a value takes its
+// neighbour d back only from its own row, by a mask of the positions). Arguments:
+// 0 = in, 1 = out (rows x cols, contiguous), 2 = positions (fp32, at least
+// min(cols, 16384) values).
+std::vector<std::uint8_t> compile_cumsum(const CumsumShape& shape, const Target& target, const std::string& name);
 
 }  // namespace spyre::compiler

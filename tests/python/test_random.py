@@ -139,7 +139,8 @@ def test_distributions_have_their_moments():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_each_random_op_draws_on_the_device_in_half_precision(dtype):
-    # uniform_, normal_, bernoulli_ (float p and tensor p) and dropout in fp16 and bf16
+    # uniform_, normal_, exponential_, bernoulli_ (float p and tensor p), dropout and
+    # multinomial in fp16 and bf16
     # (PyTorch's own device-generic suites test them in float32 only): bounds, moments
     # within 5 standard errors, and no CPU fallback.
     torch.spyre.manual_seed(3)
@@ -159,6 +160,14 @@ def test_each_random_op_draws_on_the_device_in_half_precision(dtype):
     x = torch.ones(n, device="spyre", dtype=dtype)
     d = torch.nn.functional.dropout(x, 0.5, training=True).float().cpu()
     assert set(d.unique().tolist()) <= {0.0, 2.0} and abs((d != 0).float().mean() - 0.5) < 5 * (0.25 / n) ** 0.5
+    e = torch.empty(n, device="spyre", dtype=dtype).exponential_(4.0).float().cpu()
+    assert e.min() >= 0 and abs(e.mean() - 0.25) < 5 * 0.25 / n**0.5 + 0.002  # mean and sd 1/lambda
+    probs = torch.tensor([0.1, 0.0, 0.3, 0.6], device="spyre", dtype=dtype)
+    m = torch.multinomial(probs, 4096, replacement=True).cpu()
+    freq = torch.bincount(m, minlength=4).float() / 4096
+    assert freq[1] == 0 and (freq - torch.tensor([0.1, 0.0, 0.3, 0.6])).abs().max() < 5 * (0.25 / 4096) ** 0.5
+    w = torch.multinomial(probs.expand(64, 4), 3).cpu()  # without replacement: distinct, never the zero
+    assert all(len(set(row)) == 3 and 1 not in row for row in w.tolist())
     assert torch.spyre.fallback_counts() == {}
 
 

@@ -60,6 +60,9 @@ COVERED_ELSEWHERE = {
     "dropout": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
     "normal": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
     "uniform": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
+    "exponential": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
+    "multinomial": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
+    "_assert_async": ("bool float32", "tests/python/test_sampling.py, multinomial's argument checks (no OpInfo in PyTorch)"),
 }
 
 # The dtypes spyre's vector and DMA units take (backend/aten/kernel_cache.h, device_dtype);
