@@ -8,7 +8,9 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cumsum.h>
+#include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/linspace.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -90,6 +92,55 @@ at::Tensor& arange_out(const c10::Scalar& start_s, const c10::Scalar& end_s, con
   return out;
 }
 
+// linspace into `out` (torch.linspace): fp32/fp16/bf16 on the device with the CPU
+// kernel's start, end and step (computed in the output's dtype, compiler/sequence.h);
+// other dtypes, non-finite bounds and more than 2^24 steps on the CPU, counted.
+at::Tensor& linspace_out(const c10::Scalar& start, const c10::Scalar& end, std::int64_t steps, at::Tensor& out) {
+  constexpr const char* name = "aten::linspace.out";
+  TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
+  if (out.numel() != steps) out.resize_({steps});
+  if (steps == 0) return out;
+  if (steps == 1) return out.fill_(start);
+  const c10::ScalarType t = out.scalar_type();
+  const bool real = !start.isComplex() && !end.isComplex();
+  const bool on_device = (t == at::kFloat || t == at::kHalf || t == at::kBFloat16) && real && steps <= 16777216 &&
+                         std::isfinite(start.toDouble()) && std::isfinite(end.toDouble());
+  if (!on_device) {
+    count_fallback(name);
+    out.copy_(at::linspace(start, end, steps, out.options().device(c10::kCPU)));
+    return out;
+  }
+  if (!out.is_contiguous()) {
+    at::Tensor dense = at::empty({steps}, out.options());
+    linspace_out(start, end, steps, dense);
+    out.copy_(dense);
+    return out;
+  }
+  compiler::LinspaceShape s;
+  s.count = static_cast<std::uint64_t>(steps);
+  s.out = *device_dtype(t);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t, "linspace_spyre", [&] {
+    // As the CPU kernel: the bounds in the dtype, step = (end - start) / (steps - 1) in it.
+    const scalar_t a = start.to<scalar_t>(), e = end.to<scalar_t>();
+    const scalar_t step = (e - a) / static_cast<scalar_t>(steps - 1);
+    s.start = static_cast<double>(a);
+    s.end = static_cast<double>(e);
+    s.step = static_cast<double>(step);
+  });
+  const c10::DeviceGuard guard(out.device());
+  char text[128];
+  std::snprintf(text, sizeof text, "|%a,%a,%a|", s.start, s.end, s.step);
+  const std::string key = std::string(name) + text + std::to_string(s.count) + "|" + std::string(isa::to_string(s.out));
+  const at::Tensor& positions = device_positions(out.device());
+  run_cached(out.device().index(), key,
+             [&](const compiler::Target& tg) {
+               return compiler::compile_linspace(s, static_cast<std::uint64_t>(positions.numel()), tg, name);
+             },
+             {device_address(out), device_address(positions)}, name,
+             Traffic{.read = 0, .written = static_cast<std::uint64_t>(out.numel() * out.element_size())});
+  return out;
+}
+
 // cumsum along `dim` (the sums of sampling's sorted probabilities, and the like): float
 // tensors on the device, the dim moved last (compiler/sequence.h, summed in fp32);
 // integer and bool inputs (summed as int64), float64 and empty tensors on the CPU,
@@ -144,6 +195,7 @@ at::Tensor& cumsum_(at::Tensor& self, std::int64_t dim, std::optional<c10::Scala
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("arange.start_out", arange_out);
+  m.impl("linspace.out", linspace_out);
   m.impl("cumsum", cumsum);
   m.impl("cumsum.out", cumsum_out);
   m.impl("cumsum_", cumsum_);

@@ -201,3 +201,72 @@ std::vector<std::uint8_t> compile_cumsum(const CumsumShape& s, const Target& tar
 }
 
 }  // namespace spyre::compiler
+
+namespace spyre::compiler {
+
+std::vector<std::uint8_t> compile_linspace(const LinspaceShape& s, std::uint64_t positions, const Target& target,
+                                           const std::string& name) {
+  constexpr isa::DType f32 = isa::DType::fp32;
+  if (s.out != f32 && s.out != isa::DType::fp16 && s.out != isa::DType::bf16) {
+    throw std::invalid_argument(name + ": linspace makes fp32, fp16 or bf16, asked for " +
+                                std::string(isa::to_string(s.out)));
+  }
+  if (s.count < 2 || s.count > 16777216 || positions == 0) {
+    throw std::invalid_argument(name + ": the device makes 2 to 2^24 linspace values, asked for " +
+                                std::to_string(s.count));
+  }
+  const std::uint64_t size = isa::dtype_size(s.out), half = s.count / 2;
+  const std::uint64_t tile = std::min(s.count, positions);
+  // Tiles never straddle the halfway point: the first half's tiles, then the second's.
+  struct Tile {
+    std::uint64_t i0, n;
+  };
+  std::vector<Tile> tiles;
+  for (std::uint64_t i = 0; i < half; i += tile) tiles.push_back({i, std::min(tile, half - i)});
+  for (std::uint64_t i = half; i < s.count; i += tile) tiles.push_back({i, std::min(tile, s.count - i)});
+  const auto cores = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(std::max<std::uint32_t>(1, target.cores), tiles.size()));
+  const auto align = [](std::uint64_t b) { return static_cast<std::uint32_t>((b + 63) / 64 * 64); };
+  const std::uint32_t sp_pos = 0, sp_val = align(tile * 4), sp_out = 2 * align(tile * 4);
+  isa::ProgramBuilder b(name, cores);
+  for (std::uint32_t core = 0; core < cores; ++core) {
+    const auto add = [&](const isa::Instruction& inst) { b.add(core, inst); };
+    const std::uint64_t first = tiles.size() * core / cores, end = tiles.size() * (core + 1) / cores;
+    add(make_dma<isa::DmaLoad>(0, f32, 1, 0, sp_pos, {static_cast<std::uint32_t>(tile), 1, 1}, {1, 0, 0}));
+    add(isa::Wait{.token_mask = 1});
+    for (std::uint64_t t = first; t < end; ++t) {
+      const auto [i0, n64] = tiles[t];
+      const auto n = static_cast<std::uint32_t>(n64);
+      const auto imm = [&](isa::BinaryOp op, double v) {
+        add(isa::VBinary{.op = op, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = sp_val, .dst = sp_val,
+                         .rows = 1, .cols = n, .imm = v});
+      };
+      add(isa::Wait{.token_mask = 2});  // the previous tile's store has read its buffer
+      add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = sp_pos, .dst = sp_val, .count = n});
+      if (i0 < half) {
+        // i = i0 + p (exact), then start + step * i.
+        imm(isa::BinaryOp::add, static_cast<double>(i0));
+        imm(isa::BinaryOp::mul, s.step);
+        imm(isa::BinaryOp::add, s.start);
+      } else {
+        // j = count - 1 - i = (count - 1 - i0) - p (exact), then end - step * j.
+        imm(isa::BinaryOp::mul, -1.0);
+        imm(isa::BinaryOp::add, static_cast<double>(s.count - 1 - i0));
+        imm(isa::BinaryOp::mul, s.step);
+        add(isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = sp_val,
+                         .dst = sp_val, .rows = 1, .cols = n, .imm = s.end});
+        imm(isa::BinaryOp::mul, -1.0);
+      }
+      std::uint32_t from = sp_val;
+      if (s.out != f32) {
+        add(isa::VConvert{.from = f32, .to = s.out, .src = sp_val, .dst = sp_out, .count = n});
+        from = sp_out;
+      }
+      add(make_dma<isa::DmaStore>(1, s.out, 0, i0 * size, from, {n, 1, 1}, {1, 0, 0}));
+    }
+    add(isa::Wait{.token_mask = 3});
+  }
+  return b.build();
+}
+
+}  // namespace spyre::compiler

@@ -26,6 +26,20 @@ struct ArangeShape {
 std::vector<std::uint8_t> compile_arange(const ArangeShape& shape, std::uint64_t positions, const Target& target,
                                          const std::string& name);
 
+// linspace's `count` values from start to end as PyTorch's CPU kernel computes them:
+// the first half (i < count / 2) start + step * i, the rest end - step * (count - 1 - i),
+// so both ends are exact. start, end and step are the values the CPU kernel uses (in
+// the output's dtype); the device computes in fp32 and rounds once to `out`.
+struct LinspaceShape {
+  std::uint64_t count = 2;  // at least 2, at most 2^24 (indices exact in fp32)
+  double start = 0, end = 1, step = 1;
+  isa::DType out = isa::DType::fp32;  // fp32, fp16 or bf16
+};
+// Arguments: 0 = out (contiguous), 1 = positions (fp32 0, 1, ..., at least
+// min(count, positions) values).
+std::vector<std::uint8_t> compile_linspace(const LinspaceShape& shape, std::uint64_t positions, const Target& target,
+                                           const std::string& name);
+
 // Running sums along each row: out[r, j] = in[r, 0] + ... + in[r, j].
 struct CumsumShape {
   std::uint64_t rows = 1, cols = 1;  // contiguous rows

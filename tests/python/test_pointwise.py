@@ -320,3 +320,31 @@ def test_arange_beyond_fp32_exact_integers_is_made_on_the_cpu():
     for args in [(0, 1, 0.1), (0, 2 ** 25, 2 ** 20)]:
         assert torch.equal(torch.arange(*args, device="spyre").cpu(), torch.arange(*args))
     assert torch.spyre.fallback_counts() == {"aten::arange.start_out": 2}
+
+
+@pytest.mark.parametrize("start,end,steps,dtype", [
+    (0, 1, 5, torch.float32), (-3.5, 7.25, 1001, torch.float32), (0, 10000, 40000, torch.float32),
+    (1, -1, 7, torch.float16), (0, 1, 100, torch.bfloat16), (2, 2, 3, torch.float32),
+])
+def test_linspace_on_the_device_is_within_an_ulp_of_the_cpus_with_exact_ends(start, end, steps, dtype):
+    torch.spyre.reset_fallback_counts()
+    got = torch.linspace(start, end, steps, device="spyre", dtype=dtype).cpu()
+    assert torch.spyre.fallback_counts() == {}
+    want = torch.linspace(start, end, steps, dtype=dtype)
+    assert got.dtype == dtype and got.shape == want.shape
+    assert got[0] == want[0] and got[-1] == want[-1]
+    # The CPU rounds step * i per vector of lanes, the device per element: one unit in
+    # the last place of the largest value at most.
+    ulp = {torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}[dtype]
+    assert (got.double() - want.double()).abs().max() <= ulp * want.double().abs().max()
+
+
+def test_linspace_of_one_none_and_integers():
+    assert torch.linspace(3, 9, 1, device="spyre").cpu().tolist() == [3.0]
+    assert torch.linspace(3, 9, 0, device="spyre").numel() == 0
+    with pytest.raises(RuntimeError, match="non-negative"):
+        torch.linspace(0, 1, -1, device="spyre")
+    torch.spyre.reset_fallback_counts()
+    assert torch.equal(torch.linspace(0, 10, 5, device="spyre", dtype=torch.int32).cpu(),
+                       torch.linspace(0, 10, 5, dtype=torch.int32))
+    assert torch.spyre.fallback_counts() == {"aten::linspace.out": 1}
