@@ -143,7 +143,50 @@ bool device_copy(const at::Tensor& dst, const at::Tensor& src) {
                   .check_all_same_dtype(false)
                   .check_all_same_device(true)
                   .build();
-  run_pointwise("aten::copy_", iter, {});
+  // Conversions get their own name, so reports and traces show where a model converts.
+  run_pointwise(dst.scalar_type() == src.scalar_type() ? "aten::copy_" : "aten::copy_ (dtype conversion)", iter, {});
+  return true;
+}
+
+bool device_copy_from_int64(const at::Tensor& dst, const at::Tensor& src) {
+  const c10::ScalarType t = dst.scalar_type();
+  if (src.scalar_type() != at::kLong || !(t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kInt)) {
+    return false;
+  }
+  // The two words as int32 tensors over src's storage (element strides doubled).
+  std::vector<std::int64_t> strides(src.strides().begin(), src.strides().end());
+  for (auto& st : strides) st *= 2;
+  const auto words = [&](std::int64_t word) {
+    at::Tensor w = at::empty({0}, src.options().dtype(at::kInt));
+    w.set_(src.storage(), src.storage_offset() * 2 + word, src.sizes(), strides);
+    return w;
+  };
+  const at::Tensor lo = words(0), hi = words(1);
+  using compiler::Step;
+  using compiler::Value;
+  constexpr auto f32 = isa::DType::fp32, i32 = isa::DType::int32;
+  if (t == at::kInt) {
+    auto iter = at::TensorIteratorConfig().add_output(dst).add_const_input(lo).resize_outputs(false).build();
+    run_pointwise("aten::copy_ (dtype conversion)", iter, {});
+    return true;
+  }
+  auto iter = at::TensorIteratorConfig()
+                  .add_output(dst)
+                  .add_const_input(lo)
+                  .add_const_input(hi)
+                  .resize_outputs(false)
+                  .check_all_same_dtype(false)
+                  .build();
+  run_pointwise("aten::copy_ (dtype conversion)", iter,
+                {Step::compare(isa::CompareOp::lt, i32, Value::input(0), Value::constant(0)),          // 0: lo < 0
+                 Step::select(i32, Value::step(0), Value::constant(-1), Value::constant(0)),           // 1: lo's sign word
+                 Step::compare(isa::CompareOp::eq, i32, Value::input(1), Value::step(1)),              // 2: |v| < 2^31
+                 Step::convert(f32, Value::input(0)),                                                   // 3: lo as a value
+                 Step::select(f32, Value::step(0), Value::constant(4294967296.0), Value::constant(0)),  // 4
+                 Step::binary(isa::BinaryOp::add, f32, Value::step(3), Value::step(4)),                 // 5: unsigned lo
+                 Step::binary(isa::BinaryOp::mul, f32, Value::input(1), Value::constant(4294967296.0)), // 6: hi x 2^32
+                 Step::binary(isa::BinaryOp::add, f32, Value::step(6), Value::step(5)),                 // 7
+                 Step::select(f32, Value::step(2), Value::step(3), Value::step(7))});
   return true;
 }
 

@@ -41,6 +41,14 @@ void run_random_pointwise(const char* name, at::TensorIteratorBase& iter, const 
 // device dtype (the caller copies another way).
 bool device_copy(const at::Tensor& dst, const at::Tensor& src);
 
+// dst = src for an int64 src (the device stores it as two int32 words, low first) into
+// an fp32, fp16, bf16 or int32 dst on the same device, as one pointwise kernel reading
+// both words: int32 takes the low word (PyTorch's wrap-around); floats take the low
+// word's value when the high word is its sign extension (|v| < 2^31: one rounding, the
+// CPU's), else high x 2^32 + unsigned low (two roundings: |v| >= 2^31 may land an ulp
+// from the CPU's). False when the dtypes do not fit (the caller copies another way).
+bool device_copy_from_int64(const at::Tensor& dst, const at::Tensor& src);
+
 // The scalar exponents pow(Tensor, Scalar) runs on the device (others on the CPU).
 std::vector<double> pow_device_exponents();
 

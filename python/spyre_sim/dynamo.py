@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 import torch.fx
 
-__all__ = ["backend", "drop_layout_preserving_clones", "fuse_pointwise", "fuse_matmul_epilogues", "FUSIBLE_OPS"]
+__all__ = ["backend", "drop_layout_preserving_clones", "fold_conversions_into_arange", "fuse_pointwise", "fuse_matmul_epilogues", "FUSIBLE_OPS"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.bool: "bool",
@@ -384,8 +384,43 @@ def drop_layout_preserving_clones(gm: torch.fx.GraphModule) -> torch.fx.GraphMod
     return gm
 
 
+_ARANGES = (aten.arange.default, aten.arange.start, aten.arange.start_step)
+
+
+def fold_conversions_into_arange(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``arange(...)`` of integers converted to a float dtype (``torch.arange(n).float()``,
+    rotary embeddings' positions) becomes ``arange(..., dtype=float)``: one kernel
+    instead of an integer sequence and a conversion. The values are the same: an integer
+    arange's values are exact, and a float arange of integer bounds computes each value
+    exactly before its one rounding, as the conversion rounds it. Only when the integer
+    sequence has no other reader."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten._to_copy.default:
+            continue
+        dtype = node.kwargs.get("dtype")
+        src = node.args[0]
+        if (set(node.kwargs) - {"dtype"} or dtype not in (torch.float32, torch.float16, torch.bfloat16)
+                or not isinstance(src, torch.fx.Node) or src.op != "call_function" or src.target not in _ARANGES
+                or len(src.users) != 1 or src.kwargs.get("dtype", torch.int64) != torch.int64):
+            continue
+        if any(isinstance(a, float) for a in src.args):
+            continue
+        with gm.graph.inserting_before(node):
+            folded = gm.graph.call_function(src.target, src.args, {**src.kwargs, "dtype": dtype})
+        folded.meta.update(node.meta)
+        node.replace_all_uses_with(folded)
+        gm.graph.erase_node(node)
+        gm.graph.erase_node(src)
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
-    return fuse_pointwise(fuse_matmul_epilogues(drop_layout_preserving_clones(gm)))
+    return fuse_pointwise(fuse_matmul_epilogues(drop_layout_preserving_clones(fold_conversions_into_arange(gm))))
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs):
