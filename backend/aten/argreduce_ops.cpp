@@ -10,6 +10,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/max.h>
 #include <ATen/ops/min.h>
+#include <ATen/ops/sort.h>
 #include <ATen/ops/topk.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -183,9 +184,37 @@ std::tuple<at::Tensor&, at::Tensor&> topk_out(const at::Tensor& self, c10::SymIn
   return {values, indices};
 }
 
+// sort along `dim`: a topk of the whole dim for float rows of up to kTopkMaxK values
+// (equal values keep their index order, so the sort is stable; NaN sorts as the CPU's:
+// last ascending, first descending); longer rows and other dtypes on the CPU, counted.
+Pair sort_impl(const char* name, const at::Tensor& self, std::optional<bool> stable, std::int64_t dim, bool descending) {
+  const std::int64_t d = at::maybe_wrap_dim(dim, std::max<std::int64_t>(self.dim(), 1));
+  const std::int64_t size = self.dim() == 0 ? 1 : self.size(d);
+  const auto t = self.scalar_type();
+  if ((t == at::kFloat || t == at::kHalf || t == at::kBFloat16) && self.dim() > 0 && self.numel() > 0 &&
+      static_cast<std::uint64_t>(size) <= compiler::kTopkMaxK) {
+    return topk_impl(name, self, size, d, descending);
+  }
+  if (self.numel() > 0) count_fallback(name);
+  auto [v, i] = at::sort(self.cpu(), stable, dim, descending);
+  return {v.to(self.device()), i.to(self.device())};
+}
+Pair sort_stable(const at::Tensor& self, std::optional<bool> stable, std::int64_t dim, bool descending) {
+  return sort_impl("aten::sort", self, stable, dim, descending);
+}
+std::tuple<at::Tensor&, at::Tensor&> sort_out(const at::Tensor& self, std::optional<bool> stable, std::int64_t dim,
+                                              bool descending, at::Tensor& values, at::Tensor& indices) {
+  auto [v, i] = sort_impl("aten::sort.values_stable", self, stable, dim, descending);
+  into(values, v);
+  into(indices, i);
+  return {values, indices};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("sort.stable", sort_stable);
+  m.impl("sort.values_stable", sort_out);
   m.impl("topk", topk);
   m.impl("topk.values", topk_out);
   m.impl("argmax", argmax);

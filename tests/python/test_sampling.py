@@ -184,3 +184,21 @@ def test_gather_out_of_range_is_a_device_fault_and_the_device_keeps_working():
         torch.gather(x.to("spyre"), 1, torch.tensor([[5]], device="spyre"))
         torch.spyre.synchronize()
     assert torch.gather(x.to("spyre"), 1, torch.tensor([[1]], device="spyre")).item() == x[0, 1].item()
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_of_short_rows_runs_on_the_device_stable_with_nan_as_the_cpu(descending):
+    nan = float("nan")
+    x = torch.tensor([[3.0, nan, -1.0, 3.0, float("-inf"), 0.5, nan, 2.0]]).repeat(3, 1)
+    x[1] = torch.arange(8.0).flip(0)
+    torch.spyre.reset_fallback_counts()
+    v, i = torch.sort(x.to("spyre"), descending=descending, stable=True)
+    assert torch.spyre.fallback_counts() == {}
+    want_v, want_i = torch.sort(x, descending=descending, stable=True)
+    torch.testing.assert_close(v.cpu(), want_v, equal_nan=True)
+    assert torch.equal(i.cpu(), want_i)
+    assert torch.equal(torch.argsort(x.to("spyre"), dim=0, descending=descending, stable=True).cpu(),
+                       torch.argsort(x, dim=0, descending=descending, stable=True))
+    long = torch.randn(2, 1000)  # rows beyond the device's 256: the CPU, counted
+    assert torch.equal(torch.sort(long.to("spyre")).values.cpu(), torch.sort(long).values)
+    assert torch.spyre.fallback_counts() == {"aten::sort": 1}
