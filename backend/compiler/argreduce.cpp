@@ -7,6 +7,7 @@
 #include "compiler/arena.h"
 #include "compiler/dma.h"
 #include "compiler/does_not_fit.h"
+#include "compiler/rows.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::compiler {
@@ -74,7 +75,7 @@ std::vector<std::uint8_t> compile_argreduce(const ArgReduceShape& s, const Targe
     throw DoesNotFit(name + ": a tile of " + std::to_string(tc) + " values needs " + std::to_string(L.bytes) +
                      " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
   }
-  const std::uint64_t row_tiles = (s.rows + tr - 1) / tr, col_tiles = (s.cols + tc - 1) / tc;
+  const std::uint64_t row_tiles = (s.rows + tr - 1) / tr;
   const auto cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(cores_max, row_tiles));
   const std::uint64_t in_size = isa::dtype_size(s.in);
   const isa::ReduceOp extreme = s.max ? isa::ReduceOp::max : isa::ReduceOp::min;
@@ -86,25 +87,13 @@ std::vector<std::uint8_t> compile_argreduce(const ArgReduceShape& s, const Targe
     if (first == last) continue;
     // Positions 0..tc-1 in every row of a tile, and a value above them all.
     const auto n_all = static_cast<std::uint32_t>(tr * tc);
-    add(make_dma<isa::DmaLoad>(kTokPos, f32, 2, 0, L.sel, {static_cast<std::uint32_t>(tc), 1, 1}, {1, 0, 0}));
-    add(isa::VFill{.dtype = f32, .dst = L.pos, .count = n_all, .value = 0});
     add(isa::VFill{.dtype = f32, .dst = L.big, .count = n_all, .value = kBig});
     add(isa::VFill{.dtype = i32, .dst = L.zero, .count = static_cast<std::uint32_t>(tr), .value = 0});
-    add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << kTokPos)});
-    add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = L.pos, .b = L.sel,
-                     .dst = L.pos, .rows = static_cast<std::uint32_t>(tr), .cols = static_cast<std::uint32_t>(tc)});
+    emit_row_positions(b, core, kTokPos, 2, L.pos, L.sel, tr, tc);
     // The units: (row tile, column tile), double-buffered loads.
-    struct Unit {
-      std::uint64_t r0, rows, c0, cols;
-    };
-    std::vector<Unit> units;
-    for (std::uint64_t t = first; t < last; ++t) {
-      for (std::uint64_t c = 0; c < col_tiles; ++c) {
-        units.push_back({t * tr, std::min(tr, s.rows - t * tr), c * tc, std::min(tc, s.cols - c * tc)});
-      }
-    }
+    const std::vector<RowUnit> units = row_units(first, last, tr, tc, s.rows, s.cols);
     const auto load = [&](std::size_t u) {
-      const Unit& x = units[u];
+      const RowUnit& x = units[u];
       const auto off = static_cast<std::uint64_t>(static_cast<std::int64_t>(x.r0) * s.row_stride +
                                                   static_cast<std::int64_t>(x.c0)) * in_size;
       add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokIn + u % 2), s.in, 0, off, L.in[u % 2],
@@ -113,7 +102,7 @@ std::vector<std::uint8_t> compile_argreduce(const ArgReduceShape& s, const Targe
     };
     load(0);
     for (std::size_t u = 0; u < units.size(); ++u) {
-      const Unit& x = units[u];
+      const RowUnit& x = units[u];
       const auto r = static_cast<std::uint32_t>(x.rows), c = static_cast<std::uint32_t>(x.cols);
       const std::uint32_t n = r * c;
       if (u + 1 < units.size()) load(u + 1);
@@ -234,7 +223,7 @@ std::vector<std::uint8_t> compile_topk(const TopkShape& s, const Target& target,
                      std::to_string(L.bytes) + " bytes of scratchpad, the device has " +
                      std::to_string(target.scratchpad_bytes));
   }
-  const std::uint64_t row_tiles = (s.rows + tr - 1) / tr, col_tiles = (s.cols + tc - 1) / tc;
+  const std::uint64_t row_tiles = (s.rows + tr - 1) / tr;
   const auto cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(cores_max, row_tiles));
   const std::uint64_t in_size = isa::dtype_size(s.in);
   const auto k = static_cast<std::uint32_t>(s.k);
@@ -246,28 +235,16 @@ std::vector<std::uint8_t> compile_topk(const TopkShape& s, const Target& target,
     const std::uint64_t first = row_tiles * core / cores, last = row_tiles * (core + 1) / cores;
     if (first == last) continue;
     const std::uint32_t wmax = u32(tr * (tc + (chunked ? s.k : 0))), o = u32(tr * s.k);
-    // Positions 0..tc-1 in every row of a tile; the constants the selects take.
-    add(make_dma<isa::DmaLoad>(kTopkTokPos, f32, 3, 0, L.sel, {u32(tc), 1, 1}, {1, 0, 0}));
-    add(isa::VFill{.dtype = f32, .dst = L.pos, .count = u32(tr * tc), .value = 0});
+    // The constants the selects take; positions 0..tc-1 in every row of a tile.
     add(isa::VFill{.dtype = f32, .dst = L.big, .count = wmax, .value = kBig});
     add(isa::VFill{.dtype = f32, .dst = L.ninf, .count = wmax, .value = -inf});
     add(isa::VFill{.dtype = f32, .dst = L.fix, .count = u32(tr * tc), .value = s.largest ? inf : -inf});
     add(isa::VFill{.dtype = i32, .dst = L.zero, .count = o, .value = 0});
     add(isa::VFill{.dtype = f32, .dst = L.nanfill, .count = o, .value = std::numeric_limits<double>::quiet_NaN()});
-    add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << kTopkTokPos)});
-    add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = L.pos, .b = L.sel,
-                     .dst = L.pos, .rows = u32(tr), .cols = u32(tc)});
-    struct Unit {
-      std::uint64_t r0, rows, c0, cols;
-    };
-    std::vector<Unit> units;
-    for (std::uint64_t t = first; t < last; ++t) {
-      for (std::uint64_t c = 0; c < col_tiles; ++c) {
-        units.push_back({t * tr, std::min(tr, s.rows - t * tr), c * tc, std::min(tc, s.cols - c * tc)});
-      }
-    }
+    emit_row_positions(b, core, kTopkTokPos, 3, L.pos, L.sel, tr, tc);
+    const std::vector<RowUnit> units = row_units(first, last, tr, tc, s.rows, s.cols);
     const auto load = [&](std::size_t u) {
-      const Unit& x = units[u];
+      const RowUnit& x = units[u];
       const auto off = static_cast<std::uint64_t>(static_cast<std::int64_t>(x.r0) * s.row_stride +
                                                   static_cast<std::int64_t>(x.c0)) * in_size;
       add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTopkTokIn + u % 2), s.in, 0, off, L.in[u % 2],
@@ -275,7 +252,7 @@ std::vector<std::uint8_t> compile_topk(const TopkShape& s, const Target& target,
     };
     load(0);
     for (std::size_t u = 0; u < units.size(); ++u) {
-      const Unit& x = units[u];
+      const RowUnit& x = units[u];
       const auto r = u32(x.rows), c = u32(x.cols), n = r * c;
       if (u + 1 < units.size()) load(u + 1);
       add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (kTopkTokIn + u % 2))});

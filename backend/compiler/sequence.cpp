@@ -7,6 +7,7 @@
 #include "compiler/arena.h"
 #include "compiler/dma.h"
 #include "compiler/does_not_fit.h"
+#include "compiler/rows.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::compiler {
@@ -116,7 +117,7 @@ std::vector<std::uint8_t> compile_cumsum(const CumsumShape& s, const Target& tar
     throw DoesNotFit(name + ": a tile of " + std::to_string(tc) + " values needs " + std::to_string(L.bytes) +
                      " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
   }
-  const std::uint64_t row_tiles = (s.rows + tr - 1) / tr, col_tiles = (s.cols + tc - 1) / tc;
+  const std::uint64_t row_tiles = (s.rows + tr - 1) / tr;
   const auto cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(cores_max, row_tiles));
   const std::uint64_t in_size = isa::dtype_size(s.in), out_size = isa::dtype_size(s.out);
   const auto u32 = [](std::uint64_t v) { return static_cast<std::uint32_t>(v); };
@@ -128,30 +129,18 @@ std::vector<std::uint8_t> compile_cumsum(const CumsumShape& s, const Target& tar
     if (first == last) continue;
     // Each element's column (for the row masks of tiles of several rows), and zeros.
     if (tr > 1) {
-      add(make_dma<isa::DmaLoad>(kTokPos, f32, 2, 0, L.x, {u32(tc), 1, 1}, {1, 0, 0}));
-      add(isa::VFill{.dtype = f32, .dst = L.pos, .count = u32(tr * tc), .value = 0});
       add(isa::VFill{.dtype = f32, .dst = L.zero, .count = u32(tr * tc), .value = 0});
-      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << kTokPos)});
-      add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = L.pos, .b = L.x,
-                       .dst = L.pos, .rows = u32(tr), .cols = u32(tc)});
+      emit_row_positions(b, core, kTokPos, 2, L.pos, L.x, tr, tc);
     }
-    struct Unit {
-      std::uint64_t r0, rows, c0, cols;
-    };
-    std::vector<Unit> units;
-    for (std::uint64_t t = first; t < last; ++t) {
-      for (std::uint64_t c = 0; c < col_tiles; ++c) {
-        units.push_back({t * tr, std::min(tr, s.rows - t * tr), c * tc, std::min(tc, s.cols - c * tc)});
-      }
-    }
+    const std::vector<RowUnit> units = row_units(first, last, tr, tc, s.rows, s.cols);
     const auto load = [&](std::size_t u) {
-      const Unit& x = units[u];
+      const RowUnit& x = units[u];
       add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokIn + u % 2), s.in, 0, (x.r0 * s.cols + x.c0) * in_size,
                                  L.in[u % 2], {u32(x.cols), u32(x.rows), 1}, {1, static_cast<std::int64_t>(s.cols), 0}));
     };
     load(0);
     for (std::size_t u = 0; u < units.size(); ++u) {
-      const Unit& x = units[u];
+      const RowUnit& x = units[u];
       const auto r = u32(x.rows), c = u32(x.cols), n = r * c;
       if (u + 1 < units.size()) load(u + 1);
       add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (kTokIn + u % 2))});
