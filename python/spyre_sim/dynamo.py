@@ -419,7 +419,26 @@ def fold_conversions_into_arange(gm: torch.fx.GraphModule) -> torch.fx.GraphModu
     return gm
 
 
+def reinplace_input_mutations(gm: torch.fx.GraphModule, example_inputs=()) -> torch.fx.GraphModule:
+    """Writes into mutated inputs in place. A functional graph updates a slice of an
+    input (a KV cache: ``cache[:, :, pos] = k``) as slice_scatters that rebuild the whole
+    tensor, then copies the result back into the input: two passes over the whole
+    cache per step for a write of one position. PyTorch's reinplacing pass (the one
+    Inductor runs) turns the pattern back into a copy into the input's view."""
+    from torch._guards import detect_fake_mode  # noqa: PLC0415
+    from torch._inductor.fx_passes.reinplace import reinplace_inplaceable_ops  # noqa: PLC0415
+    from torch._inductor.virtualized import V  # noqa: PLC0415
+    from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: PLC0415
+
+    with V.set_fake_mode(detect_fake_mode(example_inputs) or FakeTensorMode()):
+        reinplace_inplaceable_ops(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
+    gm = reinplace_input_mutations(gm, example_inputs)
     return fuse_pointwise(fuse_matmul_epilogues(drop_layout_preserving_clones(fold_conversions_into_arange(gm))))
 
 
@@ -428,4 +447,6 @@ def backend(gm: torch.fx.GraphModule, example_inputs):
     forward and backward graphs; the result runs op by op on the device."""
     from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
 
-    return aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph)(gm, example_inputs)
+    # Input mutations stay in the graph (as copy_ into the input) for the reinplacing pass.
+    return aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
+                        keep_inference_input_mutations=True)(gm, example_inputs)

@@ -83,3 +83,32 @@ def test_bad_index_copies_fail_as_on_the_cpu_and_an_index_out_of_range_faults():
         torch.spyre.synchronize()
     # The device keeps working.
     assert torch.equal(torch.ones(2, device="spyre").add(1).cpu(), torch.full((2,), 2.0))
+
+
+def test_a_compiled_cache_update_writes_the_position_not_the_cache():
+    # Functionalization writes cache[:, :, pos] = x as slice_scatters that rebuild the
+    # whole cache, then a copy back into it; the backend reinplaces them, so a compiled
+    # decode step's update costs the same modelled time whatever the cache's length.
+    import json
+
+    def update(x, pos, cache):
+        cache[:, :, pos:pos + 1] = x
+        return x * 2
+
+    def step_us(length):
+        torch._dynamo.reset()
+        g = torch.compile(update, backend="spyre", dynamic=True)
+        cache = torch.zeros(1, 8, length, 128, device="spyre", dtype=torch.float16)
+        x = torch.randn(1, 8, 1, 128).half()
+        for pos in (3, 4):  # compile (and the second call's dynamic position)
+            g(x.to("spyre"), pos, cache)
+        torch.spyre.synchronize()
+        torch.ops.spyre.reset_device_stats(0)
+        g(x.to("spyre"), 5, cache)
+        torch.spyre.synchronize()
+        us = json.loads(torch.ops.spyre.run_report(0, "update", 0.0))["metrics"]["time_us"]
+        assert torch.equal(cache[:, :, 5:6].cpu(), x) and cache[:, :, 6:].abs().sum().item() == 0
+        return us
+
+    short, long = step_us(64), step_us(4096)
+    assert long == pytest.approx(short, rel=0.1)
