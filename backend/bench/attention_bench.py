@@ -2,20 +2,19 @@
 
     tools/dev run python3 backend/bench/attention_bench.py
 
-Each case runs scaled_dot_product_attention once to compile, then once measured: the
-simulated device time of that one launch, its DRAM bytes, and two bounds on the default
-chip: the FLOPs at the fp16 peak and the least DRAM bytes (query, key, value read once,
-output written once) at the one-directional 150 GB/s the calibration reproduces. A
-decode step's bound is its KV cache streamed once.
+Each case runs scaled_dot_product_attention once to compile, then once measured
+(`spyre_sim.run`): the simulated device time of that one launch, its DRAM bytes, and its
+roofline bound from the run report, the one definition the reports use
+(include/spyre/cost/roofline.h): the larger of its FLOPs at the fp16 peak and its least
+DRAM bytes (query, key, value read once, output and logsumexp written once) at the
+memory model's best time for that read/write mix. A decode step's bound is its KV cache
+streamed once.
 """
 
 import torch
 import torch.nn.functional as F
 
-import spyre_sim  # noqa: F401
-
-PEAK_FLOPS = 98.3e12  # fp16, 32 cores (spyre-kernel-bench's header)
-DRAM = 150e9          # one-directional, the calibrated figure
+import spyre_sim
 
 CASES = [  # name, batch, q heads, kv heads, query length, kv length, head dim, causal
     ("prefill 1x1024, 16 heads of 64, causal", 1, 16, 16, 1024, 1024, 64, True),
@@ -27,28 +26,20 @@ CASES = [  # name, batch, q heads, kv heads, query length, kv length, head dim, 
 
 
 def measure(q, k, v, causal):
-    F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
-    torch.spyre.synchronize()
-    before = torch.spyre.report()
-    F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
-    torch.spyre.synchronize()
-    after = torch.spyre.report()
-    moved = sum(c["dma_load_bytes"] + c["dma_store_bytes"] for c in after["cores"]) - sum(
-        c["dma_load_bytes"] + c["dma_store_bytes"] for c in before["cores"])
-    return (after["elapsed_ps"] - before["elapsed_ps"]) * 1e-6, moved
+    r = spyre_sim.run(lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1]), q, k, v)
+    m = r["metrics"]
+    least = sum(kernel["min_dram_bytes"] for kernel in r["kernels"])
+    return m["time_us"], m["roofline_fraction"] * m["time_us"], m["dram_read_bytes"] + m["dram_write_bytes"], least
 
 
 def main():
     print(f"{'case':<52} {'time us':>9} {'bound us':>9} {'x bound':>8} {'MB moved':>9} {'least MB':>9}")
     for name, b, h, hk, L, S, e, causal in CASES:
-        opts = dict(dtype=torch.float16, device="spyre")
+        opts = dict(dtype=torch.float16)
         q, k, v = (torch.randn(b, h, L, e, **opts), torch.randn(b, hk, S, e, **opts),
                    torch.randn(b, hk, S, e, **opts))
-        us, moved = measure(q, k, v, causal)
-        least = 2 * (q.numel() * 2 + k.numel() + v.numel())  # fp16: q, k, v read, out written
-        pairs = L * S - (L * (L - 1) // 2 if causal else 0)  # (query, key) scores computed
-        flops = 4 * b * h * pairs * e
-        bound = max(flops / PEAK_FLOPS, least / DRAM) * 1e6
+        us, bound, moved, least = measure(q, k, v, causal)
         print(f"{name:<52} {us:9.1f} {bound:9.1f} {us / bound:8.2f} {moved / 1e6:9.2f} {least / 1e6:9.2f}")
 
 

@@ -33,7 +33,11 @@ struct Layout {
   };
   std::vector<Sub> sub;
   std::uint32_t k[2] = {0, 0}, v[2] = {0, 0};
-  std::uint32_t s = 0, p = 0, mask32 = 0;
+  // Scores, two buffers: one block's scores are computed on the array while the vector
+  // unit turns the previous block's into probabilities (in place in fp32; in one
+  // shared buffer otherwise, whose conversion waits for the previous P V multiply).
+  std::uint32_t s[2] = {0, 0}, p[2] = {0, 0};
+  std::uint32_t mask32 = 0;
   // Causal: key and row positions (0, 1, ...; a grouped block's rows repeat their
   // positions per head), a block's band tile and its comparison; with aligned blocks
   // (below) the full diagonal tile, made once per core.
@@ -81,8 +85,9 @@ Layout layout(const AttentionShape& a, bool grouped, std::uint64_t bq, std::uint
     l.band_flag = take(bq * bk);
   }
   if (aligned) l.diag = take(bq * bk * 4);
-  l.s = take(bq * std::max(bk, a.head_dim) * 4);
-  l.p = size == 4 ? l.s : take(bq * bk * size);
+  for (int buf = 0; buf < 2; ++buf) l.s[buf] = take(bq * std::max(bk, a.head_dim) * 4);
+  const std::uint32_t p_half = size == 4 ? 0 : take(bq * bk * size);
+  for (int buf = 0; buf < 2; ++buf) l.p[buf] = size == 4 ? l.s[buf] : p_half;
   l.mask32 = a.mask && *a.mask != f32 ? take(bq * bk * 4) : 0;
   l.rowmax = take(bq * 4);
   l.rowsum = take(bq * 4);
@@ -353,54 +358,86 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
       for (std::size_t s = 0; s < blocks.size(); ++s) {
         const std::uint32_t n = blocks[s].count() * d;
         const auto& q = L.sub[s].q;
-        if (half) add(isa::VConvert{.from = a.dtype, .to = f32, .src = q, .dst = L.s, .count = n});
-        add(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = half ? L.s : q,
-                         .dst = half ? L.s : q, .rows = 1, .cols = n, .imm = a.scale});
-        if (half) add(isa::VConvert{.from = f32, .to = a.dtype, .src = L.s, .dst = q, .count = n});
+        if (half) add(isa::VConvert{.from = a.dtype, .to = f32, .src = q, .dst = L.s[0], .count = n});
+        add(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::immediate, .a = half ? L.s[0] : q,
+                         .dst = half ? L.s[0] : q, .rows = 1, .cols = n, .imm = a.scale});
+        if (half) add(isa::VConvert{.from = f32, .to = a.dtype, .src = L.s[0], .dst = q, .count = n});
         add(isa::VFill{.dtype = f32, .dst = L.sub[s].m[0], .count = blocks[s].count(), .value = -kInf});
       }
+      // The (key block, query block) pairs with visible keys, key blocks in order. They
+      // run as a pipeline two deep: pair i + 2's scores are issued to the array right
+      // after pair i's P V multiply, so the vector unit's softmax of pair i + 1 runs
+      // while the array computes (the core's units overlap; scratchpad dependencies
+      // order them). Key block j + 2 loads into j's slot once j's last pair is issued.
+      struct Pair {
+        std::uint64_t j = 0;
+        std::size_t s = 0;
+        bool first = false, last = false;  // in its key block
+      };
+      std::vector<Pair> pairs;
+      for (std::uint64_t j = 0; j < kv_blocks; ++j) {
+        const std::size_t begin = pairs.size();
+        for (std::size_t s = 0; s < blocks.size(); ++s) {
+          if (visibility(blocks[s], j * bk, std::min(bk, kv_end - j * bk)) != 0) pairs.push_back({j, s});
+        }
+        if (pairs.size() > begin) {
+          pairs[begin].first = true;
+          pairs.back().last = true;
+        }
+      }
+      if (kv_blocks > 1) {
+        add(isa::Wait{.token_mask = bit(kTokRing)});
+        load_kv(1);
+      }
+      const auto keys_of = [&](const Pair& pr) { return static_cast<std::uint32_t>(std::min(bk, kv_end - pr.j * bk)); };
+      // Pair i's scores, once its key block is here.
+      const auto scores = [&](std::size_t i) {
+        const Pair& pr = pairs[i];
+        const auto slot = static_cast<std::uint32_t>(pr.j % 2);
+        const std::uint32_t n = keys_of(pr);
+        if (pr.first) {
+          // A shared block arrives from its loader: keys and values side by side in the
+          // slot, one ring message.
+          const std::uint32_t kv_bytes = L.v[slot] - L.k[slot] + n * dv * static_cast<std::uint32_t>(isa::dtype_size(a.dtype));
+          if (pr.j < share.blocks && loader(pr.j) == core) {
+            add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokK + slot) | bit(kTokV + slot))});
+            for (const std::uint16_t other : share.members) {
+              if (other != core) {
+                add(isa::RingSend{.token = kTokRing, .dst_core = other, .tag = static_cast<std::uint16_t>(pr.j),
+                                  .sp_addr = L.k[slot], .bytes = kv_bytes});
+              }
+            }
+          } else if (pr.j < share.blocks) {
+            add(isa::RingRecv{.token = kTokRing, .src_core = loader(pr.j), .tag = static_cast<std::uint16_t>(pr.j),
+                              .sp_addr = L.k[slot], .bytes = kv_bytes});
+          }
+          add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokK + slot) | bit(kTokTile + slot))});
+        }
+        add(isa::Matmul{.a = L.sub[pr.s].q, .b = L.k[slot], .c = L.s[i % 2], .m = blocks[pr.s].count(), .n = n, .k = d,
+                        .lda = d, .ldb = d, .ldc = n, .in = a.dtype, .out = f32, .trans_b = true});
+      };
       std::vector<bool> started(blocks.size(), false);
       std::vector<int> m_cur(blocks.size(), 0);
-      for (std::uint64_t j = 0; j < kv_blocks; ++j) {
-        const auto slot = static_cast<std::uint32_t>(j % 2);
-        const std::uint64_t k0 = j * bk;
-        const auto n = static_cast<std::uint32_t>(std::min(bk, kv_end - k0));
-        if (j + 1 < kv_blocks) {
-          add(isa::Wait{.token_mask = bit(kTokRing)});  // (the slot's last send has left)
-          load_kv(j + 1);
-        }
-        // A shared block arrives from its loader: keys and values side by side in the
-        // slot, one ring message.
-        const std::uint32_t kv_bytes = L.v[slot] - L.k[slot] + n * dv * static_cast<std::uint32_t>(isa::dtype_size(a.dtype));
-        if (j < share.blocks && loader(j) == core) {
-          add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokK + slot) | bit(kTokV + slot))});
-          for (const std::uint16_t other : share.members) {
-            if (other != core) {
-              add(isa::RingSend{.token = kTokRing, .dst_core = other, .tag = static_cast<std::uint16_t>(j),
-                                .sp_addr = L.k[slot], .bytes = kv_bytes});
-            }
-          }
-        } else if (j < share.blocks) {
-          add(isa::RingRecv{.token = kTokRing, .src_core = loader(j), .tag = static_cast<std::uint16_t>(j),
-                            .sp_addr = L.k[slot], .bytes = kv_bytes});
-        }
-        add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokK + slot) | bit(kTokTile + slot))});
-        bool v_ready = false;
-        for (std::size_t s = 0; s < blocks.size(); ++s) {
-          const Rows& r = blocks[s];
-          const int vis = visibility(r, k0, n);
-          if (vis == 0) continue;
+      for (std::size_t i = 0; i < std::min<std::size_t>(2, pairs.size()); ++i) scores(i);
+      for (std::size_t i = 0; i < pairs.size(); ++i) {
+        const Pair& pr = pairs[i];
+        const auto slot = static_cast<std::uint32_t>(pr.j % 2);
+        const std::uint64_t k0 = pr.j * bk;
+        const std::uint32_t n = keys_of(pr);
+        const std::uint32_t S = L.s[i % 2], P = L.p[i % 2];
+        const std::size_t s = pr.s;
+        const Rows& r = blocks[s];
+        const int vis = visibility(r, k0, n);
+        {
           const auto& sb = L.sub[s];
           const std::uint32_t rn = r.count(), count = rn * n;
-          add(isa::Matmul{.a = sb.q, .b = L.k[slot], .c = L.s, .m = rn, .n = n, .k = d, .lda = d, .ldb = d, .ldc = n,
-                          .in = a.dtype, .out = f32, .trans_b = true});
           if (a.mask) {
             std::uint32_t mf = sb.mask[slot];
             if (*a.mask != f32) {
               add(isa::VConvert{.from = *a.mask, .to = f32, .src = mf, .dst = L.mask32, .count = count});
               mf = L.mask32;
             }
-            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = L.s, .b = mf, .dst = L.s, .rows = rn, .cols = n});
+            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = S, .b = mf, .dst = S, .rows = rn, .cols = n});
           }
           if (vis == 2) {
             std::uint32_t band = L.diag;
@@ -408,23 +445,23 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
               make_band(L.band, rn, n, static_cast<double>(r.i0) - static_cast<double>(k0));
               band = L.band;
             }
-            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = L.s, .b = band, .dst = L.s, .rows = rn, .cols = n});
+            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = S, .b = band, .dst = S, .rows = rn, .cols = n});
           }
           const std::uint32_t m_old = sb.m[m_cur[s]], m_new = sb.m[1 - m_cur[s]];
-          add(isa::VReduce{.op = isa::ReduceOp::max, .in = f32, .out = f32, .axis = 1, .src = L.s, .dst = L.rowmax,
+          add(isa::VReduce{.op = isa::ReduceOp::max, .in = f32, .out = f32, .axis = 1, .src = S, .dst = L.rowmax,
                            .rows = rn, .cols = n});
           add(isa::VBinary{.op = isa::BinaryOp::max, .dtype = f32, .a = m_old, .b = L.rowmax, .dst = m_new, .rows = 1, .cols = rn});
           // The shift: the new maximum, or 0 for rows that have seen only masked keys.
           add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = m_new, .dst = sb.mu, .count = rn});
           fix(sb.mu, -kInf, L.zero, rn);
-          add(isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = L.s, .b = sb.mu,
-                           .dst = L.s, .rows = rn, .cols = n});
-          add(isa::VUnary{.op = isa::UnaryOp::exp, .dtype = f32, .src = L.s, .dst = L.s, .count = count});
+          add(isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = S, .b = sb.mu,
+                           .dst = S, .rows = rn, .cols = n});
+          add(isa::VUnary{.op = isa::UnaryOp::exp, .dtype = f32, .src = S, .dst = S, .count = count});
           if (!started[s]) {
-            add(isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = L.s, .dst = sb.l,
+            add(isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = S, .dst = sb.l,
                              .rows = rn, .cols = n});
           } else {
-            add(isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = L.s, .dst = L.rowsum,
+            add(isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = S, .dst = L.rowsum,
                              .rows = rn, .cols = n});
             // alpha = e^(m_old - shift): the old terms' correction.
             add(isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .a = m_old, .b = sb.mu, .dst = L.alpha, .rows = 1,
@@ -435,16 +472,18 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
             add(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::col, .a = sb.o, .b = L.alpha,
                              .dst = sb.o, .rows = rn, .cols = dv});
           }
-          if (half) add(isa::VConvert{.from = f32, .to = a.dtype, .src = L.s, .dst = L.p, .count = count});
-          if (!v_ready) {
-            add(isa::Wait{.token_mask = bit(kTokV + slot)});
-            v_ready = true;
-          }
-          add(isa::Matmul{.a = L.p, .b = L.v[slot], .c = sb.o, .m = rn, .n = dv, .k = n, .lda = n, .ldb = dv, .ldc = dv,
+          if (half) add(isa::VConvert{.from = f32, .to = a.dtype, .src = S, .dst = P, .count = count});
+          if (pr.first) add(isa::Wait{.token_mask = bit(kTokV + slot)});
+          add(isa::Matmul{.a = P, .b = L.v[slot], .c = sb.o, .m = rn, .n = dv, .k = n, .lda = n, .ldb = dv, .ldc = dv,
                           .in = a.dtype, .out = f32, .accumulate = started[s]});
           started[s] = true;
           m_cur[s] = 1 - m_cur[s];
         }
+        if (pr.last && pr.j + 2 < kv_blocks) {
+          add(isa::Wait{.token_mask = bit(kTokRing)});  // (the slot's last send has left)
+          load_kv(pr.j + 2);
+        }
+        if (i + 2 < pairs.size()) scores(i + 2);
       }
       // out = O / l (0 for rows that saw no key), logsumexp = shift + log l.
       for (std::size_t s = 0; s < blocks.size(); ++s) {

@@ -3,6 +3,8 @@
 // for a computed duration and the stream waits it out; nothing steps a clock.
 #define SC_INCLUDE_DYNAMIC_PROCESSES
 #include <algorithm>
+#include <array>
+#include <deque>
 
 #include <fmt/format.h>
 
@@ -58,21 +60,45 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
 
   std::uint32_t core(std::uint32_t stream) const { return request.cores[stream]; }
 
-  void busy(std::uint32_t stream, bool compute, Picoseconds duration, const isa::Instruction& inst) {
-    const Picoseconds start = now_ps();
+  // A core's compute array and vector unit each run their instructions in order, from
+  // a queue of `cores.queue_depth` waiting instructions: an instruction starts when
+  // the stream has issued it, its unit is free and its scratchpad operands are
+  // (`not_before`); the stream waits only while the unit's queue is full. With a depth
+  // of 0 the stream waits for each instruction to end (the units never overlap).
+  struct Unit {
+    Picoseconds free = 0;
+    std::deque<Picoseconds> waiting;  // the start times of the instructions queued
+  };
+  std::vector<std::array<Unit, 2>> units = std::vector<std::array<Unit, 2>>(exec.num_streams());
+
+  Picoseconds issue(std::uint32_t stream, bool compute, Picoseconds duration, Picoseconds not_before,
+                    const isa::Instruction& inst) {
+    Unit& unit = units[stream][compute ? 0 : 1];
+    const std::uint64_t depth = impl.chip.config().cores.queue_depth;
+    for (;;) {
+      while (!unit.waiting.empty() && unit.waiting.front() <= now_ps()) unit.waiting.pop_front();
+      if (unit.waiting.size() < std::max<std::uint64_t>(depth, 1)) break;
+      wait_until(unit.waiting.front());
+    }
+    const Picoseconds start = std::max({now_ps(), not_before, unit.free});
+    const Picoseconds end = start + duration;
+    unit.free = end;
+    unit.waiting.push_back(start);
     CoreStats& stats = impl.core_stats(core(stream));
     (compute ? stats.compute_busy_ps : stats.vector_busy_ps) += duration;
     if (TraceRecorder* t = impl.trace()) {
       t->complete(t->track(fmt::format("core {} {}", core(stream), compute ? "compute" : "vector")), label(inst), start,
-                  start + duration, exec.record().name);
+                  end, exec.record().name);
     }
-    wait_until(start + duration);
+    if (depth == 0) wait_until(end);
+    return end;
   }
 
   // The array's cycles, or the time the core's scratchpad ports need to stream its
   // operands and result if that is longer (the ports' combined rate; DMA traffic through
   // the ports is not counted against it).
-  void compute(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst) override {
+  Picoseconds compute(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst,
+                      Picoseconds not_before) override {
     Picoseconds duration = impl.chip.clock().ps(cycles);
     if (const auto* mm = std::get_if<isa::Matmul>(&inst)) {
       const std::uint64_t bytes = timing::matmul_scratchpad_bytes(impl.chip.config(), mm->m, mm->n, mm->k,
@@ -80,11 +106,13 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
                                                                   mm->accumulate);
       duration = std::max(duration, timing::transfer_ps(bytes, impl.sp_bytes_per_s));
     }
-    busy(stream, true, duration, inst);
+    return issue(stream, true, duration, not_before, inst);
   }
-  void vector(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst) override {
-    busy(stream, false, impl.chip.clock().ps(cycles), inst);
+  Picoseconds vector(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst,
+                     Picoseconds not_before) override {
+    return issue(stream, false, impl.chip.clock().ps(cycles), not_before, inst);
   }
+  Picoseconds now() const override { return now_ps(); }
 
   // An engine (setup + bytes at its rate), the channels, the ring links between each
   // memory stop and the core, a scratchpad port; then the latencies. A load is a

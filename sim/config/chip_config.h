@@ -148,6 +148,7 @@ struct ScratchpadConfig {
 struct CoresConfig {
   std::uint64_t count = 0;
   std::uint64_t corelets = 0;
+  std::uint64_t queue_depth = 8;  // instructions each unit (array, vector) holds waiting
   ComputeArrayConfig compute_array;
   VectorConfig vector;
   ScratchpadConfig scratchpad;
@@ -156,6 +157,7 @@ struct CoresConfig {
   void describe(V& v) {
     v.integer("count", count, Range{1, kMaxCores});
     v.integer("corelets", corelets, Range{1, 64});
+    v.integer("queue_depth", queue_depth, Range{0, 4096}, std::uint64_t{8});
     v.section("compute_array", compute_array);
     v.section("vector", vector);
     v.section("scratchpad", scratchpad);

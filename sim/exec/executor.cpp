@@ -131,8 +131,37 @@ void Executor::touch(std::uint32_t s, std::uint64_t end) {
 Executor::Outcome Executor::run(std::uint32_t s, const isa::End&) {
   // An END waits for the stream's outstanding DMA and ring transfers.
   const auto& tokens = streams_[s].tokens;
-  timing_.wait_until(*std::max_element(tokens.begin(), tokens.end()));
+  timing_.wait_until(std::max(*std::max_element(tokens.begin(), tokens.end()), streams_[s].units_done));
   return Outcome::ended;
+}
+
+Picoseconds Executor::hazard(std::uint32_t s, const isa::SpAccess& access) {
+  auto& uses = streams_[s].uses;
+  const Picoseconds now = timing_.now();
+  std::erase_if(uses, [&](const Stream::Use& u) { return u.until <= now; });
+  Picoseconds until = 0;
+  for (const Stream::Use& u : uses) {
+    bool conflict = u.range.overlaps(access.write);
+    if (u.write) {
+      for (const isa::SpRange& r : access.reads) conflict = conflict || u.range.overlaps(r);
+    }
+    if (conflict) until = std::max(until, u.until);
+  }
+  return until;
+}
+
+void Executor::hold(std::uint32_t s, const isa::SpAccess& access, Picoseconds until) {
+  Stream& st = streams_[s];
+  st.units_done = std::max(st.units_done, until);
+  for (const isa::SpRange& r : access.reads) {
+    if (!r.empty()) st.uses.push_back({r, until, false});
+  }
+  if (!access.write.empty()) st.uses.push_back({access.write, until, true});
+}
+
+void Executor::wait_for_scratchpad(std::uint32_t s) {
+  if (streams_[s].uses.empty()) return;
+  timing_.wait_until(hazard(s, isa::scratchpad_access(*current_)));
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::Wait& w) {
@@ -152,7 +181,9 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::Matmul& mm) {
   if (real(mm.in)) numeric::matmul(mm, sp(s));
   record_.macs[static_cast<int>(type)] += std::uint64_t{mm.m} * mm.n * mm.k;
   touch(s, mm.c + std::uint64_t{isa::dtype_size(mm.out)} * ((std::uint64_t{mm.m} - 1) * mm.ldc + mm.n));
-  timing_.compute(s, timing::core_matmul_cycles(device_.config, type, mm.m, mm.n, mm.k), *current_);
+  const isa::SpAccess access = isa::scratchpad_access(*current_);
+  hold(s, access,
+       timing_.compute(s, timing::core_matmul_cycles(device_.config, type, mm.m, mm.n, mm.k), *current_, hazard(s, access)));
   return Outcome::next;
 }
 
@@ -160,7 +191,8 @@ Executor::Outcome Executor::vector(std::uint32_t s, const isa::Instruction& inst
                                    std::uint64_t elements) {
   record_.vector_elements += elements;
   const double cost = timing::vector_op_cycles(device_.config.cores.vector.op_cycles, std::string(cost_name));
-  timing_.vector(s, timing::vector_cycles(device_.config, cost, elements), inst);
+  const isa::SpAccess access = isa::scratchpad_access(inst);
+  hold(s, access, timing_.vector(s, timing::vector_cycles(device_.config, cost, elements), inst, hazard(s, access)));
   return Outcome::next;
 }
 
@@ -261,6 +293,7 @@ Executor::Outcome Executor::move(std::uint32_t s, std::uint16_t arg, bool load, 
   if (arg >= args.size()) {
     return fault(s, fmt::format("argument {} is used but the launch passed {} argument(s)", arg, args.size()));
   }
+  wait_for_scratchpad(s);
   const Topology& topo = device_.topology;
   DmaCost cost;
   cost.load = load;
@@ -312,6 +345,7 @@ void Executor::send(std::uint32_t s, std::uint32_t dst, std::uint16_t tag, std::
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::RingSend& r) {
+  wait_for_scratchpad(s);
   std::uint8_t* p = sp(s) + r.sp_addr;
   send(s, r.dst_core, r.tag, std::vector<std::uint8_t>(p, p + r.bytes), r.token);
   return Outcome::next;
@@ -330,6 +364,7 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::RingRecv& r) {
     return fault(s, fmt::format("received {} bytes from stream {} (tag {}) into a {}-byte buffer",
                                 message.data.size(), r.src_core, r.tag, r.bytes));
   }
+  wait_for_scratchpad(s);
   timing_.wait_until(message.arrival);
   std::memcpy(sp(s) + r.sp_addr, message.data.data(), r.bytes);
   touch(s, r.sp_addr + std::uint64_t{r.bytes});
@@ -341,6 +376,7 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::Barrier& b) {
   Stream& st = streams_[s];
   auto& [arrived, generation] = barriers_[b.id];
   if (!st.at_barrier) {
+    timing_.wait_until(st.units_done);  // (a barrier is a fence: the stream's array and vector work ends first)
     st.at_barrier = true;
     st.barrier_generation = generation;
     if (++arrived >= b.count) {

@@ -45,9 +45,16 @@ struct DmaCost {
 class TimingPolicy {
  public:
   virtual ~TimingPolicy() = default;
-  // The stream's compute array / vector unit is busy for `cycles` (blocks the stream).
-  virtual void compute(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst) = 0;
-  virtual void vector(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst) = 0;
+  // The stream's compute array / vector unit runs the instruction for `cycles`, starting
+  // no earlier than `not_before` (when the scratchpad bytes it uses are free) nor before
+  // the unit's previous instruction ends. The stream goes on: it waits only while the
+  // unit's queue is full. Returns when the instruction completes.
+  virtual Picoseconds compute(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst,
+                              Picoseconds not_before) = 0;
+  virtual Picoseconds vector(std::uint32_t stream, std::uint64_t cycles, const isa::Instruction& inst,
+                             Picoseconds not_before) = 0;
+  // The stream's present time.
+  virtual Picoseconds now() const = 0;
   // Starts a DMA now; returns its completion time.
   virtual Picoseconds dma(std::uint32_t stream, const DmaCost& cost) = 0;
   // Starts a ring message of `bytes` now; returns its arrival time.
@@ -64,8 +71,9 @@ class TimingPolicy {
 // A timing policy that costs nothing: the functional device.
 class NullTiming final : public TimingPolicy {
  public:
-  void compute(std::uint32_t, std::uint64_t, const isa::Instruction&) override {}
-  void vector(std::uint32_t, std::uint64_t, const isa::Instruction&) override {}
+  Picoseconds compute(std::uint32_t, std::uint64_t, const isa::Instruction&, Picoseconds) override { return 0; }
+  Picoseconds vector(std::uint32_t, std::uint64_t, const isa::Instruction&, Picoseconds) override { return 0; }
+  Picoseconds now() const override { return 0; }
   Picoseconds dma(std::uint32_t, const DmaCost&) override { return 0; }
   Picoseconds ring(std::uint32_t, std::uint32_t, std::uint64_t) override { return 0; }
   void wait_until(Picoseconds) override {}
@@ -115,6 +123,15 @@ class Executor {
     std::uint64_t barrier_generation = 0;
     std::string waiting_for;
     std::array<Picoseconds, isa::kNumTokens> tokens{};
+    // The scoreboard: scratchpad bytes the array and vector instructions issued ahead
+    // read or write, until when; and when the last of them ends.
+    struct Use {
+      isa::SpRange range;
+      Picoseconds until = 0;
+      bool write = false;
+    };
+    std::vector<Use> uses;
+    Picoseconds units_done = 0;
   };
   struct Message {
     Picoseconds arrival = 0;
@@ -127,6 +144,13 @@ class Executor {
   std::uint8_t* sp(std::uint32_t s) { return device_.scratchpads[request_.cores[s]]; }
   CoreStats& stats(std::uint32_t s) { return device_.core_stats[request_.cores[s]]; }
   Outcome vector(std::uint32_t s, const isa::Instruction& inst, std::string_view cost_name, std::uint64_t elements);
+  // When the scratchpad bytes `access` reads and writes stop being used by instructions
+  // issued before it: its reads after earlier writes, its write after earlier reads and
+  // writes. `hold` books them until `until`, the instruction's end.
+  Picoseconds hazard(std::uint32_t s, const isa::SpAccess& access);
+  void hold(std::uint32_t s, const isa::SpAccess& access, Picoseconds until);
+  // A DMA or ring transfer starts once the bytes it moves are no longer in use.
+  void wait_for_scratchpad(std::uint32_t s);
   template <class Mover>
   Outcome move(std::uint32_t s, std::uint16_t arg, bool load, std::uint8_t token, Mover&& mover);
   void send(std::uint32_t s, std::uint32_t dst, std::uint16_t tag, std::vector<std::uint8_t> data,

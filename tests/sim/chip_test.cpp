@@ -139,6 +139,38 @@ TEST_CASE("given double buffering, DMA overlaps compute and the launch gets shor
   CHECK(duration(run(simulation, chip, overlapped, {buf})) == 1683000);
 }
 
+TEST_CASE("given array and vector work, independent instructions overlap and dependent ones wait for their bytes") {
+  const auto time = [&](const std::vector<isa::Instruction>& insts, const std::vector<std::string>& set = {}) {
+    sim::Simulation simulation;
+    auto& chip = simulation.add_chip(ci_chip(with(with(round_numbers(), textbook_array()), set)));
+    const auto buf = *chip.memory().allocate(8192);
+    isa::ProgramBuilder b("units", 1);
+    for (const auto& inst : insts) b.add(0, inst);
+    b.add(0, wait_for(0));
+    return duration(run(simulation, chip, b, {buf}));
+  };
+  // mm64: 503 cycles on the array (1 GHz: ns), reading [0, 16384), writing C [16384, 32768).
+  // A fill of 25600 fp32 values on the vector units (1 corelet x 2 units x 32 lanes = 64
+  // wide, 1 cycle per vector): 400 + 8 cycles of pipeline = 408 ns.
+  const isa::Instruction fill_apart = isa::VFill{.dtype = DType::fp32, .dst = 65536, .count = 25600, .value = 1};
+  // Apart in the scratchpad, they run side by side: max(503, 408).
+  CHECK(time({mm64(), fill_apart}) == 503000);
+  CHECK(time({fill_apart, mm64()}) == 503000);
+  // With no queue the core runs one instruction at a time: 503 + 408.
+  CHECK(time({mm64(), fill_apart}, {"cores.queue_depth=0"}) == 911000);
+  // Reading C waits for the matmul to write it (4096 fp32: 64 vectors + 8): 503 + 72.
+  CHECK(time({mm64(), isa::VUnary{.op = isa::UnaryOp::copy, .dtype = DType::fp32, .src = 16384, .dst = 65536,
+                                  .count = 4096}}) == 575000);
+  // Overwriting A waits for the matmul to have read it (2048 fp32: 32 vectors + 8): 503 + 40.
+  CHECK(time({mm64(), isa::VFill{.dtype = DType::fp32, .dst = 0, .count = 2048, .value = 0}}) == 543000);
+  // A DMA load into A waits for the matmul too: 503 + 668 (the 4096-byte load's time)
+  // against 668 for a load elsewhere, issued at 0.
+  CHECK(time({mm64(), load(0, 0, 0, 2048, DType::fp16, 0)}) == 1171000);
+  CHECK(time({mm64(), load(65536, 0, 0, 2048, DType::fp16, 0)}) == 668000);
+  // A second matmul queues behind the first on the one array: 2 x 503.
+  CHECK(time({mm64(), mm64()}) == 1006000);
+}
+
 TEST_CASE("given the same program twice, cycles and statistics are identical") {
   const auto once = [] {
     sim::Simulation simulation;

@@ -57,6 +57,20 @@ struct DmaFootprint {
 };
 std::optional<DmaFootprint> dma_footprint(const Dma& d);
 
+// The scratchpad bytes an instruction reads and writes, [lo, hi) each (empty ranges
+// have lo == hi): what a core's scoreboard orders its units' instructions by. For an
+// instruction check() accepts; instructions that touch no scratchpad have none.
+struct SpRange {
+  std::uint64_t lo = 0, hi = 0;
+  bool empty() const { return lo >= hi; }
+  bool overlaps(const SpRange& o) const { return !empty() && !o.empty() && lo < o.hi && o.lo < hi; }
+};
+struct SpAccess {
+  std::array<SpRange, 3> reads{};
+  SpRange write{};
+};
+SpAccess scratchpad_access(const Instruction& inst);
+
 // A malformed program: the reason, and where (stream and instruction index) when the
 // fault is in an instruction.
 class ProgramError : public std::runtime_error {
