@@ -26,7 +26,10 @@
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include "aten/kernel_cache.h"
@@ -257,6 +260,153 @@ BackwardResult fused_attention_backward_meta(const at::Tensor& /*grad_out*/, con
           like(grad_input_mask[3] && attn_bias.defined() && attn_bias.scalar_type() != at::kBool, attn_bias)};
 }
 
+
+// spyre::paged_attention: attention over a paged KV cache, as serving systems keep it.
+// The caches are pools of token rows ([slots, kv_heads, dim], or [pages, page_size,
+// kv_heads, dim] with the pages laid end to end); `slots` [batch, kv_len] (int32) names
+// each sequence's rows in order, so key t of sequence b is pool row slots[b][t]. One
+// device kernel (the fused attention's, with each key block gathered by its slots).
+// Not causal: a decode step's queries see all kv_len keys; a mask (boolean, true =
+// attend, or additive, broadcasting to [batch, q_heads, q_len, kv_len]) takes
+// padding and anything else.
+constexpr const char* kPagedName = "spyre::paged_attention";
+
+at::Tensor pool_rows(const at::Tensor& pool, const char* what) {
+  TORCH_CHECK(pool.dim() == 3 || pool.dim() == 4, kPagedName, ": ", what,
+              " must be [slots, kv_heads, dim] or [pages, page_size, kv_heads, dim], found ", pool.sizes());
+  return pool.dim() == 4 ? pool.flatten(0, 1) : pool;
+}
+
+// Returns the pools as rows; checks what the kernel and the reference both need.
+std::pair<at::Tensor, at::Tensor> check_paged(const at::Tensor& q, const at::Tensor& key_cache,
+                                              const at::Tensor& value_cache, const at::Tensor& slots,
+                                              const std::optional<at::Tensor>& mask) {
+  const at::Tensor k = pool_rows(key_cache, "key_cache"), v = pool_rows(value_cache, "value_cache");
+  TORCH_CHECK(q.dim() == 4, kPagedName, ": query must be [batch, q_heads, q_len, dim], found ", q.sizes());
+  TORCH_CHECK(float_type(q.scalar_type()) && k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+              kPagedName, ": query, key_cache and value_cache must have one dtype of float32, float16 and bfloat16, found ",
+              q.scalar_type(), ", ", k.scalar_type(), " and ", v.scalar_type());
+  TORCH_CHECK(slots.dim() == 2 && slots.scalar_type() == at::kInt && slots.size(0) == q.size(0), kPagedName,
+              ": slots must be int32 [batch, kv_len] with the query's batch ", q.size(0), ", found ", slots.scalar_type(),
+              " ", slots.sizes());
+  TORCH_CHECK(k.device() == q.device() && v.device() == q.device() && slots.device() == q.device(), kPagedName,
+              ": query, caches and slots must be on one device, found ", q.device(), ", ", k.device(), ", ", v.device(),
+              " and ", slots.device());
+  TORCH_CHECK(v.size(0) == k.size(0) && v.size(1) == k.size(1) && k.size(2) == q.size(3), kPagedName,
+              ": key_cache rows [slots, kv_heads, dim] ", k.sizes(), " and value_cache rows ", v.sizes(),
+              " must match each other and the query's dim ", q.size(3));
+  TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, kPagedName, ": ", q.size(1),
+              " query heads do not group over ", k.size(1), " key/value heads");
+  TORCH_CHECK(q.size(3) <= kMaxHeadDim && v.size(2) <= kMaxHeadDim, kPagedName, ": head dims over ", kMaxHeadDim);
+  TORCH_CHECK(slots.size(1) > 0 && k.size(0) > 0, kPagedName, ": no keys (kv_len ", slots.size(1), ", pool rows ",
+              k.size(0), ")");
+  if (mask && mask->defined()) {
+    const at::Tensor& m = *mask;
+    TORCH_CHECK(m.device() == q.device() && m.dim() <= 4 && (m.scalar_type() == at::kBool || float_type(m.scalar_type())),
+                kPagedName, ": the mask must be boolean or float on the query's device with at most 4 dims, found ",
+                m.scalar_type(), " ", m.sizes(), " on ", m.device());
+    for (std::int64_t i = 1; i <= m.dim(); ++i) {
+      const std::int64_t want = i == 1 ? slots.size(1) : i == 2 ? q.size(2) : i == 3 ? q.size(1) : q.size(0);
+      TORCH_CHECK(m.size(-i) == 1 || m.size(-i) == want, kPagedName, ": the mask ", m.sizes(),
+                  " does not broadcast to [batch, q_heads, q_len, kv_len] = [", q.size(0), ", ", q.size(1), ", ",
+                  q.size(2), ", ", slots.size(1), "]");
+    }
+  }
+  return {k, v};
+}
+
+at::Tensor additive_mask(const at::Tensor& m, const at::Tensor& q) {
+  if (m.scalar_type() != at::kBool) return m;
+  return at::where(m, at::zeros({}, q.options()), at::full({}, -std::numeric_limits<double>::infinity(), q.options()));
+}
+
+at::Tensor paged_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                           const at::Tensor& slots_in, const std::optional<at::Tensor>& attn_mask,
+                           std::optional<double> scale) {
+  auto [key, value] = check_paged(query, key_cache, value_cache, slots_in, attn_mask);
+  const c10::DeviceGuard guard(query.device());
+  const c10::DeviceIndex device = query.device().index();
+  const at::Tensor q = query.stride(3) == 1 ? query : query.contiguous();
+  const at::Tensor k = key.stride(2) == 1 ? key : key.contiguous();
+  const at::Tensor v = value.stride(2) == 1 ? value : value.contiguous();
+  // (A slot table narrowed to the keys so far keeps its rows in place.)
+  const at::Tensor slots = slots_in.stride(1) == 1 && slots_in.stride(0) >= 0 ? slots_in : slots_in.contiguous();
+  const std::int64_t B = q.size(0), H = q.size(1), L = q.size(2), T = slots.size(1);
+  const at::Tensor out = at::empty({B, L, H, v.size(2)}, q.options()).transpose(1, 2);
+  const at::Tensor lse = at::empty({B, H, L}, q.options().dtype(at::kFloat));
+
+  compiler::AttentionShape s;
+  s.batch = static_cast<std::uint64_t>(B);
+  s.q_heads = static_cast<std::uint64_t>(H);
+  s.kv_heads = static_cast<std::uint64_t>(k.size(1));
+  s.q_len = static_cast<std::uint64_t>(L);
+  s.kv_len = static_cast<std::uint64_t>(T);
+  s.head_dim = static_cast<std::uint64_t>(q.size(3));
+  s.value_dim = static_cast<std::uint64_t>(v.size(2));
+  s.dtype = *device_float_dtype(q.scalar_type());
+  s.q_stride = {q.stride(0), q.stride(1), q.stride(2)};
+  s.k_stride = {0, k.stride(1), k.stride(0)};
+  s.v_stride = {0, v.stride(1), v.stride(0)};
+  s.scale = scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  s.paged = true;
+  s.pool_slots = static_cast<std::uint64_t>(k.size(0));
+  s.slots_stride = static_cast<std::uint64_t>(slots.size(0) > 1 ? slots.stride(0) : T);
+  std::vector<std::uint64_t> args{device_address(q), device_address(k), device_address(v), device_address(out),
+                                  device_address(lse)};
+  std::uint64_t mask_bytes = 0;
+  at::Tensor m;
+  if (attn_mask && attn_mask->defined()) {
+    mask_bytes = static_cast<std::uint64_t>(attn_mask->numel() * attn_mask->element_size());
+    m = additive_mask(*attn_mask, q).expand({B, H, L, T});
+    if (m.stride(3) != 1 && m.size(3) != 1) m = m.contiguous();
+    s.mask = *device_float_dtype(m.scalar_type());
+    s.mask_stride = {m.stride(0), m.stride(1), m.stride(2)};
+    args.push_back(device_address(m));
+  }
+  args.push_back(device_address(slots));
+  const auto strides = [](const std::array<std::int64_t, 3>& x) {
+    return std::to_string(x[0]) + "," + std::to_string(x[1]) + "," + std::to_string(x[2]);
+  };
+  const std::string key_text =
+      std::string(kPagedName) + "|" + std::to_string(s.batch) + "," + std::to_string(s.q_heads) + "," +
+      std::to_string(s.kv_heads) + "," + std::to_string(s.q_len) + "," + std::to_string(s.kv_len) + "," +
+      std::to_string(s.head_dim) + "," + std::to_string(s.value_dim) + "|" + std::string(isa::to_string(s.dtype)) +
+      "|" + strides(s.q_stride) + ";" + strides(s.k_stride) + ";" + strides(s.v_stride) + "|" + hex(s.scale) +
+      "|pool " + std::to_string(s.pool_slots) + " slots " + std::to_string(s.slots_stride) +
+      (s.mask ? "|mask " + std::string(isa::to_string(*s.mask)) + " " + strides(s.mask_stride) : "");
+  const auto bytes = [](const at::Tensor& t) { return static_cast<std::uint64_t>(t.numel() * t.element_size()); };
+  // The least traffic: the query, each sequence's key and value rows once, the slots
+  // and the mask read; the output and logsumexp written.
+  const std::uint64_t rows = static_cast<std::uint64_t>(B * T) * static_cast<std::uint64_t>(k.size(1)) *
+                             static_cast<std::uint64_t>((k.size(2) + v.size(2)) * k.element_size());
+  const Traffic traffic{.read = bytes(q) + rows + static_cast<std::uint64_t>(B * T) * 4 + mask_bytes, .written = bytes(out) + bytes(lse)};
+  run_cached(device, key_text, [&](const compiler::Target& t) { return compiler::compile_attention(s, t, kPagedName); },
+             args, kPagedName, traffic);
+  return out;
+}
+
+at::Tensor paged_attention_meta(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                const at::Tensor& /*slots*/, const std::optional<at::Tensor>& /*attn_mask*/,
+                                std::optional<double> /*scale*/) {
+  const at::Tensor v = value_cache.dim() == 4 ? value_cache.flatten(0, 1) : value_cache;
+  (void)key_cache;
+  return at::empty_symint({q.sym_size(0), q.sym_size(2), q.sym_size(1), v.sym_size(2)}, q.options()).transpose(1, 2);
+}
+
+// The reference (CPU): the rows gathered by their slots, then PyTorch's attention.
+at::Tensor paged_attention_reference(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                     const at::Tensor& slots, const std::optional<at::Tensor>& attn_mask,
+                                     std::optional<double> scale) {
+  const auto [k, v] = check_paged(q, key_cache, value_cache, slots, attn_mask);
+  const at::Tensor index = slots.flatten().to(at::kLong);
+  const std::int64_t B = slots.size(0), T = slots.size(1);
+  const at::Tensor keys = k.index_select(0, index).view({B, T, k.size(1), k.size(2)}).transpose(1, 2);
+  const at::Tensor values = v.index_select(0, index).view({B, T, v.size(1), v.size(2)}).transpose(1, 2);
+  std::optional<at::Tensor> mask;
+  if (attn_mask && attn_mask->defined()) mask = *attn_mask;
+  return at::scaled_dot_product_attention(q, keys, values, mask, 0.0, false, scale, q.size(1) != k.size(1));
+}
+
 }  // namespace
 
 }  // namespace spyre::backend
@@ -276,5 +426,16 @@ TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("_scaled_dot_product_fused_attention_overrideable", fused_attention_meta);
   m.impl("_scaled_dot_product_fused_attention_overrideable_backward", fused_attention_backward_meta);
 }
+
+TORCH_LIBRARY_FRAGMENT(spyre, m) {
+  m.def("paged_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor slots, Tensor? attn_mask=None, "
+        "float? scale=None) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) { m.impl("paged_attention", paged_attention); }
+TORCH_LIBRARY_IMPL(spyre, Meta, m) { m.impl("paged_attention", paged_attention_meta); }
+TORCH_LIBRARY_IMPL(spyre, CPU, m) { m.impl("paged_attention", paged_attention_reference); }
+// Not differentiable (an inference kernel).
+TORCH_LIBRARY_IMPL(spyre, Autograd, m) { m.impl("paged_attention", torch::autograd::autogradNotImplementedFallback()); }
 
 }  // namespace spyre::backend

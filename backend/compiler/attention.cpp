@@ -21,7 +21,8 @@ constexpr isa::DType f32 = isa::DType::fp32;
 
 // Tokens: key and value blocks and their mask / band tiles by slot, the query rows,
 // the stores of the output and of the logsumexp.
-constexpr std::uint8_t kTokK = 0, kTokV = 2, kTokTile = 4, kTokOut = 7, kTokLse = 8, kTokPos = 9, kTokRing = 10, kTokQ = 11;
+constexpr std::uint8_t kTokK = 0, kTokV = 2, kTokTile = 4, kTokOut = 7, kTokLse = 8, kTokPos = 9, kTokRing = 10, kTokQ = 11,
+                       kTokSlots = 12;
 std::uint16_t bit(unsigned t) { return static_cast<std::uint16_t>(1u << t); }
 
 // The scratchpad buffers of a plan, laid out once: the footprint the planner checks and
@@ -33,6 +34,7 @@ struct Layout {
   };
   std::vector<Sub> sub;
   std::uint32_t k[2] = {0, 0}, v[2] = {0, 0};
+  std::uint32_t slots = 0;  // (paged) a key block's pool rows, int32
   // Scores, two buffers: one block's scores are computed on the array while the vector
   // unit turns the previous block's into probabilities (in place in fp32; in one
   // shared buffer otherwise, whose conversion waits for the previous P V multiply).
@@ -63,6 +65,7 @@ Layout layout(const AttentionShape& a, bool grouped, std::uint64_t bq, std::uint
     l.k[slot] = take(bk * a.head_dim * size);
     l.v[slot] = take(bk * a.value_dim * size);
   }
+  if (a.paged) l.slots = take(bk * 4);
   l.sub.resize(subs);
   for (auto& s : l.sub) {
     s.q = take(bq * a.head_dim * size);
@@ -126,6 +129,11 @@ AttentionPlan plan_attention(const AttentionShape& a, const Target& target) {
       a.value_dim == 0) {
     throw std::invalid_argument("attention: every dimension must be positive");
   }
+  if (a.paged && (a.pool_slots == 0 || a.k_stride[2] <= 0 || a.v_stride[2] <= 0 || a.k_stride[1] < 0 ||
+                  a.v_stride[1] < 0)) {
+    throw std::invalid_argument("paged attention needs a pool of at least one row and positive row strides, found " +
+                                std::to_string(a.pool_slots) + " rows");
+  }
   if (a.q_heads % a.kv_heads != 0) {
     throw std::invalid_argument("attention: " + std::to_string(a.q_heads) + " query heads do not divide into groups of " +
                                 std::to_string(a.kv_heads) + " key/value heads");
@@ -180,6 +188,7 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
   const bool aligned = aligned_band(a, p.grouped, bq, bk);
   const bool half = a.dtype != f32;
   const std::uint16_t mask_arg = 5, band_arg = a.mask ? 6 : 5;
+  const auto slots_arg = static_cast<std::uint16_t>(5 + (a.mask ? 1 : 0) + (a.causal ? 1 : 0));
   const auto d = static_cast<std::uint32_t>(a.head_dim), dv = static_cast<std::uint32_t>(a.value_dim);
 
   // The work: runs of up to sub_blocks x bq rows of each head (or group), costed by the
@@ -328,10 +337,27 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
         const auto rows_n = static_cast<std::uint32_t>(n);
         const std::uint64_t k_off = it.batch * a.k_stride[0] + it.kv_head * a.k_stride[1] + k0 * a.k_stride[2];
         const std::uint64_t v_off = it.batch * a.v_stride[0] + it.kv_head * a.v_stride[1] + k0 * a.v_stride[2];
-        if (loader(j) == core) add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokK + slot), a.dtype, 1, k_off * isa::dtype_size(a.dtype),
-                                   L.k[slot], {d, rows_n, 1}, {1, a.k_stride[2], 0}));
-        if (loader(j) == core) add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokV + slot), a.dtype, 2, v_off * isa::dtype_size(a.dtype),
-                                   L.v[slot], {dv, rows_n, 1}, {1, a.v_stride[2], 0}));
+        if (loader(j) == core && a.paged) {
+          // The block's pool rows, then each head's rows gathered by them. (The slots
+          // buffer is reused at once: the gathers read their indices when issued.)
+          const std::uint64_t esize = isa::dtype_size(a.dtype);
+          add(make_dma<isa::DmaLoad>(kTokSlots, isa::DType::int32, slots_arg, (it.batch * (a.slots_stride != 0 ? a.slots_stride : a.kv_len) + k0) * 4, L.slots,
+                                     {rows_n, 1, 1}, {1, 0, 0}));
+          add(isa::Wait{.token_mask = bit(kTokSlots)});
+          add(isa::DmaGather{.token = static_cast<std::uint8_t>(kTokK + slot), .arg = 1, .index_sp = L.slots,
+                             .count = rows_n, .sp_addr = L.k[slot], .row_bytes = static_cast<std::uint32_t>(d * esize),
+                             .offset = it.kv_head * static_cast<std::uint64_t>(a.k_stride[1]) * esize, .rows = a.pool_slots,
+                             .row_stride = static_cast<std::uint64_t>(a.k_stride[2]) * esize});
+          add(isa::DmaGather{.token = static_cast<std::uint8_t>(kTokV + slot), .arg = 2, .index_sp = L.slots,
+                             .count = rows_n, .sp_addr = L.v[slot], .row_bytes = static_cast<std::uint32_t>(dv * esize),
+                             .offset = it.kv_head * static_cast<std::uint64_t>(a.v_stride[1]) * esize, .rows = a.pool_slots,
+                             .row_stride = static_cast<std::uint64_t>(a.v_stride[2]) * esize});
+        } else if (loader(j) == core) {
+          add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokK + slot), a.dtype, 1,
+                                     k_off * isa::dtype_size(a.dtype), L.k[slot], {d, rows_n, 1}, {1, a.k_stride[2], 0}));
+          add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokV + slot), a.dtype, 2,
+                                     v_off * isa::dtype_size(a.dtype), L.v[slot], {dv, rows_n, 1}, {1, a.v_stride[2], 0}));
+        }
         for (std::size_t s = 0; s < blocks.size(); ++s) {
           const Rows& r = blocks[s];
           const int vis = visibility(r, k0, n);

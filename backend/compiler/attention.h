@@ -36,6 +36,16 @@ struct AttentionShape {
   // {batch, head, row} (0 broadcasts) and contiguous along the keys.
   std::optional<isa::DType> mask = std::nullopt;
   std::array<std::int64_t, 3> mask_stride{};
+  // A paged KV cache: key and value are pools of `pool_slots` token rows (pages of
+  // tokens laid end to end), and key t of sequence b is pool row slots[b][t], given as
+  // an int32 argument [batch, kv_len], slots_stride elements from one sequence's row
+  // to the next (0: kv_len; the keys of a row are contiguous). Row r, head h starts at element
+  // r x k_stride[2] + h x k_stride[1] (k_stride[0] is unused; likewise for value). Each
+  // key block's rows are gathered by their slots (dma_gather); a slot outside the pool
+  // is a device fault.
+  bool paged = false;
+  std::uint64_t pool_slots = 0;
+  std::uint64_t slots_stride = 0;
 };
 
 // Causal blocks are at most this long (query rows and keys).
@@ -63,7 +73,8 @@ AttentionPlan plan_attention(const AttentionShape& shape, const Target& target);
 // Arguments: 0 = query, 1 = key, 2 = value, 3 = output (contiguous [batch, q_len,
 // q_heads, value_dim], i.e. [batch, q_heads, q_len, value_dim] with the heads
 // interleaved, as flash attention lays it out), 4 = logsumexp ([batch, q_heads, q_len]
-// fp32, contiguous), then the mask when given, then the positions when causal.
+// fp32, contiguous), then the mask when given, then the positions when causal, then
+// the slots when paged.
 std::vector<std::uint8_t> compile_attention(const AttentionShape& shape, const Target& target,
                                             const std::string& name);
 

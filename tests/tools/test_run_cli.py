@@ -368,6 +368,26 @@ def test_llm_generates_the_cpus_tokens_and_reports_each_phase():
     for bad, message in (("llm:layers=0", "llm layers: expected a positive integer"),
                          ("llm:dim=100,heads=3", "dim 100 is not a multiple of heads 3"),
                          ("llm:heads=8,kv_heads=3", "heads 8 is not a multiple of kv_heads 3"),
-                         ("llm:colour=red", "unknown key 'colour'")):
+                         ("llm:colour=red", "unknown key 'colour'"),
+                         ("llm:kv=pages", "llm kv: expected 'paged' or 'contiguous', found 'pages'"),
+                         ("llm:block=16", "block= sizes the pages of a paged cache; add kv=paged")):
         r = spyre_sim("run", "--workload", bad, "--config", CI)
         assert r.returncode == 2 and message in r.stderr, (bad, r.stderr)
+
+
+def test_a_paged_kv_cache_generates_the_tokens_of_the_contiguous_one():
+    # Pages of 8 tokens, each sequence's pages interleaved with the others' in the pool:
+    # decode steps attend through the slot table (spyre::paged_attention). fp32: the
+    # tokens are the CPU's, and the contiguous cache's; one attention kernel per layer
+    # and step either way, so the launches match.
+    for batch in (1, 3):
+        extra = f",dtype=fp32,batch={batch},check=cpu"
+        paged = report("--workload", LLM + extra + ",kv=paged,block=8", "--config", CI)
+        flat = report("--workload", LLM + extra, "--config", CI)
+        assert paged["llm"]["spec"].endswith(",kv=paged,block=8")
+        assert paged["metrics"]["cpu_fallbacks"] == 0
+        assert paged["llm"]["cpu_check"]["equal"] == paged["llm"]["cpu_check"]["tokens"] == 6 * batch
+        assert paged["metrics"]["kernels"] == flat["metrics"]["kernels"]
+        # The same bytes of K and V move (a gather of each key's row instead of a strided
+        # load), so a decode step costs about the same.
+        assert paged["llm"]["decode_us_per_token"] == pytest.approx(flat["llm"]["decode_us_per_token"], rel=0.1)

@@ -14,11 +14,14 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cos.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/remainder.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
@@ -56,9 +59,13 @@ struct Model {
   at::Tensor cos, sin;           // rotary tables [max positions, head_dim]
 };
 
-// The K/V caches, one pair per layer, [batch, kv_heads, max positions, head_dim].
+// The K/V caches, one pair per layer, [batch, kv_heads, max positions, head_dim]; or,
+// paged, pools [pages, page, kv_heads, head_dim] and each sequence's slot table
+// [batch, max positions] (int32, for the attention); for the cache updates (int64,
+// contiguous) the prompt's rows [batch x prompt] and each step's [max positions, batch].
 struct Cache {
   std::vector<at::Tensor> k, v;
+  at::Tensor slots, prompt_rows, step_rows;
 };
 
 constexpr double kRopeTheta = 10000.0;
@@ -111,11 +118,39 @@ Model copy_model(const Model& m, const at::Device& d) {
 
 Cache make_cache(const LlmSpec& s, const at::TensorOptions& o) {
   Cache c;
+  if (s.page > 0) {
+    const std::int64_t per_seq = (max_positions(s) + s.page - 1) / s.page, pages = per_seq * s.batch;
+    for (std::int64_t i = 0; i < s.layers; ++i) {
+      c.k.push_back(at::zeros({pages, s.page, s.kv_heads, s.head_dim()}, o));
+      c.v.push_back(at::zeros({pages, s.page, s.kv_heads, s.head_dim()}, o));
+    }
+    // Position t of sequence b: page t / P of the sequence, which is pool page
+    // (t / P) x batch + b; row t % P of it.
+    const at::Tensor t = at::arange(max_positions(s), at::TensorOptions().dtype(c10::kLong)).view({1, -1});
+    const at::Tensor b = at::arange(s.batch, at::TensorOptions().dtype(c10::kLong)).view({-1, 1});
+    const at::Tensor slots = (t.div(s.page, "floor").mul(s.batch).add(b)).mul(s.page).add(t.remainder(s.page));
+    c.prompt_rows = slots.narrow(1, 0, s.prompt).reshape({-1}).to(o.device());
+    c.step_rows = slots.t().contiguous().to(o.device());
+    c.slots = slots.to(c10::kInt).to(o.device());
+    return c;
+  }
   for (std::int64_t i = 0; i < s.layers; ++i) {
     c.k.push_back(at::zeros({s.batch, s.kv_heads, max_positions(s), s.head_dim()}, o));
     c.v.push_back(at::zeros({s.batch, s.kv_heads, max_positions(s), s.head_dim()}, o));
   }
   return c;
+}
+
+// spyre::paged_attention (backend/aten/attention_ops.cpp), through the dispatcher: the
+// device kernel on spyre tensors, the reference on CPU ones.
+at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool,
+                           const at::Tensor& slots, const std::optional<at::Tensor>& mask) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("spyre::paged_attention", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const std::optional<at::Tensor>&, std::optional<double>)>();
+  return op.call(q, k_pool, v_pool, slots, mask, std::nullopt);
 }
 
 // x [B, heads, L, hd] rotated by the angles of positions pos..pos+L-1:
@@ -140,11 +175,30 @@ at::Tensor forward(const LlmSpec& s, const Model& m, Cache& cache, const at::Ten
       return at::linear(a, w).view({b, len, n, hd}).transpose(1, 2);
     };
     const at::Tensor q = rotary(heads_of(l.wq, s.heads), m, pos);
-    cache.k[i].narrow(2, pos, len).copy_(rotary(heads_of(l.wk, s.kv_heads), m, pos));
-    cache.v[i].narrow(2, pos, len).copy_(heads_of(l.wv, s.kv_heads));
-    const at::Tensor k = cache.k[i].narrow(2, 0, pos + len), v = cache.v[i].narrow(2, 0, pos + len);
-    const at::Tensor att = at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional(mask) : std::nullopt, 0.0, /*is_causal=*/!mask.defined() && len > 1,
-                                                            std::nullopt, /*enable_gqa=*/s.kv_heads != s.heads);
+    const std::optional<at::Tensor> opt_mask = mask.defined() ? std::optional(mask) : std::nullopt;
+    at::Tensor att;
+    if (s.page > 0) {
+      // The new rows written at their slots; the prompt attends over its own keys, a
+      // decode step through the slot table.
+      const at::Tensor k_new = rotary(heads_of(l.wk, s.kv_heads), m, pos), v_new = heads_of(l.wv, s.kv_heads);
+      // (Rows in (sequence, position) order: a decode step has one position.)
+      const at::Tensor where = pos == 0 ? cache.prompt_rows : cache.step_rows.narrow(0, pos, len).reshape({-1});
+      const auto rows = [&](const at::Tensor& x) { return x.transpose(1, 2).reshape({b * len, s.kv_heads, hd}); };
+      cache.k[i].view({-1, s.kv_heads, hd}).index_copy_(0, where, rows(k_new));
+      cache.v[i].view({-1, s.kv_heads, hd}).index_copy_(0, where, rows(v_new));
+      if (pos == 0) {
+        att = at::scaled_dot_product_attention(q, k_new, v_new, opt_mask, 0.0, /*is_causal=*/!mask.defined() && len > 1,
+                                               std::nullopt, /*enable_gqa=*/s.kv_heads != s.heads);
+      } else {
+        att = paged_attention(q, cache.k[i], cache.v[i], cache.slots.narrow(1, 0, pos + len), opt_mask);
+      }
+    } else {
+      cache.k[i].narrow(2, pos, len).copy_(rotary(heads_of(l.wk, s.kv_heads), m, pos));
+      cache.v[i].narrow(2, pos, len).copy_(heads_of(l.wv, s.kv_heads));
+      const at::Tensor k = cache.k[i].narrow(2, 0, pos + len), v = cache.v[i].narrow(2, 0, pos + len);
+      att = at::scaled_dot_product_attention(q, k, v, opt_mask, 0.0, /*is_causal=*/!mask.defined() && len > 1,
+                                             std::nullopt, /*enable_gqa=*/s.kv_heads != s.heads);
+    }
     h = at::add(h, at::linear(att.transpose(1, 2).reshape({b, len, s.heads * hd}), l.wo));
     const at::Tensor f = at::rms_norm(h, {s.dim}, l.ffn_norm, kNormEps);
     h = at::add(h, at::linear(at::mul(at::silu(at::linear(f, l.w1)), at::linear(f, l.w3)), l.w2));
@@ -217,6 +271,8 @@ double num(const json& j, const char* key) { return j.contains(key) && j[key].is
 
 LlmSpec LlmSpec::parse(const std::vector<std::string>& items) {
   LlmSpec s;
+  bool paged = false;
+  std::int64_t block = 0;
   const std::map<std::string, std::int64_t*> ints = {
       {"layers", &s.layers}, {"dim", &s.dim},       {"heads", &s.heads},   {"kv_heads", &s.kv_heads}, {"ffn", &s.ffn},
       {"vocab", &s.vocab},   {"prompt", &s.prompt}, {"gen", &s.gen},       {"batch", &s.batch}};
@@ -241,6 +297,13 @@ LlmSpec LlmSpec::parse(const std::vector<std::string>& items) {
     } else if (key == "warmup") {
       if (value != "0" && value != "1") throw UsageError("llm warmup: expected 0 or 1, found '" + value + "'");
       s.warmup = value == "1";
+    } else if (key == "kv") {
+      if (value != "paged" && value != "contiguous") {
+        throw UsageError("llm kv: expected 'paged' or 'contiguous', found '" + value + "'");
+      }
+      paged = value == "paged";
+    } else if (key == "block") {
+      block = positive_integer(value, "llm block");
     } else if (key == "check") {
       if (value != "cpu") throw UsageError("llm check: expected 'cpu', found '" + value + "'");
       s.check_cpu = true;
@@ -253,13 +316,16 @@ LlmSpec LlmSpec::parse(const std::vector<std::string>& items) {
     throw UsageError(fmt::format("llm: heads {} is not a multiple of kv_heads {}", s.heads, s.kv_heads));
   }
   if (s.head_dim() % 2 != 0) throw UsageError(fmt::format("llm: head dim {} must be even (rotary)", s.head_dim()));
+  if (block > 0 && !paged) throw UsageError("llm: block= sizes the pages of a paged cache; add kv=paged");
+  if (paged) s.page = block > 0 ? block : 16;
   return s;
 }
 
 std::string LlmSpec::describe() const {
-  return fmt::format("llm:layers={},dim={},heads={},kv_heads={},ffn={},vocab={},prompt={},gen={},batch={},dtype={}",
+  return fmt::format("llm:layers={},dim={},heads={},kv_heads={},ffn={},vocab={},prompt={},gen={},batch={},dtype={}{}",
                      layers, dim, heads, kv_heads, ffn, vocab, prompt, gen, batch,
-                     dtype == c10::kFloat ? "fp32" : dtype == c10::kBFloat16 ? "bf16" : "fp16");
+                     dtype == c10::kFloat ? "fp32" : dtype == c10::kBFloat16 ? "bf16" : "fp16",
+                     page > 0 ? fmt::format(",kv=paged,block={}", page) : "");
 }
 
 std::vector<std::int64_t> llm_prompt_lengths(const LlmSpec& s) {

@@ -27,6 +27,12 @@ struct LlmSpec {
   std::uint64_t seed = 0;  // of the weights (the device's generator) and the prompts (a CPU generator)
   bool warmup = true;     // run the generation once before the measured one (kernels compiled and loaded)
   bool check_cpu = false;  // generate on the CPU too, with the same weights, and compare the tokens
+  // kv=paged,block=N: the KV cache as pools of N-token pages (0: one contiguous cache
+  // per layer). Each sequence's pages are handed out interleaved with the other
+  // sequences' (page p of sequence b is pool page p x batch + b), the cache update
+  // writes each new token's row at its slot, and decode steps attend through the slot
+  // table (spyre::paged_attention).
+  std::int64_t page = 0;
 
   std::int64_t head_dim() const { return dim / heads; }
   // Parses "layers=2,dim=256,..." items (UsageError on a bad key or value).
@@ -35,7 +41,8 @@ struct LlmSpec {
 };
 
 inline constexpr const char* kLlmHelp =
-    "llm[:layers=,dim=,heads=,kv_heads=,ffn=,vocab=,prompt=,gen=,batch=,dtype=,seed=,warmup=0|1,check=cpu]";
+    "llm[:layers=,dim=,heads=,kv_heads=,ffn=,vocab=,prompt=,gen=,batch=,dtype=,seed=,warmup=0|1,check=cpu,"
+    "kv=contiguous|paged,block=]";
 
 // Prompt lengths when batch > 1: sequence b keeps prompt - b x prompt / (2 x batch)
 // tokens, left-padded to `prompt`, so a batch mixes lengths (masks keep the padding out).
