@@ -186,7 +186,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // sides, broadcasting), read and written by DMA descriptors.
   if (src_dev && dst_dev && self.device() == dst.device() && dst.numel() > 0) {
     const c10::DeviceGuard guard(dst.device());
-    if (device_copy(dst, self) || device_copy_from_int64(dst, self)) return dst;
+    if (device_copy(dst, self) || device_copy_from_int64(dst, self) || device_copy_words(dst, self)) return dst;
   }
   // Otherwise through the CPU (host sides, other devices, dtypes the device lacks).
   at::Tensor source = src_dev ? download(self) : self;

@@ -190,4 +190,25 @@ bool device_copy_from_int64(const at::Tensor& dst, const at::Tensor& src) {
   return true;
 }
 
+bool device_copy_words(const at::Tensor& dst, const at::Tensor& src) {
+  if (dst.scalar_type() != src.scalar_type() || device_dtype(dst.scalar_type()) || dst.itemsize() % 4 != 0) return false;
+  // (Raw words: a conjugate or negative view's bit would be lost; those go another way.)
+  if (dst.is_conj() || src.is_conj() || dst.is_neg() || src.is_neg()) return false;
+  const std::int64_t words = static_cast<std::int64_t>(dst.itemsize() / 4);
+  // The tensor's elements as rows of `words` int32 words over the same storage.
+  const auto as_words = [&](const at::Tensor& t) {
+    std::vector<std::int64_t> sizes(t.sizes().begin(), t.sizes().end()), strides(t.strides().begin(), t.strides().end());
+    for (auto& st : strides) st *= words;
+    sizes.push_back(words);
+    strides.push_back(1);
+    at::Tensor w = at::empty({0}, t.options().dtype(at::kInt));
+    w.set_(t.storage(), t.storage_offset() * words, sizes, strides);
+    return w;
+  };
+  const at::Tensor out = as_words(dst), in = as_words(src.expand(dst.sizes()));
+  auto iter = at::TensorIteratorConfig().add_output(out).add_const_input(in).resize_outputs(false).build();
+  run_pointwise("aten::copy_", iter, {});
+  return true;
+}
+
 }  // namespace spyre::backend

@@ -49,6 +49,12 @@ bool device_copy(const at::Tensor& dst, const at::Tensor& src);
 // from the CPU's). False when the dtypes do not fit (the caller copies another way).
 bool device_copy_from_int64(const at::Tensor& dst, const at::Tensor& src);
 
+// dst = src for one dtype the device does not compute in whose elements are whole
+// int32 words (int64, float64, complex64, complex128): a copy of the words, any
+// strides on both sides, src broadcast to dst's shape, so a strided cache index or a
+// transposed float64 tensor does not go through the host. False otherwise.
+bool device_copy_words(const at::Tensor& dst, const at::Tensor& src);
+
 // The scalar exponents pow(Tensor, Scalar) runs on the device (others on the CPU).
 std::vector<double> pow_device_exponents();
 
