@@ -94,6 +94,20 @@ std::string hex(double x) {
   return text;
 }
 
+// The kernel cache's key: everything compile_attention reads from the shape.
+std::string kernel_key(const char* name, const compiler::AttentionShape& s) {
+  const auto strides = [](const std::array<std::int64_t, 3>& x) {
+    return std::to_string(x[0]) + "," + std::to_string(x[1]) + "," + std::to_string(x[2]);
+  };
+  return std::string(name) + "|" + std::to_string(s.batch) + "," + std::to_string(s.q_heads) + "," +
+         std::to_string(s.kv_heads) + "," + std::to_string(s.q_len) + "," + std::to_string(s.kv_len) + "," +
+         std::to_string(s.head_dim) + "," + std::to_string(s.value_dim) + "|" + std::string(isa::to_string(s.dtype)) +
+         "|" + strides(s.q_stride) + ";" + strides(s.k_stride) + ";" + strides(s.v_stride) + "|" + hex(s.scale) +
+         (s.causal ? "|causal" : "") +
+         (s.paged ? "|pool " + std::to_string(s.pool_slots) + " slots " + std::to_string(s.slots_stride) : "") +
+         (s.mask ? "|mask " + std::string(isa::to_string(*s.mask)) + " " + strides(s.mask_stride) : "");
+}
+
 using ForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
                                  at::Tensor, at::Tensor>;
 
@@ -163,16 +177,7 @@ ForwardResult fused_attention(const at::Tensor& query, const at::Tensor& key, co
   }
   if (is_causal) args.push_back(device_address(device_positions(q.device())));
 
-  const auto strides = [](const std::array<std::int64_t, 3>& x) {
-    return std::to_string(x[0]) + "," + std::to_string(x[1]) + "," + std::to_string(x[2]);
-  };
-  const std::string key_text =
-      std::string(kName) + "|" + std::to_string(s.batch) + "," + std::to_string(s.q_heads) + "," +
-      std::to_string(s.kv_heads) + "," + std::to_string(s.q_len) + "," + std::to_string(s.kv_len) + "," +
-      std::to_string(s.head_dim) + "," + std::to_string(s.value_dim) + "|" + std::string(isa::to_string(s.dtype)) +
-      "|" + strides(s.q_stride) + ";" + strides(s.k_stride) + ";" + strides(s.v_stride) + "|" + hex(s.scale) +
-      (s.causal ? "|causal" : "") +
-      (s.mask ? "|mask " + std::string(isa::to_string(*s.mask)) + " " + strides(s.mask_stride) : "");
+  const std::string key_text = kernel_key(kName, s);
   const auto bytes = [](const at::Tensor& t) { return static_cast<std::uint64_t>(t.numel() * t.element_size()); };
   const Traffic traffic{.read = bytes(q) + bytes(k) + bytes(v) + mask_bytes, .written = bytes(out) + bytes(lse)};
   run_cached(device, key_text, [&](const compiler::Target& t) { return compiler::compile_attention(s, t, kName); }, args,
@@ -364,16 +369,7 @@ at::Tensor paged_attention(const at::Tensor& query, const at::Tensor& key_cache,
     args.push_back(device_address(m));
   }
   args.push_back(device_address(slots));
-  const auto strides = [](const std::array<std::int64_t, 3>& x) {
-    return std::to_string(x[0]) + "," + std::to_string(x[1]) + "," + std::to_string(x[2]);
-  };
-  const std::string key_text =
-      std::string(kPagedName) + "|" + std::to_string(s.batch) + "," + std::to_string(s.q_heads) + "," +
-      std::to_string(s.kv_heads) + "," + std::to_string(s.q_len) + "," + std::to_string(s.kv_len) + "," +
-      std::to_string(s.head_dim) + "," + std::to_string(s.value_dim) + "|" + std::string(isa::to_string(s.dtype)) +
-      "|" + strides(s.q_stride) + ";" + strides(s.k_stride) + ";" + strides(s.v_stride) + "|" + hex(s.scale) +
-      "|pool " + std::to_string(s.pool_slots) + " slots " + std::to_string(s.slots_stride) +
-      (s.mask ? "|mask " + std::string(isa::to_string(*s.mask)) + " " + strides(s.mask_stride) : "");
+  const std::string key_text = kernel_key(kPagedName, s);
   const auto bytes = [](const at::Tensor& t) { return static_cast<std::uint64_t>(t.numel() * t.element_size()); };
   // The least traffic: the query, each sequence's key and value rows once, the slots
   // and the mask read; the output and logsumexp written.

@@ -12,17 +12,6 @@ SpRange range(std::uint64_t addr, std::uint64_t elements, std::uint64_t size) { 
 
 std::uint64_t block(std::uint64_t rows, std::uint64_t cols, std::uint64_t ld) { return rows == 0 ? 0 : (rows - 1) * ld + cols; }
 
-std::uint64_t broadcast_elements(Broadcast b, std::uint64_t rows, std::uint64_t cols) {
-  switch (b) {
-    case Broadcast::none: return rows * cols;
-    case Broadcast::row: return cols;
-    case Broadcast::col: return rows;
-    case Broadcast::scalar: return 1;
-    case Broadcast::immediate: return 0;
-  }
-  return 0;
-}
-
 // The scratchpad side of a strided DMA (packed or with explicit scratchpad strides).
 SpRange dma_range(const Dma& d) {
   const std::uint64_t s0 = d.sp_stride[0] ? d.sp_stride[0] : d.shape[0];
@@ -89,5 +78,16 @@ struct Access {
 }  // namespace
 
 SpAccess scratchpad_access(const Instruction& inst) { return std::visit(Access{}, inst); }
+
+std::uint64_t broadcast_elements(Broadcast b, std::uint64_t rows, std::uint64_t cols) {
+  switch (b) {
+    case Broadcast::none: return rows * cols;
+    case Broadcast::row: return cols;
+    case Broadcast::col: return rows;
+    case Broadcast::scalar: return 1;
+    case Broadcast::immediate: return 0;
+  }
+  return 0;
+}
 
 }  // namespace spyre::isa

@@ -80,17 +80,6 @@ Reason check_elementwise_dtype(DType t, bool allow_bool) {
   return std::nullopt;
 }
 
-std::uint64_t b_elements(Broadcast b, std::uint64_t rows, std::uint64_t cols) {
-  switch (b) {
-    case Broadcast::none: return rows * cols;
-    case Broadcast::row: return cols;
-    case Broadcast::col: return rows;
-    case Broadcast::scalar: return 1;
-    case Broadcast::immediate: return 0;
-  }
-  return 0;
-}
-
 template <class V>
 Reason check_binary_like(const V& v, const Limits& l, DType dst_type, bool allow_bool) {
   if (auto r = check_elementwise_dtype(v.dtype, allow_bool)) return r;
@@ -98,7 +87,7 @@ Reason check_binary_like(const V& v, const Limits& l, DType dst_type, bool allow
   const std::uint64_t n = std::uint64_t{v.rows} * v.cols;
   if (auto r = sp_range("a", v.a, n, v.dtype, l)) return r;
   if (v.bcast != Broadcast::immediate) {
-    if (auto r = sp_range("b", v.b, b_elements(v.bcast, v.rows, v.cols), v.dtype, l)) return r;
+    if (auto r = sp_range("b", v.b, broadcast_elements(v.bcast, v.rows, v.cols), v.dtype, l)) return r;
   } else if (!std::isfinite(v.imm) && !is_float(v.dtype)) {
     return std::string("a non-finite immediate needs a float dtype");
   }

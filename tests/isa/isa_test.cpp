@@ -310,3 +310,35 @@ TEST_CASE("given strides or extents that do not fit 64 bits, check refuses them 
               .offset = 0, .rows = std::uint64_t{1} << 40, .row_stride = std::uint64_t{1} << 30};
   CHECK_THAT(check(g, kLimits).value_or(""), ContainsSubstring("reaches past 64 bits"));
 }
+
+TEST_CASE("given instructions, their scratchpad reads and writes are the byte ranges their operands span") {
+  // C = A^T B, A stored k x m (16 x 8, ld 8), B k x n (16 x 4, ld 4), fp16; C fp32 8 x 4, ld 4, accumulating:
+  // A spans 15 x 8 + 8 = 128 elements = 256 B, B 15 x 4 + 4 = 64 = 128 B, C 7 x 4 + 4 = 32 x 4 B = 128 B.
+  const SpAccess mm = scratchpad_access(Matmul{.a = 0, .b = 1024, .c = 2048, .m = 8, .n = 4, .k = 16, .lda = 8,
+                                               .ldb = 4, .ldc = 4, .in = DType::fp16, .out = DType::fp32,
+                                               .trans_a = true, .accumulate = true});
+  CHECK((mm.reads[0].lo == 0 && mm.reads[0].hi == 256));
+  CHECK((mm.reads[1].lo == 1024 && mm.reads[1].hi == 1152));
+  CHECK((mm.reads[2].lo == 2048 && mm.reads[2].hi == 2176));  // accumulate reads C
+  CHECK((mm.write.lo == 2048 && mm.write.hi == 2176));
+  // A row-broadcast add of 3 x 5 fp32: b is one row of 5 (20 B); the result 60 B.
+  const SpAccess add = scratchpad_access(VBinary{.op = BinaryOp::add, .dtype = DType::fp32, .bcast = Broadcast::row,
+                                                 .a = 100, .b = 400, .dst = 800, .rows = 3, .cols = 5});
+  CHECK((add.reads[1].lo == 400 && add.reads[1].hi == 420));
+  CHECK((add.write.lo == 800 && add.write.hi == 860));
+  CHECK(add.write.overlaps(SpRange{859, 900}));
+  CHECK_FALSE(add.write.overlaps(SpRange{860, 900}));
+  // A load of 2 planes of 3 rows of 4 fp16 with scratchpad strides 8 and 32 elements:
+  // (3 - 1) x 8 + (2 - 1) x 32 + 4 = 52 elements = 104 B written; it reads nothing there.
+  DmaLoad load;
+  load.dtype = DType::fp16;
+  load.sp_addr = 64;
+  load.shape = {4, 3, 2};
+  load.sp_stride = {8, 32};
+  const SpAccess l = scratchpad_access(load);
+  CHECK((l.write.lo == 64 && l.write.hi == 168));
+  CHECK(l.reads[0].empty());
+  // Waits touch no scratchpad.
+  const SpAccess w = scratchpad_access(Wait{.token_mask = 1});
+  CHECK((w.write.empty() && w.reads[0].empty()));
+}

@@ -70,6 +70,9 @@ struct SpAccess {
   SpRange write{};
 };
 SpAccess scratchpad_access(const Instruction& inst);
+// The elements a binary operand b spans under `bcast` for a rows x cols operation
+// (0 for an immediate).
+std::uint64_t broadcast_elements(Broadcast bcast, std::uint64_t rows, std::uint64_t cols);
 
 // A malformed program: the reason, and where (stream and instruction index) when the
 // fault is in an instruction.
