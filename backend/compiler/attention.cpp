@@ -454,57 +454,55 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
         const std::size_t s = pr.s;
         const Rows& r = blocks[s];
         const int vis = visibility(r, k0, n);
-        {
-          const auto& sb = L.sub[s];
-          const std::uint32_t rn = r.count(), count = rn * n;
-          if (a.mask) {
-            std::uint32_t mf = sb.mask[slot];
-            if (*a.mask != f32) {
-              add(isa::VConvert{.from = *a.mask, .to = f32, .src = mf, .dst = L.mask32, .count = count});
-              mf = L.mask32;
-            }
-            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = S, .b = mf, .dst = S, .rows = rn, .cols = n});
+        const auto& sb = L.sub[s];
+        const std::uint32_t rn = r.count(), count = rn * n;
+        if (a.mask) {
+          std::uint32_t mf = sb.mask[slot];
+          if (*a.mask != f32) {
+            add(isa::VConvert{.from = *a.mask, .to = f32, .src = mf, .dst = L.mask32, .count = count});
+            mf = L.mask32;
           }
-          if (vis == 2) {
-            std::uint32_t band = L.diag;
-            if (!aligned || rn != bq || n != bk) {
-              make_band(L.band, rn, n, static_cast<double>(r.i0) - static_cast<double>(k0));
-              band = L.band;
-            }
-            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = S, .b = band, .dst = S, .rows = rn, .cols = n});
-          }
-          const std::uint32_t m_old = sb.m[m_cur[s]], m_new = sb.m[1 - m_cur[s]];
-          add(isa::VReduce{.op = isa::ReduceOp::max, .in = f32, .out = f32, .axis = 1, .src = S, .dst = L.rowmax,
-                           .rows = rn, .cols = n});
-          add(isa::VBinary{.op = isa::BinaryOp::max, .dtype = f32, .a = m_old, .b = L.rowmax, .dst = m_new, .rows = 1, .cols = rn});
-          // The shift: the new maximum, or 0 for rows that have seen only masked keys.
-          add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = m_new, .dst = sb.mu, .count = rn});
-          fix(sb.mu, -kInf, L.zero, rn);
-          add(isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = S, .b = sb.mu,
-                           .dst = S, .rows = rn, .cols = n});
-          add(isa::VUnary{.op = isa::UnaryOp::exp, .dtype = f32, .src = S, .dst = S, .count = count});
-          if (!started[s]) {
-            add(isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = S, .dst = sb.l,
-                             .rows = rn, .cols = n});
-          } else {
-            add(isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = S, .dst = L.rowsum,
-                             .rows = rn, .cols = n});
-            // alpha = e^(m_old - shift): the old terms' correction.
-            add(isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .a = m_old, .b = sb.mu, .dst = L.alpha, .rows = 1,
-                             .cols = rn});
-            add(isa::VUnary{.op = isa::UnaryOp::exp, .dtype = f32, .src = L.alpha, .dst = L.alpha, .count = rn});
-            add(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .a = sb.l, .b = L.alpha, .dst = sb.l, .rows = 1, .cols = rn});
-            add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = sb.l, .b = L.rowsum, .dst = sb.l, .rows = 1, .cols = rn});
-            add(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::col, .a = sb.o, .b = L.alpha,
-                             .dst = sb.o, .rows = rn, .cols = dv});
-          }
-          if (half) add(isa::VConvert{.from = f32, .to = a.dtype, .src = S, .dst = P, .count = count});
-          if (pr.first) add(isa::Wait{.token_mask = bit(kTokV + slot)});
-          add(isa::Matmul{.a = P, .b = L.v[slot], .c = sb.o, .m = rn, .n = dv, .k = n, .lda = n, .ldb = dv, .ldc = dv,
-                          .in = a.dtype, .out = f32, .accumulate = started[s]});
-          started[s] = true;
-          m_cur[s] = 1 - m_cur[s];
+          add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = S, .b = mf, .dst = S, .rows = rn, .cols = n});
         }
+        if (vis == 2) {
+          std::uint32_t band = L.diag;
+          if (!aligned || rn != bq || n != bk) {
+            make_band(L.band, rn, n, static_cast<double>(r.i0) - static_cast<double>(k0));
+            band = L.band;
+          }
+          add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = S, .b = band, .dst = S, .rows = rn, .cols = n});
+        }
+        const std::uint32_t m_old = sb.m[m_cur[s]], m_new = sb.m[1 - m_cur[s]];
+        add(isa::VReduce{.op = isa::ReduceOp::max, .in = f32, .out = f32, .axis = 1, .src = S, .dst = L.rowmax,
+                         .rows = rn, .cols = n});
+        add(isa::VBinary{.op = isa::BinaryOp::max, .dtype = f32, .a = m_old, .b = L.rowmax, .dst = m_new, .rows = 1, .cols = rn});
+        // The shift: the new maximum, or 0 for rows that have seen only masked keys.
+        add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = m_new, .dst = sb.mu, .count = rn});
+        fix(sb.mu, -kInf, L.zero, rn);
+        add(isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = S, .b = sb.mu,
+                         .dst = S, .rows = rn, .cols = n});
+        add(isa::VUnary{.op = isa::UnaryOp::exp, .dtype = f32, .src = S, .dst = S, .count = count});
+        if (!started[s]) {
+          add(isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = S, .dst = sb.l,
+                           .rows = rn, .cols = n});
+        } else {
+          add(isa::VReduce{.op = isa::ReduceOp::sum, .in = f32, .out = f32, .axis = 1, .src = S, .dst = L.rowsum,
+                           .rows = rn, .cols = n});
+          // alpha = e^(m_old - shift): the old terms' correction.
+          add(isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .a = m_old, .b = sb.mu, .dst = L.alpha, .rows = 1,
+                           .cols = rn});
+          add(isa::VUnary{.op = isa::UnaryOp::exp, .dtype = f32, .src = L.alpha, .dst = L.alpha, .count = rn});
+          add(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .a = sb.l, .b = L.alpha, .dst = sb.l, .rows = 1, .cols = rn});
+          add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = sb.l, .b = L.rowsum, .dst = sb.l, .rows = 1, .cols = rn});
+          add(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::col, .a = sb.o, .b = L.alpha,
+                           .dst = sb.o, .rows = rn, .cols = dv});
+        }
+        if (half) add(isa::VConvert{.from = f32, .to = a.dtype, .src = S, .dst = P, .count = count});
+        if (pr.first) add(isa::Wait{.token_mask = bit(kTokV + slot)});
+        add(isa::Matmul{.a = P, .b = L.v[slot], .c = sb.o, .m = rn, .n = dv, .k = n, .lda = n, .ldb = dv, .ldc = dv,
+                        .in = a.dtype, .out = f32, .accumulate = started[s]});
+        started[s] = true;
+        m_cur[s] = 1 - m_cur[s];
         if (pr.last && pr.j + 2 < kv_blocks) {
           add(isa::Wait{.token_mask = bit(kTokRing)});  // (the slot's last send has left)
           load_kv(pr.j + 2);
