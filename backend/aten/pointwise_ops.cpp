@@ -418,13 +418,14 @@ at::Tensor bitwise_not(const at::Tensor& self) {
 }
 at::Tensor& bitwise_not_(at::Tensor& self) { return bitwise_not_into(self, self); }
 
-// ---- pow with a scalar exponent ---------------------------------------------------
+// ---- pow ---------------------------------------------------------------------------
 
-// x ** e for the exponents models use (squares in norms, square roots, reciprocals),
-// as steps of exact device operations; other exponents (and integer bases with
-// negative ones, which PyTorch refuses) run on the CPU, counted.
-// The one list of exponents with device steps: torch.compile's fusion reads it
-// (torch.ops.spyre.pow_exponents) instead of keeping a copy.
+// x ** e with a scalar exponent: the exponents models use (squares in norms, cubes,
+// square roots, reciprocals) as steps of exact device operations, the rest as the
+// vector unit's pow (isa::BinaryOp::pow).
+// The one list of exponents with their own steps: torch.compile's fusion reads it
+// (torch.ops.spyre.pow_exponents) instead of keeping a copy; other exponents run as
+// the eager kernel inside compiled graphs.
 constexpr double kPowExponents[] = {1, 2, 3, 0.5, -0.5, -1, -2};
 
 std::optional<Steps> pow_steps(double e, isa::DType c) {
@@ -450,12 +451,21 @@ std::vector<double> pow_device_exponents() { return {std::begin(kPowExponents), 
 namespace {
 
 at::Tensor pow_scalar(const char* name, at::TensorBase out, const at::Tensor& self, const c10::Scalar& exponent) {
-  // PyTorch's promotion for pow(Tensor, Scalar): the result type of the two.
+  // PyTorch's check (its meta function's), then its promotion for pow(Tensor, Scalar):
+  // the result type of the two.
+  TORCH_CHECK(!(at::isIntegralType(self.scalar_type(), true) && exponent.isIntegral(true) && exponent.toLong() < 0),
+              "Integers to negative integer powers are not allowed.");
   auto iter = at::TensorIterator::binary_op(out, self, at::native::wrapped_scalar_tensor(exponent));
   const bool real = exponent.isFloatingPoint() || exponent.isIntegral(false);  // not bool, not complex
-  const auto steps = real && device_dtype(iter.common_dtype())
-                         ? pow_steps(exponent.toDouble(), compute_dtype(iter.common_dtype(), 2))
-                         : std::nullopt;
+  const c10::ScalarType common = iter.common_dtype();
+  std::optional<Steps> steps;
+  if (real && common != at::kBool && device_dtype(common)) {
+    steps = pow_steps(exponent.toDouble(), compute_dtype(common, 2));
+    if (!steps) {
+      steps = Steps{Step::binary(BinaryOp::pow, compute_dtype(common, 1), Value::input(0),
+                                 Value::constant(exponent.toDouble()))};
+    }
+  }
   at::Tensor result(iter.output());
   if (iter.numel() == 0) return result;
   if (steps && device_can_run(iter)) {
@@ -478,20 +488,18 @@ at::Tensor& pow_ts_out(const at::Tensor& self, const c10::Scalar& exponent, at::
   return out;
 }
 
-// pow(Scalar base, Tensor exponent) (rotary embeddings' base ** (2i / d)) for a
-// positive base: exp(exponent x ln base), in fp32; other bases (0, negative: their
-// sign rules) and non-float results on the CPU, counted.
+// pow(Scalar base, Tensor exponent) (rotary embeddings' base ** (2i / d)): the vector
+// unit's pow with the base as a constant; bool and complex on the CPU, counted.
 at::Tensor pow_base(const char* name, at::TensorBase out, const c10::Scalar& base, const at::Tensor& exponent) {
   auto iter = at::TensorIterator::binary_op(out, at::native::wrapped_scalar_tensor(base), exponent);
   at::Tensor result(iter.output());
   if (iter.numel() == 0) return result;
-  const bool positive = (base.isFloatingPoint() || base.isIntegral(false)) && base.toDouble() > 0;
+  const bool real = base.isFloatingPoint() || base.isIntegral(false);
   const c10::ScalarType common = iter.common_dtype();
-  if (positive && at::isFloatingType(common) && device_dtype(common) && device_can_run(iter)) {
-    const isa::DType f32 = isa::DType::fp32;
+  if (real && common != at::kBool && device_dtype(common) && device_can_run(iter)) {
     run_pointwise(name, iter,
-                  Steps{Step::binary(BinaryOp::mul, f32, Value::input(1), Value::constant(std::log(base.toDouble()))),
-                        Step::unary(UnaryOp::exp, f32, Value::step(0))});
+                  Steps{Step::binary(BinaryOp::pow, compute_dtype(common, 1), Value::constant(base.toDouble()),
+                                     Value::input(1))});
   } else {
     count_fallback(name);
     result.copy_(at::pow(base, cpu(exponent)));
@@ -503,6 +511,35 @@ at::Tensor pow_st(const c10::Scalar& base, const at::Tensor& exponent) {
 }
 at::Tensor& pow_st_out(const c10::Scalar& base, const at::Tensor& exponent, at::Tensor& out) {
   pow_base("aten::pow.Scalar_out", out, base, exponent);
+  return out;
+}
+
+// pow(Tensor, Tensor): the vector unit's pow (C's rules for floats; PyTorch's integer
+// pow, wrapping, for int32/int8). Other dtypes (bool, int64, float64, complex) on the
+// CPU, counted.
+at::Tensor pow_tensor(const char* name, at::TensorBase out, const at::Tensor& self, const at::Tensor& exponent) {
+  auto iter = at::TensorIterator::binary_op(out, self, exponent);
+  at::Tensor result(iter.output());
+  if (iter.numel() == 0) return result;
+  const c10::ScalarType common = iter.common_dtype();
+  if (common != at::kBool && device_dtype(common) && device_can_run(iter)) {
+    run_pointwise(name, iter,
+                  Steps{Step::binary(BinaryOp::pow, compute_dtype(common, 1), Value::input(0), Value::input(1))});
+  } else {
+    count_fallback(name);
+    result.copy_(at::pow(cpu(self), cpu(exponent)));
+  }
+  return result;
+}
+at::Tensor pow_tt(const at::Tensor& self, const at::Tensor& exponent) {
+  return pow_tensor("aten::pow.Tensor_Tensor", at::TensorBase(), self, exponent);
+}
+at::Tensor& pow_tt_(at::Tensor& self, const at::Tensor& exponent) {
+  pow_tensor("aten::pow_.Tensor", self, self, exponent);
+  return self;
+}
+at::Tensor& pow_tt_out(const at::Tensor& self, const at::Tensor& exponent, at::Tensor& out) {
+  pow_tensor("aten::pow.Tensor_Tensor_out", out, self, exponent);
   return out;
 }
 
@@ -710,6 +747,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("pow.Tensor_Scalar_out", pow_ts_out);
   m.impl("pow.Scalar", pow_st);
   m.impl("pow.Scalar_out", pow_st_out);
+  m.impl("pow.Tensor_Tensor", pow_tt);
+  m.impl("pow_.Tensor", pow_tt_);
+  m.impl("pow.Tensor_Tensor_out", pow_tt_out);
 }
 
 }  // namespace spyre::backend

@@ -306,7 +306,8 @@ class Walker {
         case Step::Kind::compare: {
           need(2);
           Ref a = resolve(s.args[0], steps), b = resolve(s.args[1], steps);
-          if (a.constant && b.constant) throw std::invalid_argument("pointwise: a step of two constants");
+          // Two constants (a CPU scalar operand meeting a constant): a is filled into a
+          // scalar register and b stays the immediate.
           const Form form = join(a.constant ? Form::scalar : a.form, b.constant ? Form::scalar : b.form);
           std::uint8_t op = s.op;
           if ((a.constant || a.form != form) && commutative(s)) {

@@ -88,9 +88,10 @@ struct ComputeArrayConfig {
 // transpose: a block's rows to columns (the card's restickify), one vector per cycle
 // like copy. random: Philox4x32-10's ten rounds of two 32-bit multiplies give four
 // numbers (ASSUMPTION: 4 cycles per vector); random_normal adds Box-Muller's log,
-// square root and cosine on the pair (ASSUMPTION: 12).
+// square root and cosine on the pair (ASSUMPTION: 12). pow: a log, a multiply and an
+// exp with the sign rules' selects (ASSUMPTION: 4 + 1 + 4 + 1 = 10).
 #define SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(X) \
-  X(sin, 6) X(cos, 6) X(transpose, 1) X(random, 4) X(random_normal, 12)
+  X(sin, 6) X(cos, 6) X(transpose, 1) X(random, 4) X(random_normal, 12) X(pow, 10)
 
 // Issue interval, in cycles, of one vector of `lanes` elements for each operation.
 struct VectorOpCycles {

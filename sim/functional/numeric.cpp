@@ -178,7 +178,24 @@ void binary_f32(isa::BinaryOp op, const float* a, const float* b, float* out, st
     case BinaryOp::min:
       for (std::size_t i = 0; i < n; ++i) out[i] = (a[i] != a[i] || b[i] != b[i]) ? a[i] + b[i] : std::min(a[i], b[i]);
       return;
+    // In double, rounded once: the correctly rounded fp32 power (C's special cases).
+    case BinaryOp::pow:
+      for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(std::pow(double{a[i]}, double{b[i]}));
+      return;
   }
+}
+
+// PyTorch's integer pow: squaring with wrap-around (unsigned, so no overflow is
+// undefined; the store wraps to the dtype); a negative exponent gives 1 for a base of
+// 1, +-1 for -1 and 0 otherwise.
+std::int64_t int_pow(std::int64_t base, std::int64_t e) {
+  if (e < 0) return base == 1 ? 1 : base == -1 ? ((-e) % 2 ? -1 : 1) : 0;
+  std::uint64_t result = 1, b = static_cast<std::uint64_t>(base);
+  for (auto u = static_cast<std::uint64_t>(e); u != 0; u >>= 1) {
+    if (u & 1) result *= b;
+    b *= b;
+  }
+  return static_cast<std::int64_t>(result);
 }
 
 std::size_t b_index(Broadcast bc, std::size_t r, std::size_t c, std::size_t cols) {
@@ -247,6 +264,7 @@ Fault binary(const isa::VBinary& v, std::uint8_t* sp) {
           break;
         case BinaryOp::max: r = std::max(x, y); break;
         case BinaryOp::min: r = std::min(x, y); break;
+        case BinaryOp::pow: r = int_pow(x, y); break;
       }
       store_int(v.dtype, dst, e, r);
     }

@@ -44,7 +44,7 @@ std::string_view vector_cost_name(UnaryOp op) {
 }
 
 std::string_view to_string(BinaryOp op) {
-  static constexpr std::string_view names[] = {"add", "sub", "mul", "div", "max", "min"};
+  static constexpr std::string_view names[] = {"add", "sub", "mul", "div", "max", "min", "pow"};
   const auto i = static_cast<std::uint8_t>(op);
   return i < kNumBinaryOps ? names[i] : "binary?";
 }

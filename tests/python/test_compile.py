@@ -166,7 +166,7 @@ def test_a_malformed_program_is_a_clear_error_and_the_device_keeps_working():
         return words
 
     exp = step("unary", "exp", "fp32", ("input", 0))
-    with pytest.raises(RuntimeError, match=r"step 1: binary op 99 does not exist \(0\.\.5\)"):
+    with pytest.raises(RuntimeError, match=r"step 1: binary op 99 does not exist \(0\.\.6\)"):
         op("bad", exp + [c["kind.binary"], 99, 0, 0, 0, 0, 0] + none, [], [t], torch.float32)
     with pytest.raises(RuntimeError, match=r"step 0: argument 0: input 2 does not exist: 1 tensor input"):
         op("bad", step("unary", "exp", "fp32", ("input", 2)), [], [t], torch.float32)

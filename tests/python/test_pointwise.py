@@ -220,15 +220,63 @@ def test_pow_with_the_exponents_models_use(dtype, e):
                      atol=1e-6)
 
 
-def test_pow_with_other_exponents_runs_on_the_cpu_and_is_counted():
-    x = rand((5, 7), torch.float32, 22, positive=True)
-    torch.spyre.reset_fallback_counts()
-    got = torch.pow(x.to("spyre"), 1.5)
-    assert got.device.type == "spyre"
-    assert_close(got.cpu(), x ** 1.5)
-    assert torch.spyre.fallback_counts() == {"aten::pow": 1}
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int32], ids=str)
+def test_pow_with_any_other_exponent_is_the_vector_units_pow(dtype):
+    x = rand((5, 70), dtype, 22, positive=True)
+    exponents = [0, 4, 7, 1.5, -1.25, 0.1] if dtype != torch.int32 else [0, 4, 5, 1.5, -0.5]
+    for e in exponents:
+        check(lambda t: torch.pow(t, e), x, atol=1e-5 if dtype == torch.float32 else None)
     with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
         torch.pow(rand((3,), torch.int32, 23).to("spyre"), -1)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_pow_with_a_tensor_exponent_follows_c_pow_on_every_special_case(dtype):
+    # Every pairing of C's pow special cases: zeros of both signs, +-1, +-inf, NaN,
+    # negative bases with odd, even and non-integer exponents, exponents beyond 2^24.
+    special = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 2.5, -2.5, 7.0,
+               float("inf"), float("-inf"), float("nan"), 1e-3, 33.0, -33.0, 2.0 ** 25, -(2.0 ** 25) - 2]
+    values = torch.tensor(special, dtype=dtype)
+    base, exponent = values[:, None].expand(-1, len(special)), values[None, :].expand(len(special), -1)
+    torch.spyre.reset_fallback_counts()
+    got = torch.pow(base.to("spyre"), exponent.to("spyre"))
+    assert torch.spyre.fallback_counts() == {}
+    want = torch.pow(base.float(), exponent.float()).to(dtype)
+    assert_close(got.cpu(), want, equal_nan=True)
+    # Signed zeros and infinities keep their sign.
+    assert torch.equal(got.cpu().float().isfinite(), want.float().isfinite())
+    assert torch.equal(torch.signbit(got.cpu()[~want.isnan()]), torch.signbit(want[~want.isnan()]))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_pow_with_a_tensor_exponent_over_layouts_in_place_and_out(dtype):
+    tol = {}
+    for name, a, b in layouts(300, dtype, 61):
+        for fn in (torch.pow, lambda t, u: t.pow(u)):
+            torch.spyre.reset_fallback_counts()
+            base, exponent = a * 3, b * 4
+            got = fn(on_device(base), on_device(exponent))
+            assert torch.spyre.fallback_counts() == {}, name
+            assert_close(got.cpu(), fn(base.float(), exponent.float()).to(dtype), equal_nan=True, **tol)
+    x, e = rand((4, 50), dtype, 62, positive=True), rand((4, 50), dtype, 63)
+    check(lambda t: torch.pow(t, torch.tensor(1.7)), x)  # a 0-d CPU exponent: a constant
+    check(lambda t: torch.pow(-2.0, t), (e * 4).round())  # a negative scalar base
+    check(lambda t: torch.pow(torch.tensor(-3.0), t), e * 4)
+    ib = rand((4, 50), torch.int32, 64)  # an int base promotes to e's dtype
+    assert_close(torch.pow(ib.to("spyre"), e.to("spyre")).cpu(), torch.pow(ib, e.float()).to(dtype), equal_nan=True, **tol)
+    y = x.to("spyre")
+    y.pow_(e.to("spyre"))
+    out = torch.empty(0, dtype=dtype, device="spyre")
+    torch.pow(x.to("spyre"), e.to("spyre"), out=out)
+    want = torch.pow(x.float(), e.float()).to(dtype)
+    assert_close(y.cpu(), want, **tol)
+    assert_close(out.cpu(), want, **tol)
+
+    # Integer powers: exact, wrapping as the CPU's; negative exponents give 1, +-1 or 0.
+    i = rand((3, 50), torch.int32, 65)
+    e = torch.arange(-3, 47, dtype=torch.int32).expand(3, -1)
+    for b in (i, i.to(torch.int8), torch.tensor([[1], [-1], [0]], dtype=torch.int32).expand(3, 50)):
+        check(torch.pow, b, e.to(b.dtype) if b.dtype == torch.int8 else e)
 
 
 @pytest.mark.parametrize("dim", [0, 1, -1])

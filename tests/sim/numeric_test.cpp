@@ -252,6 +252,12 @@ TEST_CASE("given elementwise arithmetic with every broadcast, results are bit ex
         if (!isa::is_float(t) && bop == isa::BinaryOp::div) {
           for (std::size_t i = 0; i < n; ++i) if (get(t, sp.data() + v.b, i) == 0) put(t, sp.data() + v.b, i, 3);
         }
+        if (!isa::is_float(t) && bop == isa::BinaryOp::pow) {  // exponents -3 .. 40: the reference multiplies
+          for (std::size_t i = 0; i < n; ++i) {
+            const auto e = static_cast<std::int64_t>(get(t, sp.data() + v.b, i));
+            put(t, sp.data() + v.b, i, static_cast<double>(((e % 44) + 44) % 44 - 3));
+          }
+        }
         const double imm = isa::is_float(t) ? v.imm : 1;
         isa::VBinary vi = v;
         vi.imm = imm;
@@ -269,6 +275,7 @@ TEST_CASE("given elementwise arithmetic with every broadcast, results are bit ex
             case isa::BinaryOp::div: z = isa::is_float(t) ? x / y : std::trunc(x / y); break;
             case isa::BinaryOp::max: z = (std::isnan(x) || std::isnan(y)) ? x + y : std::max(x, y); break;
             case isa::BinaryOp::min: z = (std::isnan(x) || std::isnan(y)) ? x + y : std::min(x, y); break;
+            case isa::BinaryOp::pow: z = static_cast<float>(std::pow(x, y)); break;
           }
           if (!isa::is_float(t)) {  // integers: exact in int64, then wrap
             const auto xi = static_cast<std::int64_t>(x), yi = static_cast<std::int64_t>(y);
@@ -280,6 +287,16 @@ TEST_CASE("given elementwise arithmetic with every broadcast, results are bit ex
               case isa::BinaryOp::div: w = xi / yi; break;
               case isa::BinaryOp::max: w = std::max(xi, yi); break;
               case isa::BinaryOp::min: w = std::min(xi, yi); break;
+              case isa::BinaryOp::pow: {  // by repeated multiplication, in the dtype's width
+                if (yi < 0) {
+                  w = xi == 1 ? 1 : xi == -1 ? (yi % 2 ? -1 : 1) : 0;
+                } else {
+                  std::uint64_t p = 1;
+                  for (std::int64_t k = 0; k < yi; ++k) p *= static_cast<std::uint64_t>(xi);
+                  w = static_cast<std::int64_t>(p);
+                }
+                break;
+              }
             }
             z = t == DType::int8 ? static_cast<std::int8_t>(w) : static_cast<std::int32_t>(static_cast<std::uint32_t>(w));
           }

@@ -84,8 +84,11 @@ std::string_view to_string(UnaryOp op);
 // as (gelu_tanh as gelu; the rest by their own name).
 std::string_view vector_cost_name(UnaryOp op);
 
-enum class BinaryOp : std::uint8_t { add, sub, mul, div, max, min };
-inline constexpr std::uint8_t kNumBinaryOps = 6;
+// pow: a ** b with C's pow rules (floats: powf, correctly rounded in the simulation);
+// integers: the exact power, wrapping, and for a negative b, 1 for a = 1, +-1 for
+// a = -1, else 0 (PyTorch's integer pow).
+enum class BinaryOp : std::uint8_t { add, sub, mul, div, max, min, pow };
+inline constexpr std::uint8_t kNumBinaryOps = 7;
 std::string_view to_string(BinaryOp op);
 
 enum class CompareOp : std::uint8_t { eq, ne, lt, le, gt, ge };
