@@ -84,7 +84,8 @@ std::string_view to_string(UnaryOp op);
 // as (gelu_tanh as gelu; the rest by their own name).
 std::string_view vector_cost_name(UnaryOp op);
 
-// pow: a ** b with C's pow rules (floats: powf, correctly rounded in the simulation);
+// pow: a ** b; floats: C's pow rules, the fp32 result correctly rounded (computed in
+// double by the simulation);
 // integers: the exact power, wrapping, and for a negative b, 1 for a = 1, +-1 for
 // a = -1, else 0 (PyTorch's integer pow).
 enum class BinaryOp : std::uint8_t { add, sub, mul, div, max, min, pow };
