@@ -52,6 +52,9 @@ struct Epilogue {
   // bias, and the result's dtype.
   const at::Tensor* scale = nullptr;
   std::optional<at::ScalarType> out_dtype = std::nullopt;
+  // An [m, n] matrix of the result's dtype added after the rounding (a residual
+  // connection: x + linear(h)); unbatched products only.
+  const at::Tensor* residual = nullptr;
 };
 
 std::optional<isa::DType> fp8_dtype(at::ScalarType t) {
@@ -86,7 +89,8 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
               b_in.device(), "! (", name, ")");
   TORCH_CHECK(epilogue.scale == nullptr || dtype, name, ": expected fp8 operands");
   if (!dtype || !is_spyre(a_in) || b_in.device() != a_in.device()) {
-    TORCH_INTERNAL_ASSERT(epilogue.bias == nullptr && !epilogue.activation, "spyre: an epilogue needs the device path");
+    TORCH_INTERNAL_ASSERT(epilogue.bias == nullptr && !epilogue.activation && epilogue.residual == nullptr,
+                          "spyre: an epilogue needs the device path");
     count_fallback(name);
     const c10::Device device = is_spyre(a_in) ? a_in.device() : b_in.device();
     if (int8_to_int32) return at::_int_mm(a_in.cpu(), b_in.cpu()).to(device);
@@ -99,6 +103,7 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
     out.zero_();
     if (epilogue.bias != nullptr) out.add_(*epilogue.bias);
     TORCH_INTERNAL_ASSERT(!epilogue.activation, "spyre: k == 0 with an activation epilogue");
+    if (epilogue.residual != nullptr) out.add_(*epilogue.residual);
     return out;
   }
   at::Tensor a = a_in, b = b_in;
@@ -128,6 +133,16 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
     s.scale = true;
     s.out = *device_float_dtype(out.scalar_type());
   }
+  at::Tensor residual;
+  if (epilogue.residual != nullptr) {
+    TORCH_INTERNAL_ASSERT(!batched && epilogue.residual->dim() == 2 && epilogue.residual->size(0) == m &&
+                              epilogue.residual->size(1) == n && epilogue.residual->scalar_type() == out.scalar_type(),
+                          "spyre: a residual epilogue needs an [m, n] matrix of the result's dtype");
+    residual = *epilogue.residual;
+    if (!(residual.stride(1) == 1 || n == 1) || (m > 1 && residual.stride(0) < n)) residual = residual.contiguous();
+    s.residual = true;
+    s.ldr = static_cast<std::uint64_t>(m > 1 ? residual.stride(0) : n);
+  }
   const c10::DeviceGuard guard(a.device());
   const c10::DeviceIndex device = a.device().index();
   const std::string key = std::string(name) + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(batch) +
@@ -137,16 +152,19 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
                           std::to_string(s.a_batch_stride) + "," + std::to_string(s.b_batch_stride) +
                           (s.bias ? "|+" + std::string(isa::to_string(*s.bias)) : "") +
                           (s.activation ? "|" + std::string(isa::to_string(*s.activation)) : "") +
-                          (s.out ? ">" + std::string(isa::to_string(*s.out)) : "") + (s.scale ? "|scaled" : "");
+                          (s.out ? ">" + std::string(isa::to_string(*s.out)) : "") + (s.scale ? "|scaled" : "") +
+                          (s.residual ? "|+r" + std::to_string(s.ldr) : "");
   std::vector<std::uint64_t> args{device_address(a), device_address(b), device_address(out)};
   if (bias.defined()) args.push_back(device_address(bias));
   if (epilogue.scale != nullptr) args.push_back(device_address(*epilogue.scale));
+  if (residual.defined()) args.push_back(device_address(residual));
   // Each operand once (a batch-broadcast operand once for all batches), the bias row once.
   const std::uint64_t in_size = isa::dtype_size(s.dtype);
   const Traffic traffic{
       .read = (s.m * s.k * (s.a_batch_stride != 0 ? s.batch : 1) + s.k * s.n * (s.b_batch_stride != 0 ? s.batch : 1)) *
                   in_size +
-              (bias.defined() ? static_cast<std::uint64_t>(bias.numel() * bias.element_size()) : 0),
+              (bias.defined() ? static_cast<std::uint64_t>(bias.numel() * bias.element_size()) : 0) +
+              (residual.defined() ? static_cast<std::uint64_t>(m * n * residual.element_size()) : 0),
       .written = static_cast<std::uint64_t>(out.numel() * out.element_size())};
   run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); }, args, name,
              traffic);
@@ -289,11 +307,12 @@ at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::T
   return out;
 }
 
-// spyre::matmul_epilogue(a, b, bias, activation): activation(a @ b + bias) in one
-// kernel, the epilogue applied to the fp32 tiles before their rounding. What the
-// torch.compile backend puts in place of an addmm or mm followed by an activation.
+// spyre::matmul_epilogue(a, b, bias, activation, residual): activation(a @ b + bias) in
+// one kernel, the epilogue applied to the fp32 tiles before their rounding, then
+// + residual after it (rounded again, as the add it replaces). What the torch.compile
+// backend puts in place of an addmm or mm followed by an activation and/or a residual add.
 at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
-                           c10::string_view activation) {
+                           c10::string_view activation, const std::optional<at::Tensor>& residual_in) {
   static const std::pair<const char*, isa::UnaryOp> kActivations[] = {
       {"relu", isa::UnaryOp::relu}, {"gelu", isa::UnaryOp::gelu}, {"gelu_tanh", isa::UnaryOp::gelu_tanh},
       {"silu", isa::UnaryOp::silu}, {"sigmoid", isa::UnaryOp::sigmoid}, {"tanh", isa::UnaryOp::tanh}};
@@ -312,31 +331,42 @@ at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::
   TORCH_CHECK(a.size(1) == b.size(0), "spyre::matmul_epilogue: a and b shapes cannot be multiplied (", a.size(0), "x",
               a.size(1), " and ", b.size(0), "x", b.size(1), ")");
   if (a.size(0) == 0 || b.size(1) == 0) return at::empty({a.size(0), b.size(1)}, a.options());
+  const at::Tensor* residual = residual_in && residual_in->defined() ? &*residual_in : nullptr;
+  if (residual != nullptr) {
+    TORCH_CHECK(residual->dim() == 2 && residual->size(0) == a.size(0) && residual->size(1) == b.size(1) &&
+                    residual->scalar_type() == a.scalar_type() && residual->device() == a.device(),
+                "spyre::matmul_epilogue: the residual must be a ", a.size(0), "x", b.size(1), " ", a.scalar_type(),
+                " matrix on ", a.device(), ", got shape ", residual->sizes(), " ", residual->scalar_type(), " on ",
+                residual->device());
+  }
   if (bias) {
     TORCH_CHECK(fusable_bias(*bias, a, b, 1, 1), "spyre::matmul_epilogue: the bias must be a row of ", b.size(1),
                 " values of the operands' dtype on their device, got shape ", bias->sizes(), " ", bias->scalar_type());
   }
-  const std::string name = "spyre::matmul[" + std::string(bias ? "bias" : "") + (bias && act ? "," : "") +
-                           std::string(activation) + "]";
+  std::string parts = bias ? "bias" : "";
+  if (act) parts += (parts.empty() ? "" : ",") + std::string(activation);
+  if (residual != nullptr) parts += parts.empty() ? "residual" : ",residual";
+  const std::string name = "spyre::matmul[" + parts + "]";
   if (a.size(1) == 0 && act) {  // an empty sum: the epilogue on zeros (or the bias), by eager ops
     at::Tensor z = at::zeros({a.size(0), b.size(1)}, a.options());
     if (bias) z.add_(*bias);
     switch (*act) {
-      case isa::UnaryOp::relu: return at::relu(z);
-      case isa::UnaryOp::gelu: return at::gelu(z);
-      case isa::UnaryOp::gelu_tanh: return at::gelu(z, "tanh");
-      case isa::UnaryOp::silu: return at::silu(z);
-      case isa::UnaryOp::sigmoid: return at::sigmoid(z);
-      default: return at::tanh(z);
+      case isa::UnaryOp::relu: z = at::relu(z); break;
+      case isa::UnaryOp::gelu: z = at::gelu(z); break;
+      case isa::UnaryOp::gelu_tanh: z = at::gelu(z, "tanh"); break;
+      case isa::UnaryOp::silu: z = at::silu(z); break;
+      case isa::UnaryOp::sigmoid: z = at::sigmoid(z); break;
+      default: z = at::tanh(z);
     }
+    return residual != nullptr ? z.add_(*residual) : z;
   }
-  return product(name.c_str(), a, b, {.bias = bias ? &*bias : nullptr, .activation = act});
+  return product(name.c_str(), a, b, {.bias = bias ? &*bias : nullptr, .activation = act, .residual = residual});
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(spyre, m) {
-  m.def("matmul_epilogue(Tensor a, Tensor b, Tensor? bias, str activation) -> Tensor");
+  m.def("matmul_epilogue(Tensor a, Tensor b, Tensor? bias, str activation, Tensor? residual=None) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) { m.impl("matmul_epilogue", matmul_epilogue); }
 TORCH_LIBRARY_IMPL(spyre, Autograd, m) {

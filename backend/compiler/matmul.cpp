@@ -26,20 +26,24 @@ T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t ele
 
 // Scratchpad bytes: A and B panels double-buffered, rt accumulators of 4 bytes (fp32 or
 // int32), and (one tile per core) a separate output buffer; with two tiles per core
-// each accumulator is converted in place.
+// each accumulator is converted in place. A residual takes one tile of C's dtype per
+// accumulator (loaded while the tile computes).
 std::uint64_t footprint(std::uint64_t tm, std::uint64_t tn, std::uint64_t tk, std::uint64_t size, std::uint32_t rt = 1,
-                        std::uint64_t bias_size = 0, std::uint64_t out_size = 0, bool scale = false) {
+                        std::uint64_t bias_size = 0, std::uint64_t out_size = 0, bool scale = false,
+                        bool residual = false) {
   if (out_size == 0) out_size = size;
   return 2 * (tm * tk + tk * tn) * size + rt * tm * tn * 4 + (rt == 1 ? tm * tn * out_size : 0) + (scale ? 8 : 0) +
-         (bias_size > 0 ? tn * (4 + bias_size) + 4 : 0);  // + padding that aligns the fp32 bias row
+         (bias_size > 0 ? tn * (4 + bias_size) + 4 : 0) +  // + padding that aligns the fp32 bias row
+         (residual ? rt * tm * tn * out_size + 4 : 0);     // + padding that aligns the residual tiles
 }
 
 constexpr std::uint32_t kParts = kPanelPieces;
 // Token numbers: DMA loads of A / B pieces into slot s, ring transfers of A / B out of
 // slot s, the store of C.
 constexpr std::uint8_t kDmaA = 0, kDmaB = 4, kRingA = 8, kRingB = 10, kStore = 12;  // store of C[r]: 12 + r
-constexpr std::uint8_t kBias = 14;  // the epilogue's bias row
-constexpr std::uint16_t kAllTokens = 0x7fff;
+constexpr std::uint8_t kBias = 14;      // the epilogue's bias row
+constexpr std::uint8_t kResidual = 15;  // the epilogue's residual tiles
+constexpr std::uint16_t kAllTokens = 0xffff;
 // Row pieces of a core's last matmul (see compile_matmul).
 constexpr std::uint32_t kTailPieces = 4;
 std::uint8_t dma_token(std::uint8_t base, std::uint32_t slot, std::uint32_t part) {
@@ -75,7 +79,8 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
       std::uint64_t tk = 0;
       for (const std::uint64_t c : {1024ull, 512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
         if (c > 512 && (ceil_div(s.k, c) < kRotateSteps || rt * tm * tn < 256 * 256)) continue;
-        if (footprint(tm, tn, std::min(c, s.k), size, rt, bias_size, out_size, s.scale) <= target.scratchpad_bytes) {
+        if (footprint(tm, tn, std::min(c, s.k), size, rt, bias_size, out_size, s.scale, s.residual) <=
+            target.scratchpad_bytes) {
           tk = std::min(c, s.k);
           break;
         }
@@ -101,6 +106,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
           const std::uint64_t b_extra = rt == 2 && ceil_div(s.k, tk) >= kRotateSteps ? tk : 0;
           const std::uint64_t read = sb * (std::min<std::uint64_t>(gr * rt * tm, s.m) * s.k +
                                            std::min<std::uint64_t>(gc * tn, s.n) * (s.k + b_extra)) * size;
+          const std::uint64_t residual_read = s.residual ? s.batch * s.m * s.n * out_size : 0;
           const std::uint64_t written = s.batch * s.m * s.n * out_size;
           double time = compute;
           const double macs_per_s = target.macs_per_s(s.dtype);  // the operands' rate, not always fp16's
@@ -109,7 +115,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
             // so among compute-bound plans the one moving fewer bytes wins. In-place
             // accumulators (rt 2) wait for their stores between waves.
             const double c = compute / macs_per_s;
-            const double d = target.dram_s(static_cast<double>(read), static_cast<double>(written));
+            const double d = target.dram_s(static_cast<double>(read + residual_read), static_cast<double>(written));
             const double stall = rt == 2 ? static_cast<double>((waves - 1) * std::min<std::uint64_t>(groups, sb) * gr *
                                                                gc * tm * tn * out_size) / target.dram_bytes_per_s
                                          : 0.0;
@@ -130,9 +136,17 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   const std::uint64_t size = isa::dtype_size(s.dtype);
   const isa::DType acc = s.accumulator(), out_t = s.out_dtype();
   const std::uint64_t out_size = isa::dtype_size(out_t);
-  if (acc == isa::DType::int32 && (s.bias || s.activation || s.scale || out_t != isa::DType::int32)) {
+  if (acc == isa::DType::int32 && (s.bias || s.activation || s.scale || s.residual || out_t != isa::DType::int32)) {
     throw std::invalid_argument(name + ": " + std::string(isa::to_string(s.dtype)) +
                                 " operands accumulate in int32 and produce int32, without an epilogue");
+  }
+  if (s.residual && s.batch != 1) {
+    throw std::invalid_argument(name + ": a residual epilogue takes an unbatched matmul, got a batch of " +
+                                std::to_string(s.batch));
+  }
+  if (s.residual && s.ldr != 0 && s.ldr < s.n) {
+    throw std::invalid_argument(name + ": the residual's row pitch " + std::to_string(s.ldr) +
+                                " is shorter than its rows (" + std::to_string(s.n) + ")");
   }
   const MatmulPlan p = plan_matmul(s, target);
   if (p.tm == 0) {
@@ -160,6 +174,11 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   const std::uint32_t sp_scale =
       (sp_bias_raw + static_cast<std::uint32_t>(s.bias ? p.tn * isa::dtype_size(*s.bias) : 0) + 3u) & ~3u;
   const std::uint16_t scale_arg = s.bias ? 4 : 3;
+  // The residual tiles (one per accumulator) after the scale, 4-byte aligned.
+  const std::uint32_t sp_residual = (sp_scale + (s.scale ? 4u : 0u) + 3u) & ~3u;
+  const auto residual_bytes = static_cast<std::uint32_t>(p.tm * p.tn * out_size);
+  const auto residual_arg = static_cast<std::uint16_t>(3 + (s.bias ? 1 : 0) + (s.scale ? 1 : 0));
+  const std::uint64_t ldr = s.ldr != 0 ? s.ldr : s.n;
 
   const std::uint64_t tiles_m = ceil_div(s.m, p.tm), tiles_n = ceil_div(s.n, p.tn);
   const std::uint64_t row_blocks = ceil_div(tiles_m, rt);
@@ -331,7 +350,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       const Tile& t = tiles[phases[pi].tile];
       if (t.b_loader) load(b_panel(t, phases[pi].step), kDmaB, kRingB, 1, sp_b[slot], slot);
     };
-    bool store_pending = false, bias_ready = false, scale_ready = false;
+    bool store_pending = false, bias_ready = false, scale_ready = false, residual_ready = false;
     if (s.scale) {  // (on the bias's token: the epilogue waits for both)
       b.add(stream, dma<isa::DmaLoad>(kBias, isa::DType::fp32, scale_arg, 0, sp_scale, 1, 1, 1));
     }
@@ -353,6 +372,13 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
         b.add(stream, dma<isa::DmaLoad>(kBias, *s.bias, 3, t.j0, *s.bias == isa::DType::fp32 ? sp_bias : sp_bias_raw,
                                         t.n, 1, static_cast<std::int64_t>(t.n)));
         bias_ready = false;
+      }
+      if (s.residual && tile_start) {  // the block's residual tiles, needed when each completes
+        for (std::uint32_t r = 0; r < t.rows; ++r) {
+          b.add(stream, dma<isa::DmaLoad>(kResidual, out_t, residual_arg, t.i0[r] * ldr + t.j0,
+                                          sp_residual + r * residual_bytes, t.n, t.m[r], static_cast<std::int64_t>(ldr)));
+        }
+        residual_ready = false;
       }
       // B: a loader's own panel first, then the next phase's B load, then a receiver's.
       if (t.b_loader) fetch(true, b_panel(t, ph.step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
@@ -425,6 +451,15 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
           } else if (out != c_at) {
             b.add(stream, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = out_t, .src = c_at, .dst = out,
                                       .count = rows * t.n});
+          }
+          if (s.residual) {
+            if (!residual_ready) {
+              b.add(stream, isa::Wait{.token_mask = bit(kResidual)});
+              residual_ready = true;
+            }
+            const std::uint32_t res = sp_residual + r * residual_bytes + static_cast<std::uint32_t>(r0 * t.n * out_size);
+            b.add(stream, isa::VBinary{.op = isa::BinaryOp::add, .dtype = out_t, .a = out, .b = res, .dst = out,
+                                       .rows = rows, .cols = t.n});
           }
           const auto store = dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + (rt == 1 ? 0 : r)), out_t, 2,
                                                 t.batch * s.m * s.n + (t.i0[r] + r0) * s.n + t.j0, out, t.n, rows,

@@ -46,6 +46,11 @@ struct MatmulShape {
   // An fp32 scalar in device memory (the argument after the bias, or 3) multiplying every
   // result before the bias: torch._scaled_mm's scale_a x scale_b.
   bool scale = false;
+  // A residual added to every result after its rounding to C's dtype, in C's dtype (one
+  // more rounding, as an add after the matmul rounds): an [m x n] matrix of C's dtype,
+  // the argument after the bias and the scale, with row pitch ldr (0 = n). Unbatched.
+  bool residual = false;
+  std::uint64_t ldr = 0;
 
   isa::DType out_dtype() const { return out ? *out : dtype; }
   isa::DType accumulator() const { return isa::is_float(dtype) ? isa::DType::fp32 : isa::DType::int32; }
@@ -75,7 +80,8 @@ inline constexpr std::uint64_t kRotateSteps = 4;
 inline constexpr std::uint32_t kPanelPieces = 2;
 
 
-// Arguments: 0 = A, 1 = B, 2 = C (3 = the bias, when given). Throws std::invalid_argument naming the shapes and
+// Arguments: 0 = A, 1 = B, 2 = C, then the bias, the scale and the residual, each when
+// given. Throws std::invalid_argument naming the shapes and
 // the bytes needed when no tiling fits the scratchpad.
 std::vector<std::uint8_t> compile_matmul(const MatmulShape& shape, const Target& target, const std::string& name);
 

@@ -8,7 +8,8 @@ results nobody else reads becomes one ``torch.ops.spyre.fused_pointwise`` call, 
 single kernel that reads the group's inputs once and writes its result once. The rest
 of the graph (matmuls, reductions, views) runs the eager spyre kernels, except that an
 activation right after a matmul (relu, gelu, silu, ... of mm or of nn.Linear's addmm)
-moves into the matmul kernel's epilogue. Inner results stay in fp32 (no rounding to
+moves into the matmul kernel's epilogue, and so does a residual add of the matmul's
+result (``x + linear(h)``). Inner results stay in fp32 (no rounding to
 fp16/bf16 between fused ops, as PyTorch's Inductor does).
 
 The backend is registered with Dynamo through the ``torch_dynamo_backends`` entry point
@@ -24,7 +25,8 @@ from typing import Callable
 import torch
 import torch.fx
 
-__all__ = ["backend", "drop_layout_preserving_clones", "fold_conversions_into_arange", "fuse_pointwise", "fuse_matmul_epilogues", "FUSIBLE_OPS"]
+__all__ = ["backend", "drop_layout_preserving_clones", "fold_conversions_into_arange", "fuse_pointwise", "fuse_matmul_epilogues",
+           "fuse_matmul_residuals", "FUSIBLE_OPS"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.bool: "bool",
@@ -338,6 +340,90 @@ def fuse_matmul_epilogues(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
+def _matmul_producer(arg):
+    """(matmul node, view node or None) when `arg` is an mm, an addmm (beta = alpha = 1,
+    row bias of the product's dtype), or a matmul_epilogue without a residual, on spyre
+    float tensors, possibly seen through a view, and read by nothing else."""
+    if not isinstance(arg, torch.fx.Node) or arg.op != "call_function":
+        return None
+    mm, view = arg, None
+    if mm.target in _VIEWS and len(mm.users) == 1 and isinstance(mm.args[0], torch.fx.Node):
+        mm, view = mm.args[0], mm
+    if mm.op != "call_function" or len(mm.users) != 1:
+        return None
+    out = _val(mm)
+    if not isinstance(out, torch.Tensor) or out.device.type != "spyre" or out.dtype not in _FLOATS or out.dim() != 2:
+        return None
+    if mm.target is aten.mm.default:
+        return mm, view
+    if mm.target is aten.addmm.default:
+        bias_val, n = _val(mm.args[0]), out.shape[-1]
+        if (mm.kwargs.get("beta", 1) != 1 or mm.kwargs.get("alpha", 1) != 1 or len(mm.args) > 3
+                or not isinstance(bias_val, torch.Tensor) or bias_val.dtype != out.dtype
+                or tuple(bias_val.shape) not in ((n,), (1, n))):
+            return None
+        return mm, view
+    if mm.target is torch.ops.spyre.matmul_epilogue.default and (len(mm.args) < 5 or mm.args[4] is None):
+        return mm, view
+    return None
+
+
+def fuse_matmul_residuals(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Replaces ``x + matmul`` (an mm, nn.Linear's addmm or a matmul with an activation
+    epilogue, possibly reshaped, read by nothing else; x a contiguous tensor of the same
+    shape and dtype) with one ``torch.ops.spyre.matmul_epilogue`` call whose kernel adds
+    x to each finished tile: a residual connection without its own pass over DRAM. The
+    product is rounded to its dtype before the add, as eagerly, so the values are the
+    eager ones."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if (node.op != "call_function" or node.target is not aten.add.Tensor or len(node.args) != 2
+                or node.kwargs.get("alpha", 1) != 1):
+            continue
+        out = _val(node)
+        if not isinstance(out, torch.Tensor):
+            continue
+        for product, residual in ((node.args[1], node.args[0]), (node.args[0], node.args[1])):
+            found = _matmul_producer(product)
+            res_val = _val(residual)
+            if found is None or not isinstance(res_val, torch.Tensor) or residual is product:
+                continue
+            mm, view = found
+            mm_val = _val(mm)
+            if (res_val.dtype != mm_val.dtype or out.dtype != mm_val.dtype or tuple(res_val.shape) != tuple(out.shape)
+                    or tuple(_val(product).shape) != tuple(out.shape) or res_val.device != mm_val.device
+                    or not res_val.is_contiguous() or res_val.numel() != mm_val.numel()):
+                continue
+            if mm.target is torch.ops.spyre.matmul_epilogue.default:
+                a, b, bias, act = mm.args[:4]
+            elif mm.target is aten.addmm.default:
+                bias, a, b, act = mm.args[0], mm.args[1], mm.args[2], ""
+            else:
+                bias, (a, b), act = None, mm.args[:2], ""
+            with gm.graph.inserting_before(node):
+                res2d = residual
+                if tuple(res_val.shape) != tuple(mm_val.shape):
+                    res2d = gm.graph.call_function(aten.view.default, (residual, list(mm_val.shape)))
+                    res2d.meta["val"] = res_val.view(mm_val.shape)
+                call = gm.graph.call_function(torch.ops.spyre.matmul_epilogue.default, (a, b, bias, act, res2d))
+                call.meta["val"] = mm_val
+                result = call
+                if view is not None:
+                    result = gm.graph.call_function(view.target, (call,) + tuple(view.args[1:]), dict(view.kwargs))
+                    result.meta["val"] = out
+            node.replace_all_uses_with(result)
+            gm.graph.erase_node(node)
+            if view is not None:
+                gm.graph.erase_node(view)
+            gm.graph.erase_node(mm)
+            changed = True
+            break
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
 def drop_layout_preserving_clones(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Removes ``aten.clone`` nodes that change nothing: AOTAutograd writes eval-mode
     dropout as a clone, and a clone of a contiguous tensor read only by other ops of a
@@ -439,7 +525,8 @@ def reinplace_input_mutations(gm: torch.fx.GraphModule, example_inputs=()) -> to
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     gm = reinplace_input_mutations(gm, example_inputs)
-    return fuse_pointwise(fuse_matmul_epilogues(drop_layout_preserving_clones(fold_conversions_into_arange(gm))))
+    gm = fuse_matmul_epilogues(drop_layout_preserving_clones(fold_conversions_into_arange(gm)))
+    return fuse_pointwise(fuse_matmul_residuals(gm))
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs):

@@ -2,6 +2,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -87,6 +88,61 @@ TEST_CASE("given two tiles per core and at least four K steps, the second tile r
   // The core's last matmul runs in 4 row pieces, each stored before the next computes.
   REQUIRE(tail.size() >= 8);
   CHECK(tail.substr(tail.size() - 8) == "MSMSMSMS");
+}
+
+TEST_CASE("given a residual, each tile's is loaded when the tile starts and added after its rounding") {
+  // The CI chip and the shape of the test above, which tests/python/test_compile.py
+  // runs with a residual against a separate add: still two tiles per core a K step
+  // apart (64x64 tiles: the residual takes 2 x 64 x 64 x 2 = 16 KiB more).
+  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  compiler::MatmulShape shape{.m = 1152, .n = 700, .k = 2200, .dtype = isa::DType::fp16};
+  shape.residual = true;
+  const compiler::MatmulPlan plan = compiler::plan_matmul(shape, target);
+  REQUIRE(plan.rows_per_core == 2);
+  REQUIRE(plan.tm == 64);
+  const isa::Program p(compiler::compile_matmul(shape, target, "spyre::matmul[residual]"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 4}));
+  // Stream 0, in order: L for a residual load (argument 3), M for a matmul, C for the
+  // fp32 -> fp16 conversion, A for the add of the residual, W for the wait on its token,
+  // S for a store. The first block: both residual tiles load before its first matmul;
+  // a tile's add follows its conversion and precedes its store.
+  std::string order;
+  for (std::uint32_t pc = 0; pc < p.stream_length(0); ++pc) {
+    const isa::Decoded d = p.decode_at(0, pc);
+    if (const auto* l = std::get_if<isa::DmaLoad>(&*d.inst); l != nullptr && l->arg == 3) {
+      order += 'L';
+      CHECK(l->token == 15);
+      CHECK(l->shape[0] == 64);          // a tile's row of 64 values
+      CHECK(l->mem_stride[1] == 700);    // rows of the residual, n apart
+    }
+    if (std::holds_alternative<isa::Matmul>(*d.inst)) order += 'M';
+    if (std::holds_alternative<isa::VConvert>(*d.inst)) order += 'C';
+    if (const auto* v = std::get_if<isa::VBinary>(&*d.inst); v != nullptr && v->op == isa::BinaryOp::add) {
+      order += 'A';
+      CHECK(v->dtype == isa::DType::fp16);
+    }
+    if (const auto* w = std::get_if<isa::Wait>(&*d.inst); w != nullptr && w->token_mask == (1u << 15)) order += 'W';
+    if (std::holds_alternative<isa::DmaStore>(*d.inst)) order += 'S';
+  }
+  CHECK(order.rfind("LLM", 0) == 0);
+  CHECK(order.find("MCWAS") != std::string::npos);  // the first finished tile waits for its residual
+  CHECK(order.find("MCAS") != std::string::npos);   // the second finds it loaded
+  // Every converted piece (a tile, or a row piece of the core's last) gets its add
+  // before its store.
+  const auto count = [&](char c) { return std::count(order.begin(), order.end(), c); };
+  CHECK(count('A') == count('C'));
+  CHECK(count('A') == count('S'));
+  // A batched residual, or one with rows shorter than n, is a clear error.
+  compiler::MatmulShape batched = shape;
+  batched.batch = 2;
+  CHECK_THROWS_WITH(compiler::compile_matmul(batched, target, "x"),
+                    ContainsSubstring("x: a residual epilogue takes an unbatched matmul, got a batch of 2"));
+  compiler::MatmulShape narrow = shape;
+  narrow.ldr = 600;
+  CHECK_THROWS_WITH(compiler::compile_matmul(narrow, target, "x"),
+                    ContainsSubstring("x: the residual's row pitch 600 is shorter than its rows (700)"));
 }
 
 TEST_CASE("given GEMMs of many shapes, every ring message sent is received, in order and size") {

@@ -130,6 +130,71 @@ def test_activations_after_linear_layers_run_in_the_matmul_epilogue(dtype):
         torch.ops.spyre.matmul_epilogue(x.to("spyre"), x.to("spyre").t(), None, "swish")
 
 
+class _ResidualBlock(torch.nn.Module):
+    """Two residual connections as transformer blocks make them: x + Linear(x) (addmm),
+    then h + Linear(GELU(Linear(h))) without a bias (mm, after an activation epilogue)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(256, 256)
+        self.up = torch.nn.Linear(256, 640)
+        self.down = torch.nn.Linear(640, 256, bias=False)
+
+    def forward(self, x):
+        h = x + self.proj(x)
+        return h + self.down(F.gelu(self.up(h)))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_residual_adds_after_linear_layers_run_in_the_matmul_epilogue(dtype):
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    model = _ResidualBlock()
+    x = rand((2, 32, 256), dtype, 8)
+    want = model(x.float()).to(dtype)
+    model = model.to(dtype).to("spyre")
+    compiled = torch.compile(model, backend="spyre")
+    with torch.no_grad():
+        torch.spyre.reset_fallback_counts()
+        got = compiled(x.to("spyre"))
+        assert torch.spyre.fallback_counts() == {}
+        assert_close(got.cpu(), want, **{torch.float32: dict(atol=1e-4, rtol=1e-4),
+                                         torch.float16: dict(atol=8e-3, rtol=8e-3),
+                                         torch.bfloat16: dict(atol=6e-2, rtol=6e-2)}[dtype])
+        names, fused_bytes = kernels(compiled, x.to("spyre"))
+        eager, eager_bytes = kernels(model, x.to("spyre"))
+    assert names == ["spyre::matmul[bias,residual]", "spyre::matmul[bias,gelu]", "spyre::matmul[residual]"]
+    assert eager.count("aten::add") == 2 and len(eager) == 6  # (and gelu's own kernel)
+    # Per residual, eager writes the product, reads it and x, writes the sum (4 passes of
+    # 2 x 32 x 256 values); the kernel reads x and writes the sum (2). The gelu epilogue
+    # saves its read and write of 2 x 32 x 640 values.
+    pass_bytes = 2 * 32 * 256 * x.element_size()
+    assert eager_bytes - fused_bytes == 2 * 2 * pass_bytes + 2 * 2 * 32 * 640 * x.element_size()
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("m,n,k", [(37, 70, 50), (1152, 700, 2200), (1030, 260, 640)], ids=str)
+def test_a_residual_epilogue_adds_to_the_rounded_product_as_a_separate_add_does(dtype, m, n, k):
+    # Shapes with edge tiles, several tiles per core (two stacked, a K step apart) and a
+    # core's last tile in row pieces on the CI chip; a bias and an activation before it.
+    a, b = rand((m, k), dtype, 11).to("spyre"), rand((k, n), dtype, 12).to("spyre")
+    bias, residual = rand((n,), dtype, 13).to("spyre"), rand((m, n), dtype, 14).to("spyre")
+    for args in ((None, ""), (bias, "silu")):
+        got = torch.ops.spyre.matmul_epilogue(a, b, *args, residual)
+        assert torch.equal(got.cpu(), (torch.ops.spyre.matmul_epilogue(a, b, *args) + residual).cpu())
+
+
+def test_a_residual_epilogue_checks_its_operand():
+    a = torch.ones(4, 8, device="spyre")
+    with pytest.raises(RuntimeError, match=r"the residual must be a 4x3 Float matrix on spyre:0, got shape \[3, 4\]"):
+        torch.ops.spyre.matmul_epilogue(a, torch.ones(8, 3, device="spyre"), None, "", torch.ones(3, 4, device="spyre"))
+    # A strided residual (a column slice) is read in place; the result as eager's.
+    wide = torch.arange(40.0).reshape(4, 10).to("spyre")
+    b = torch.ones(8, 3, device="spyre")
+    got = torch.ops.spyre.matmul_epilogue(a, b, None, "relu", wide[:, 2:5])
+    assert torch.equal(got.cpu(), torch.relu(a.cpu() @ b.cpu()) + wide.cpu()[:, 2:5])
+
+
 def test_training_through_the_compiled_graphs_gives_eager_gradients():
     torch._dynamo.reset()
     torch.manual_seed(1)
