@@ -12,12 +12,23 @@
 // constants[c], or (-1, 0) when the kind takes fewer arguments (unary and convert 1,
 // binary and compare 2, select 3). The codes come from torch.ops.spyre.pointwise_codes
 // (never copied into Python). The inputs broadcast to one shape as PyTorch's do; the
-// result (the last step, converted to `dtype`) is a new contiguous tensor.
+// result (the last step, converted to `dtype`) is a new tensor.
+//
+// With `split` = h > 0 the kernel computes in a space where the result's last dim, 2h,
+// is split into (2, h), and `halves` says per input how it enters that space: -1 whole
+// (its last dim, 2h or 1, split or kept), 0 or 1 only that half of its last dim
+// (broadcast over both halves), 2 as given (already in the split space, e.g. a [2, 1]
+// mask telling the halves apart). Rotary embeddings' rotate_half(x) = cat(-x2, x1) is
+// then select(first half, -x[half 1], x[half 0]), fused with the multiply-adds around it.
+// The result is contiguous.
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
@@ -109,9 +120,42 @@ c10::Dict<std::string, std::int64_t> pointwise_codes() {
   return codes;
 }
 
+// The inputs as the split space sees them (see the top of the file), and the result's
+// shape before the split.
+std::pair<std::vector<at::Tensor>, std::vector<std::int64_t>> split_inputs(at::TensorList inputs, std::int64_t split,
+                                                                         c10::IntArrayRef halves) {
+  TORCH_CHECK(halves.size() == inputs.size(), "spyre::fused_pointwise: halves has ", halves.size(),
+              " entries, expected one per tensor input (", inputs.size(), ")");
+  const std::int64_t d = 2 * split;
+  std::vector<std::int64_t> shape;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    TORCH_CHECK(halves[i] >= -1 && halves[i] <= 2, "spyre::fused_pointwise: input ", i, ": halves entry ", halves[i],
+                " is not -1 (whole), 0 or 1 (that half) or 2 (as given)");
+    if (halves[i] != 2) shape = at::infer_size(shape, inputs[i].sizes());
+  }
+  TORCH_CHECK(!shape.empty() && shape.back() == d, "spyre::fused_pointwise: split ", split,
+              " needs a result whose last dim is ", d, ", the inputs broadcast to ", c10::IntArrayRef(shape));
+  std::vector<at::Tensor> split_in;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
+    if (halves[i] == 2 || (halves[i] == -1 && t.dim() == 0)) {
+      split_in.push_back(t);
+    } else if (halves[i] == -1) {
+      split_in.push_back(t.size(-1) == 1 ? t.unsqueeze(-1) : t.unflatten(-1, {2, split}));
+    } else {
+      TORCH_CHECK(t.dim() > 0 && t.size(-1) == d, "spyre::fused_pointwise: input ", i, " (half ", halves[i],
+                  ") has shape ", t.sizes(), ", expected a last dim of ", d);
+      split_in.push_back(t.unflatten(-1, {2, split}).narrow(-2, halves[i], 1));
+    }
+  }
+  return {std::move(split_in), std::move(shape)};
+}
+
 at::Tensor fused_pointwise(c10::string_view name, c10::IntArrayRef program, c10::ArrayRef<double> constants,
-                           at::TensorList inputs, c10::ScalarType dtype) {
+                           at::TensorList inputs, c10::ScalarType dtype, std::int64_t split, c10::IntArrayRef halves) {
   TORCH_CHECK(!inputs.empty(), "spyre::fused_pointwise: needs at least one tensor input");
+  TORCH_CHECK(split >= 0, "spyre::fused_pointwise: split must be 0 (none) or half the last dim, got ", split);
+  TORCH_CHECK(split > 0 || halves.empty(), "spyre::fused_pointwise: halves given without a split");
   TORCH_CHECK(device_dtype(dtype).has_value(), "spyre::fused_pointwise: the result dtype ", dtype,
               " is not one the device computes (float, half, bfloat16, int, int8, bool)");
   const std::vector<Step> steps = decode_program(program, constants, inputs.size());
@@ -119,25 +163,35 @@ at::Tensor fused_pointwise(c10::string_view name, c10::IntArrayRef program, c10:
   for (const auto& t : inputs) {
     if (t.device().type() == c10::DeviceType::PrivateUse1) device = t.device();
   }
+  std::vector<at::Tensor> split_in;
+  at::Tensor result;
   at::TensorBase out;
+  if (split > 0) {
+    auto [tensors, shape] = split_inputs(inputs, split, halves);
+    split_in = std::move(tensors);
+    result = at::empty(shape, at::TensorOptions().dtype(dtype).device(device));
+    out = result.unflatten(-1, {2, split});
+  }
   at::TensorIteratorConfig config;
   config.add_output(out)
       .check_all_same_dtype(false)
       .declare_static_dtype_and_device(dtype, device)
       .allow_cpu_scalars(true)
-      .promote_inputs_to_common_dtype(false);
-  for (const auto& t : inputs) config.add_const_input(t);
+      .promote_inputs_to_common_dtype(false)
+      .resize_outputs(split == 0);
+  for (const auto& t : split > 0 ? at::TensorList(split_in) : inputs) config.add_const_input(t);
   auto iter = config.build();
   TORCH_CHECK(device_can_run(iter), "spyre::fused_pointwise '", name,
               "': every tensor input must be on one spyre device in a device dtype (CPU 0-d tensors allowed)");
   run_pointwise(std::string(name).c_str(), iter, steps);
-  return iter.output();
+  return split > 0 ? result : iter.output();
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(spyre, m) {
-  m.def("fused_pointwise(str name, int[] program, float[] constants, Tensor[] inputs, ScalarType dtype) -> Tensor");
+  m.def("fused_pointwise(str name, int[] program, float[] constants, Tensor[] inputs, ScalarType dtype, int split=0, "
+        "int[] halves=[]) -> Tensor");
   m.def("pointwise_codes() -> Dict(str, int)", pointwise_codes);
 }
 

@@ -52,9 +52,10 @@ struct Epilogue {
   // bias, and the result's dtype.
   const at::Tensor* scale = nullptr;
   std::optional<at::ScalarType> out_dtype = std::nullopt;
-  // An [m, n] matrix of the result's dtype added after the rounding (a residual
-  // connection: x + linear(h)); unbatched products only.
+  // An [m, n] matrix of the result's dtype added (a residual connection: x + linear(h))
+  // or multiplied (a gate: silu(gate) * up) after the rounding; unbatched products only.
   const at::Tensor* residual = nullptr;
+  isa::BinaryOp residual_op = isa::BinaryOp::add;
 };
 
 std::optional<isa::DType> fp8_dtype(at::ScalarType t) {
@@ -103,7 +104,9 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
     out.zero_();
     if (epilogue.bias != nullptr) out.add_(*epilogue.bias);
     TORCH_INTERNAL_ASSERT(!epilogue.activation, "spyre: k == 0 with an activation epilogue");
-    if (epilogue.residual != nullptr) out.add_(*epilogue.residual);
+    if (epilogue.residual != nullptr) {
+      epilogue.residual_op == isa::BinaryOp::mul ? out.mul_(*epilogue.residual) : out.add_(*epilogue.residual);
+    }
     return out;
   }
   at::Tensor a = a_in, b = b_in;
@@ -141,6 +144,7 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
     residual = *epilogue.residual;
     if (!(residual.stride(1) == 1 || n == 1) || (m > 1 && residual.stride(0) < n)) residual = residual.contiguous();
     s.residual = true;
+    s.residual_op = epilogue.residual_op;
     s.ldr = static_cast<std::uint64_t>(m > 1 ? residual.stride(0) : n);
   }
   const c10::DeviceGuard guard(a.device());
@@ -153,7 +157,8 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
                           (s.bias ? "|+" + std::string(isa::to_string(*s.bias)) : "") +
                           (s.activation ? "|" + std::string(isa::to_string(*s.activation)) : "") +
                           (s.out ? ">" + std::string(isa::to_string(*s.out)) : "") + (s.scale ? "|scaled" : "") +
-                          (s.residual ? "|+r" + std::to_string(s.ldr) : "");
+                          (s.residual ? "|" + std::string(isa::to_string(s.residual_op)) + "r" + std::to_string(s.ldr)
+                                      : "");
   std::vector<std::uint64_t> args{device_address(a), device_address(b), device_address(out)};
   if (bias.defined()) args.push_back(device_address(bias));
   if (epilogue.scale != nullptr) args.push_back(device_address(*epilogue.scale));
@@ -307,12 +312,14 @@ at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::T
   return out;
 }
 
-// spyre::matmul_epilogue(a, b, bias, activation, residual): activation(a @ b + bias) in
-// one kernel, the epilogue applied to the fp32 tiles before their rounding, then
-// + residual after it (rounded again, as the add it replaces). What the torch.compile
-// backend puts in place of an addmm or mm followed by an activation and/or a residual add.
+// spyre::matmul_epilogue(a, b, bias, activation, residual, residual_op):
+// activation(a @ b + bias) in one kernel, the epilogue applied to the fp32 tiles before
+// their rounding, then + residual ("add") or * residual ("mul") after it (rounded again,
+// as the op it replaces). What the torch.compile backend puts in place of an addmm or
+// mm followed by an activation and/or a residual add or a gate's multiply.
 at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
-                           c10::string_view activation, const std::optional<at::Tensor>& residual_in) {
+                           c10::string_view activation, const std::optional<at::Tensor>& residual_in,
+                           c10::string_view residual_op) {
   static const std::pair<const char*, isa::UnaryOp> kActivations[] = {
       {"relu", isa::UnaryOp::relu}, {"gelu", isa::UnaryOp::gelu}, {"gelu_tanh", isa::UnaryOp::gelu_tanh},
       {"silu", isa::UnaryOp::silu}, {"sigmoid", isa::UnaryOp::sigmoid}, {"tanh", isa::UnaryOp::tanh}};
@@ -332,6 +339,9 @@ at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::
               a.size(1), " and ", b.size(0), "x", b.size(1), ")");
   if (a.size(0) == 0 || b.size(1) == 0) return at::empty({a.size(0), b.size(1)}, a.options());
   const at::Tensor* residual = residual_in && residual_in->defined() ? &*residual_in : nullptr;
+  TORCH_CHECK(residual_op == "add" || residual_op == "mul", "spyre::matmul_epilogue: unknown residual_op '",
+              residual_op, "' (expected add or mul)");
+  const isa::BinaryOp op = residual_op == "mul" ? isa::BinaryOp::mul : isa::BinaryOp::add;
   if (residual != nullptr) {
     TORCH_CHECK(residual->dim() == 2 && residual->size(0) == a.size(0) && residual->size(1) == b.size(1) &&
                     residual->scalar_type() == a.scalar_type() && residual->device() == a.device(),
@@ -345,7 +355,8 @@ at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::
   }
   std::string parts = bias ? "bias" : "";
   if (act) parts += (parts.empty() ? "" : ",") + std::string(activation);
-  if (residual != nullptr) parts += parts.empty() ? "residual" : ",residual";
+  const char* combined = op == isa::BinaryOp::mul ? "gate" : "residual";
+  if (residual != nullptr) parts += parts.empty() ? combined : std::string(",") + combined;
   const std::string name = "spyre::matmul[" + parts + "]";
   if (a.size(1) == 0 && act) {  // an empty sum: the epilogue on zeros (or the bias), by eager ops
     at::Tensor z = at::zeros({a.size(0), b.size(1)}, a.options());
@@ -358,15 +369,18 @@ at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::
       case isa::UnaryOp::sigmoid: z = at::sigmoid(z); break;
       default: z = at::tanh(z);
     }
-    return residual != nullptr ? z.add_(*residual) : z;
+    if (residual == nullptr) return z;
+    return op == isa::BinaryOp::mul ? z.mul_(*residual) : z.add_(*residual);
   }
-  return product(name.c_str(), a, b, {.bias = bias ? &*bias : nullptr, .activation = act, .residual = residual});
+  return product(name.c_str(), a, b,
+                 {.bias = bias ? &*bias : nullptr, .activation = act, .residual = residual, .residual_op = op});
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(spyre, m) {
-  m.def("matmul_epilogue(Tensor a, Tensor b, Tensor? bias, str activation, Tensor? residual=None) -> Tensor");
+  m.def("matmul_epilogue(Tensor a, Tensor b, Tensor? bias, str activation, Tensor? residual=None, "
+        "str residual_op=\"add\") -> Tensor");
 }
 TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) { m.impl("matmul_epilogue", matmul_epilogue); }
 TORCH_LIBRARY_IMPL(spyre, Autograd, m) {

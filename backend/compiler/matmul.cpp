@@ -144,6 +144,10 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     throw std::invalid_argument(name + ": a residual epilogue takes an unbatched matmul, got a batch of " +
                                 std::to_string(s.batch));
   }
+  if (s.residual && s.residual_op != isa::BinaryOp::add && s.residual_op != isa::BinaryOp::mul) {
+    throw std::invalid_argument(name + ": a residual is added or multiplied, got " +
+                                std::string(isa::to_string(s.residual_op)));
+  }
   if (s.residual && s.ldr != 0 && s.ldr < s.n) {
     throw std::invalid_argument(name + ": the residual's row pitch " + std::to_string(s.ldr) +
                                 " is shorter than its rows (" + std::to_string(s.n) + ")");
@@ -458,7 +462,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
               residual_ready = true;
             }
             const std::uint32_t res = sp_residual + r * residual_bytes + static_cast<std::uint32_t>(r0 * t.n * out_size);
-            b.add(stream, isa::VBinary{.op = isa::BinaryOp::add, .dtype = out_t, .a = out, .b = res, .dst = out,
+            b.add(stream, isa::VBinary{.op = s.residual_op, .dtype = out_t, .a = out, .b = res, .dst = out,
                                        .rows = rows, .cols = t.n});
           }
           const auto store = dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + (rt == 1 ? 0 : r)), out_t, 2,

@@ -46,10 +46,13 @@ struct MatmulShape {
   // An fp32 scalar in device memory (the argument after the bias, or 3) multiplying every
   // result before the bias: torch._scaled_mm's scale_a x scale_b.
   bool scale = false;
-  // A residual added to every result after its rounding to C's dtype, in C's dtype (one
-  // more rounding, as an add after the matmul rounds): an [m x n] matrix of C's dtype,
-  // the argument after the bias and the scale, with row pitch ldr (0 = n). Unbatched.
+  // A matrix combined with every result after its rounding to C's dtype, in C's dtype
+  // (one more rounding, as an add or multiply after the matmul rounds): an [m x n]
+  // matrix of C's dtype, the argument after the bias and the scale, with row pitch ldr
+  // (0 = n); residual_op add (a residual connection, x + linear(h)) or mul (a gate,
+  // SwiGLU's silu(gate) * up). Unbatched.
   bool residual = false;
+  isa::BinaryOp residual_op = isa::BinaryOp::add;
   std::uint64_t ldr = 0;
 
   isa::DType out_dtype() const { return out ? *out : dtype; }

@@ -9,7 +9,7 @@ single kernel that reads the group's inputs once and writes its result once. The
 of the graph (matmuls, reductions, views) runs the eager spyre kernels, except that an
 activation right after a matmul (relu, gelu, silu, ... of mm or of nn.Linear's addmm)
 moves into the matmul kernel's epilogue, and so does a residual add of the matmul's
-result (``x + linear(h)``). Inner results stay in fp32 (no rounding to
+result (``x + linear(h)``) or a multiply by it (SwiGLU's ``silu(gate) * up``). Inner results stay in fp32 (no rounding to
 fp16/bf16 between fused ops, as PyTorch's Inductor does).
 
 The backend is registered with Dynamo through the ``torch_dynamo_backends`` entry point
@@ -45,17 +45,42 @@ class _Program:
         self.words: list[int] = []
         self.constants: list[float] = []
         self.inputs: list[torch.fx.Node] = []
+        self.halves: list[int] = []  # per input: -1 whole, 0/1 that half of the last dim, 2 the mask
         self.names: list[str] = []
+        # Rotary embeddings (see _rotate_half_source): tensors read by halves, the half
+        # size, the [2, 1] mask node telling the halves apart, and x rebuilt from its halves.
+        self.rotated: set[torch.fx.Node] = set()
+        self.split = 0
+        self.mask: torch.fx.Node | None = None
+        self._whole: dict[torch.fx.Node, tuple[str, int]] = {}
+
+    def input(self, node: torch.fx.Node, half: int = -1) -> tuple[str, int]:
+        for i, (n, h) in enumerate(zip(self.inputs, self.halves)):
+            if n is node and h == half:
+                return ("input", i)
+        self.inputs.append(node)
+        self.halves.append(half)
+        return ("input", len(self.inputs) - 1)
 
     def value(self, arg, results: dict) -> tuple[str, int]:
         if isinstance(arg, torch.fx.Node):
             if arg in results:
                 return results[arg]
-            if arg not in self.inputs:
-                self.inputs.append(arg)
-            return ("input", self.inputs.index(arg))
+            if arg in self.rotated:
+                # Read by halves anyway: the whole is the first half, then the second.
+                if arg not in self._whole:
+                    self._whole[arg] = self.emit("select", "fp32", self.input(self.mask, 2), self.input(arg, 0),
+                                                 self.input(arg, 1))
+                return self._whole[arg]
+            return self.input(arg)
         self.constants.append(float(arg))
         return ("constant", len(self.constants) - 1)
+
+    def rotate_half(self, x: torch.fx.Node) -> tuple[str, int]:
+        """cat(-x[..., h:], x[..., :h]): in the split space, -(half 1) in the first half,
+        half 0 in the second."""
+        neg = self.emit("unary", "neg", "fp32", self.input(x, 1))
+        return self.emit("select", "fp32", self.input(self.mask, 2), neg, self.input(x, 0))
 
     def emit(self, kind: str, *words) -> tuple[str, int]:
         """emit("unary", op, dtype, a), ("binary"|"compare", op, dtype, a, b),
@@ -199,9 +224,56 @@ def _val(node):
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
+def _slice_of_last_dim(node):
+    """(x, start, end) when node is x[..., start:end] (step 1) of a tensor x, else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or node.target is not aten.slice.Tensor:
+        return None
+    x, dim, start, end, step = (list(node.args) + [0, None, None, 1][len(node.args) - 1:])[:5]
+    x_val = _val(x)
+    if not isinstance(x_val, torch.Tensor) or step != 1 or not isinstance(dim, int):
+        return None
+    size = x_val.shape[-1]
+    if dim % x_val.dim() != x_val.dim() - 1 or not isinstance(size, int):
+        return None
+    start = 0 if start is None else start
+    end = size if end is None else end
+    if not isinstance(start, int) or not isinstance(end, int):
+        return None
+    start, end = (s + size if s < 0 else s for s in (start, end))
+    return x, max(0, min(start, size)), max(0, min(end, size))
+
+
+def _rotate_half_source(node):
+    """x when node is ``cat([-x[..., h:], x[..., :h]], dim=-1)`` (rotary embeddings'
+    rotate_half) of a spyre float tensor x whose last dim is 2h, else None."""
+    if node.op != "call_function" or node.target is not aten.cat.default:
+        return None
+    parts = node.args[0]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    out = _val(node)
+    if (not isinstance(out, torch.Tensor) or out.device.type != "spyre" or out.dtype not in _FLOATS
+            or len(parts) != 2 or not isinstance(dim, int) or dim % out.dim() != out.dim() - 1):
+        return None
+    neg, lo = parts
+    if not isinstance(neg, torch.fx.Node) or neg.op != "call_function" or neg.target is not aten.neg.default:
+        return None
+    hi, lo = _slice_of_last_dim(neg.args[0]), _slice_of_last_dim(lo)
+    if hi is None or lo is None or hi[0] is not lo[0]:
+        return None
+    x = hi[0]
+    x_val = _val(x)
+    size = x_val.shape[-1]
+    if (size % 2 or hi[1:] != (size // 2, size) or lo[1:] != (0, size // 2) or x_val.dtype != out.dtype
+            or x_val.device != out.device or tuple(x_val.shape) != tuple(out.shape)):
+        return None
+    return x
+
+
 def _fusible(node: torch.fx.Node) -> bool:
     """A pointwise aten op on spyre tensors the fused kernel computes exactly as aten
     does (up to the rounding of inner results)."""
+    if node.op == "call_function" and _rotate_half_source(node) is not None:
+        return True
     if node.op != "call_function" or node.target not in FUSIBLE_OPS:
         return False
     out = _val(node)
@@ -240,17 +312,41 @@ def _has_device_kernel(op) -> bool:
                for key in ("PrivateUse1", "CompositeExplicitAutograd", "CompositeImplicitAutograd"))
 
 
+def _halves_mask(gm: torch.fx.GraphModule, device: torch.device) -> torch.fx.Node:
+    """A [2, 1] bool tensor on `device`, true for the first half of a split last dim (see
+    spyre::fused_pointwise's split), as a buffer of the graph module, read once."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily  # noqa: PLC0415
+
+    name = f"_spyre_first_half_{device.index or 0}"
+    if not hasattr(gm, name):
+        with unset_fake_temporarily():  # (the compiler runs under AOTAutograd's fake mode)
+            gm.register_buffer(name, torch.tensor([[True], [False]], device=device))
+    for n in gm.graph.nodes:
+        if n.op == "get_attr" and n.target == name:
+            return n
+    first = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    with gm.graph.inserting_before(first):
+        node = gm.graph.get_attr(name)
+    node.meta["val"] = getattr(gm, name)
+    return node
+
+
 def fuse_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Replaces every group of two or more connected fusible ops, whose results other
     than the last are used only inside the group, with one fused kernel; and a lone
     fusible op too when eager aten has no device kernel for it (clamp_min, clamp_max),
     which would otherwise run on the CPU."""
     group_of: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    rotations = {}  # rotate_half nodes -> the tensor they rotate
     for node in gm.graph.nodes:
         if not _fusible(node):
             continue
         group = [node]
-        for arg in node.all_input_nodes:
+        x = _rotate_half_source(node) if node.target is aten.cat.default else None
+        if x is not None:
+            rotations[node] = x
+        # A rotate_half reads its source by halves, not its negation and slices.
+        for arg in [] if x is not None else node.all_input_nodes:
             # A producer joins when this node is its only user (it is then inner).
             if arg in group_of and len(arg.users) == 1 and group_of[arg] is not group:
                 producer_group = group_of[arg]
@@ -263,22 +359,36 @@ def fuse_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if group is None or id(group) in done or group[-1] is not node:
             continue
         done.add(id(group))
-        if len(group) < 2 and _has_device_kernel(node.target):
+        if len(group) < 2 and node not in rotations and _has_device_kernel(node.target):
             continue
         order = [n for n in gm.graph.nodes if n in set(group)]  # topological
         program, results = _Program(), {}
+        rotated = [n for n in order if n in rotations]
+        if rotated:
+            program.rotated = {rotations[n] for n in rotated}
+            program.split = _val(node).shape[-1] // 2
+            program.mask = _halves_mask(gm, _val(node).device)
         for n in order:
-            results[n] = FUSIBLE_OPS[n.target](program, lambda a: program.value(a, results), n)
-        names = "_".join(str(n.target).split(".")[1] for n in order)
+            if n in rotations:
+                results[n] = program.rotate_half(rotations[n])
+            else:
+                results[n] = FUSIBLE_OPS[n.target](program, lambda a: program.value(a, results), n)
+        names = "_".join("rotate_half" if n in rotations else str(n.target).split(".")[1] for n in order)
         name = f"spyre::fused[{names}]" if len(names) <= 80 else f"spyre::fused[{len(order)} ops]"
+        args = (name, program.words, program.constants, list(program.inputs), _val(node).dtype)
+        if program.split:
+            args += (program.split, program.halves)
         with gm.graph.inserting_before(node):
-            call = gm.graph.call_function(
-                torch.ops.spyre.fused_pointwise.default,
-                (name, program.words, program.constants, list(program.inputs), _val(node).dtype))
+            call = gm.graph.call_function(torch.ops.spyre.fused_pointwise.default, args)
         call.meta["val"] = _val(node)
         node.replace_all_uses_with(call)
         for n in reversed(order):
             gm.graph.erase_node(n)
+    # What rotate_halves read instead (their negations, slices) may have no reader left.
+    for node in reversed(list(gm.graph.nodes)):
+        if (node.op == "call_function" and not node.users
+                and node.target in (aten.neg.default, aten.slice.Tensor)):
+            gm.graph.erase_node(node)
     gm.graph.lint()
     gm.recompile()
     return gm
@@ -368,16 +478,19 @@ def _matmul_producer(arg):
     return None
 
 
+_COMBINED = {aten.add.Tensor: "add", aten.mul.Tensor: "mul"}
+
+
 def fuse_matmul_residuals(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Replaces ``x + matmul`` (an mm, nn.Linear's addmm or a matmul with an activation
-    epilogue, possibly reshaped, read by nothing else; x a contiguous tensor of the same
-    shape and dtype) with one ``torch.ops.spyre.matmul_epilogue`` call whose kernel adds
-    x to each finished tile: a residual connection without its own pass over DRAM. The
-    product is rounded to its dtype before the add, as eagerly, so the values are the
-    eager ones."""
+    """Replaces ``x + matmul`` and ``x * matmul`` (an mm, nn.Linear's addmm or a matmul
+    with an activation epilogue, possibly reshaped, read by nothing else; x a contiguous
+    tensor of the same shape and dtype) with one ``torch.ops.spyre.matmul_epilogue`` call
+    whose kernel adds x to (a residual connection) or multiplies it into (SwiGLU's
+    ``silu(gate) * up``) each finished tile, without the op's own pass over DRAM. The
+    product is rounded to its dtype first, as eagerly, so the values are the eager ones."""
     changed = False
     for node in list(gm.graph.nodes):
-        if (node.op != "call_function" or node.target is not aten.add.Tensor or len(node.args) != 2
+        if (node.op != "call_function" or node.target not in _COMBINED or len(node.args) != 2
                 or node.kwargs.get("alpha", 1) != 1):
             continue
         out = _val(node)
@@ -405,7 +518,8 @@ def fuse_matmul_residuals(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                 if tuple(res_val.shape) != tuple(mm_val.shape):
                     res2d = gm.graph.call_function(aten.view.default, (residual, list(mm_val.shape)))
                     res2d.meta["val"] = res_val.view(mm_val.shape)
-                call = gm.graph.call_function(torch.ops.spyre.matmul_epilogue.default, (a, b, bias, act, res2d))
+                call = gm.graph.call_function(torch.ops.spyre.matmul_epilogue.default,
+                                              (a, b, bias, act, res2d, _COMBINED[node.target]))
                 call.meta["val"] = mm_val
                 result = call
                 if view is not None:

@@ -143,6 +143,24 @@ TEST_CASE("given a residual, each tile's is loaded when the tile starts and adde
   narrow.ldr = 600;
   CHECK_THROWS_WITH(compiler::compile_matmul(narrow, target, "x"),
                     ContainsSubstring("x: the residual's row pitch 600 is shorter than its rows (700)"));
+  // A gate multiplies instead (the same program with mul in place of every add); other
+  // ops are an error.
+  compiler::MatmulShape gate = shape;
+  gate.residual_op = isa::BinaryOp::mul;
+  const isa::Program g(compiler::compile_matmul(gate, target, "spyre::matmul[gate]"));
+  std::size_t muls = 0;
+  for (std::uint32_t pc = 0; pc < g.stream_length(0); ++pc) {
+    const isa::Decoded d = g.decode_at(0, pc);
+    if (const auto* v = std::get_if<isa::VBinary>(&*d.inst)) {
+      CHECK(v->op == isa::BinaryOp::mul);
+      ++muls;
+    }
+  }
+  CHECK(static_cast<std::ptrdiff_t>(muls) == count('A'));
+  compiler::MatmulShape sub = shape;
+  sub.residual_op = isa::BinaryOp::sub;
+  CHECK_THROWS_WITH(compiler::compile_matmul(sub, target, "x"),
+                    ContainsSubstring("x: a residual is added or multiplied, got sub"));
 }
 
 TEST_CASE("given GEMMs of many shapes, every ring message sent is received, in order and size") {

@@ -105,7 +105,9 @@ def test_an_rmsnorm_swiglu_block_matches_eager_with_fewer_kernels(dtype):
         eager, _ = kernels(model, x.to("spyre"))
     assert any(n.startswith("spyre::fused[") and "rsqrt" in n for n in fused)
     assert "spyre::matmul[silu]" in fused  # the gate's activation in its matmul's epilogue
-    assert len(fused) < len(eager)
+    assert "spyre::matmul[gate]" in fused  # silu(gate) * up in the up projection's
+    assert "spyre::matmul[residual]" in fused  # x + w2(...) in the down projection's
+    assert len(fused) == 6 and len(eager) == 12  # (the norm: pow, mean and one fused kernel)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -174,7 +176,7 @@ def test_residual_adds_after_linear_layers_run_in_the_matmul_epilogue(dtype):
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("m,n,k", [(37, 70, 50), (1152, 700, 2200), (1030, 260, 640)], ids=str)
-def test_a_residual_epilogue_adds_to_the_rounded_product_as_a_separate_add_does(dtype, m, n, k):
+def test_a_residual_epilogue_combines_with_the_rounded_product_as_a_separate_op_does(dtype, m, n, k):
     # Shapes with edge tiles, several tiles per core (two stacked, a K step apart) and a
     # core's last tile in row pieces on the CI chip; a bias and an activation before it.
     a, b = rand((m, k), dtype, 11).to("spyre"), rand((k, n), dtype, 12).to("spyre")
@@ -182,10 +184,14 @@ def test_a_residual_epilogue_adds_to_the_rounded_product_as_a_separate_add_does(
     for args in ((None, ""), (bias, "silu")):
         got = torch.ops.spyre.matmul_epilogue(a, b, *args, residual)
         assert torch.equal(got.cpu(), (torch.ops.spyre.matmul_epilogue(a, b, *args) + residual).cpu())
+        got = torch.ops.spyre.matmul_epilogue(a, b, *args, residual, "mul")
+        assert torch.equal(got.cpu(), (torch.ops.spyre.matmul_epilogue(a, b, *args) * residual).cpu())
 
 
 def test_a_residual_epilogue_checks_its_operand():
     a = torch.ones(4, 8, device="spyre")
+    with pytest.raises(RuntimeError, match="unknown residual_op 'sub' \\(expected add or mul\\)"):
+        torch.ops.spyre.matmul_epilogue(a, torch.ones(8, 3, device="spyre"), None, "", None, "sub")
     with pytest.raises(RuntimeError, match=r"the residual must be a 4x3 Float matrix on spyre:0, got shape \[3, 4\]"):
         torch.ops.spyre.matmul_epilogue(a, torch.ones(8, 3, device="spyre"), None, "", torch.ones(3, 4, device="spyre"))
     # A strided residual (a column slice) is read in place; the result as eager's.
@@ -193,6 +199,79 @@ def test_a_residual_epilogue_checks_its_operand():
     b = torch.ones(8, 3, device="spyre")
     got = torch.ops.spyre.matmul_epilogue(a, b, None, "relu", wide[:, 2:5])
     assert torch.equal(got.cpu(), torch.relu(a.cpu() @ b.cpu()) + wide.cpu()[:, 2:5])
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], -1)
+
+
+def _rotary(q, cos, sin):  # as Llama applies rotary embeddings
+    return q * cos + _rotate_half(q) * sin
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_rotary_embeddings_are_one_kernel_reading_each_half_in_place(dtype):
+    torch._dynamo.reset()
+    # q as attention takes it: a [batch, tokens, heads, dim] projection seen as
+    # [batch, heads, tokens, dim] (not contiguous); cos and sin [tokens, dim] broadcast.
+    q = rand((2, 40, 3, 64), dtype, 21).transpose(1, 2)
+    angles = torch.outer(torch.arange(40.0), 1.0 / 10000 ** (torch.arange(0, 32.0) / 32))
+    angles = torch.cat([angles, angles], -1)
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    compiled = torch.compile(_rotary, backend="spyre")
+    args = [t.to("spyre") for t in (q, cos, sin)]
+    torch.spyre.reset_fallback_counts()
+    got = compiled(*args)
+    assert torch.spyre.fallback_counts() == {}
+    if dtype == torch.float32:
+        # Each op rounds to fp32 as eager does: the CPU's values exactly.
+        assert torch.equal(got.cpu(), _rotary(q, cos, sin))
+    else:
+        assert_close(got.cpu(), _rotary(q.float(), cos.float(), sin.float()).to(dtype), **tol(dtype))
+    names, _ = kernels(compiled, *args)
+    assert names == ["spyre::fused[mul_rotate_half_mul_add]"]
+    assert len(kernels(_rotary, *args)[0]) == 6  # eager: mul, neg, two copies (the cat), mul, add
+
+    # Alone, on a slice (partial rotary, GPT-NeoX style): one kernel, exact (a negation).
+    def partial(x):
+        return _rotate_half(x[..., :32])
+
+    x = rand((5, 7, 48), dtype, 22)
+    got = torch.compile(partial, backend="spyre")(x.to("spyre"))
+    assert torch.equal(got.cpu(), partial(x))
+    assert kernels(torch.compile(partial, backend="spyre"), x.to("spyre"))[0] == ["spyre::fused[rotate_half]"]
+
+
+def test_a_concatenation_that_is_not_rotate_half_stays_a_concatenation():
+    torch._dynamo.reset()
+
+    def swapped(x):  # no negation
+        return torch.cat([x[..., 4:], x[..., :4]], -1) * 2
+
+    def uneven(x):  # halves of different sizes
+        return torch.cat([-x[..., 3:], x[..., :3]], -1) * 2
+
+    x = rand((6, 8), torch.float32, 23)
+    for fn in (swapped, uneven):
+        compiled = torch.compile(fn, backend="spyre")
+        assert torch.equal(compiled(x.to("spyre")).cpu(), fn(x))
+        assert not any("rotate_half" in n for n in kernels(compiled, x.to("spyre"))[0])
+
+
+def test_a_split_fused_kernel_checks_its_halves():
+    x = torch.ones(4, 6, device="spyre")
+    program = [0, 0, 0, 0, 0, -1, 0, -1, 0]  # one unary step (copy) of input 0
+    assert torch.equal(torch.ops.spyre.fused_pointwise("t", program, [], [x], torch.float32, 3, [0]).cpu(),
+                       torch.ones(4, 6))
+    with pytest.raises(RuntimeError, match=r"halves has 2 entries, expected one per tensor input \(1\)"):
+        torch.ops.spyre.fused_pointwise("t", program, [], [x], torch.float32, 3, [0, 1])
+    with pytest.raises(RuntimeError, match="halves entry 5 is not -1"):
+        torch.ops.spyre.fused_pointwise("t", program, [], [x], torch.float32, 3, [5])
+    with pytest.raises(RuntimeError, match=r"split 2 needs a result whose last dim is 4, the inputs broadcast to \[4, 6\]"):
+        torch.ops.spyre.fused_pointwise("t", program, [], [x], torch.float32, 2, [-1])
+    with pytest.raises(RuntimeError, match="halves given without a split"):
+        torch.ops.spyre.fused_pointwise("t", program, [], [x], torch.float32, 0, [-1])
 
 
 def test_training_through_the_compiled_graphs_gives_eager_gradients():
