@@ -178,7 +178,18 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::Matmul& mm) {
   if (config::simd_depth(device_.config.cores.compute_array.simd_depth, type) == 0) {
     return fault(s, fmt::format("the compute array of this chip does not support {} operands", isa::to_string(mm.in)));
   }
-  if (real(mm.in)) numeric::matmul(mm, sp(s));
+  // Integer matmuls compute only with data too: their int32 results are never indices
+  // or positions (what no-data mode keeps real), and an int8 study at 8192^3 would
+  // compute 0.5 T MACs on the host. Without data, a block they start reads as zeros
+  // (deterministic, never the scratchpad's old bytes).
+  if (device_.data == Data::real) {
+    numeric::matmul(mm, sp(s));
+  } else if (!isa::is_float(mm.out) && !mm.accumulate) {
+    const std::size_t out_size = isa::dtype_size(mm.out);
+    for (std::uint32_t r = 0; r < mm.m; ++r) {
+      std::memset(sp(s) + mm.c + std::size_t{r} * mm.ldc * out_size, 0, std::size_t{mm.n} * out_size);
+    }
+  }
   record_.macs[static_cast<int>(type)] += std::uint64_t{mm.m} * mm.n * mm.k;
   touch(s, mm.c + std::uint64_t{isa::dtype_size(mm.out)} * ((std::uint64_t{mm.m} - 1) * mm.ldc + mm.n));
   const isa::SpAccess access = isa::scratchpad_access(*current_);

@@ -347,6 +347,48 @@ TEST_CASE("given no data, integers converted from float values are zeros, not th
   CHECK(n.record.end - n.record.start == t.record.end - t.record.start);
 }
 
+TEST_CASE("given no data, an int8 matmul's int32 result is zeros, with data the exact products") {
+  // Core 0 loads A (8x32 int8, arg 0) to 0, B (32x8 int8, arg 1) to 256 and old int32
+  // values (arg 2) to 1024, where the matmul then writes C (8x8 int32), and stores C
+  // (arg 3). With data: C = A x B exactly (checked against integer arithmetic here).
+  // Without: zeros, not the old values, and the same cycles.
+  using compiler::make_dma;
+  isa::ProgramBuilder b("int8 matmul", 1);
+  b.add(0, make_dma<isa::DmaLoad>(0, DType::int8, 0, 0, 0, {256, 1, 1}, {1, 0, 0}))
+      .add(0, make_dma<isa::DmaLoad>(0, DType::int8, 1, 0, 256, {256, 1, 1}, {1, 0, 0}))
+      .add(0, make_dma<isa::DmaLoad>(0, DType::int32, 2, 0, 1024, {64, 1, 1}, {1, 0, 0}))
+      .add(0, isa::Wait{.token_mask = 1})
+      .add(0, isa::Matmul{.a = 0, .b = 256, .c = 1024, .m = 8, .n = 8, .k = 32, .lda = 32, .ldb = 8, .ldc = 8,
+                          .in = DType::int8, .out = DType::int32})
+      .add(0, make_dma<isa::DmaStore>(1, DType::int32, 3, 0, 1024, {64, 1, 1}, {1, 0, 0}))
+      .add(0, isa::Wait{.token_mask = 2})
+      .add(0, isa::End{});
+  const Case c{"int8 matmul", b.build(), {{.bytes = 256}, {.bytes = 256}, {.bytes = 256}, {.bytes = 256}}};
+  const config::ChipConfig cfg = ci_chip();
+  sim::Simulation simulation;
+  sim::Chip& timed = simulation.add_chip(cfg);
+  sim::Chip& bookkeeping = simulation.add_chip(cfg, sim::Timing::timed, sim::Data::none);
+  const Result t = run_case(&simulation, timed, c, 7);
+  const Result n = run_case(&simulation, bookkeeping, c, 7);
+  REQUIRE_FALSE(t.record.fault);
+  REQUIRE_FALSE(n.record.fault);
+  const auto a = reinterpret_cast<const std::int8_t*>(t.buffers[0].data());
+  const auto bm = reinterpret_cast<const std::int8_t*>(t.buffers[1].data());
+  std::vector<std::int32_t> want(64, 0), got(64), none(64), old(64);
+  for (int i = 0; i < 8; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      for (int k = 0; k < 32; ++k) want[i * 8 + j] += std::int32_t{a[i * 32 + k]} * bm[k * 8 + j];
+    }
+  }
+  std::memcpy(got.data(), t.buffers[3].data(), 256);
+  std::memcpy(none.data(), n.buffers[3].data(), 256);
+  std::memcpy(old.data(), n.buffers[2].data(), 256);
+  CHECK(got == want);
+  CHECK(std::any_of(old.begin(), old.end(), [](std::int32_t v) { return v != 0; }));
+  CHECK(std::all_of(none.begin(), none.end(), [](std::int32_t v) { return v == 0; }));
+  CHECK(n.record.end - n.record.start == t.record.end - t.record.start);
+}
+
 TEST_CASE("given programs that fault, the timed and functional devices record the same fault") {
   const config::ChipConfig cfg = ci_chip();
   sim::Simulation simulation;
