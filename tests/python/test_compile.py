@@ -27,6 +27,15 @@ def kernels(fn, *args):
         report["metrics"]["dram_write_bytes"]
 
 
+def compiled_run(model, x):
+    """model compiled for spyre and its result on x (moved to the device), with no CPU fallback."""
+    compiled = torch.compile(model, backend="spyre")
+    torch.spyre.reset_fallback_counts()
+    got = compiled(x.to("spyre"))
+    assert torch.spyre.fallback_counts() == {}
+    return compiled, got
+
+
 def chain(x, y):
     return torch.sigmoid(F.gelu(x * 2 + 1) * y) - 0.5
 
@@ -119,11 +128,8 @@ def test_activations_after_linear_layers_run_in_the_matmul_epilogue(dtype):
     x = rand((33, 64), dtype, 7)
     want = model(x.float()).to(dtype)  # fp32 math, one rounding per layer
     model = model.to(dtype).to("spyre")
-    compiled = torch.compile(model, backend="spyre")
     with torch.no_grad():
-        torch.spyre.reset_fallback_counts()
-        got = compiled(x.to("spyre"))
-        assert torch.spyre.fallback_counts() == {}
+        compiled, got = compiled_run(model, x)
         assert_close(got.cpu(), want, **{torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=4e-3, rtol=4e-3),
                                          torch.bfloat16: dict(atol=3e-2, rtol=3e-2)}[dtype])
         names, _ = kernels(compiled, x.to("spyre"))
@@ -155,11 +161,8 @@ def test_residual_adds_after_linear_layers_run_in_the_matmul_epilogue(dtype):
     x = rand((2, 32, 256), dtype, 8)
     want = model(x.float()).to(dtype)
     model = model.to(dtype).to("spyre")
-    compiled = torch.compile(model, backend="spyre")
     with torch.no_grad():
-        torch.spyre.reset_fallback_counts()
-        got = compiled(x.to("spyre"))
-        assert torch.spyre.fallback_counts() == {}
+        compiled, got = compiled_run(model, x)
         assert_close(got.cpu(), want, **{torch.float32: dict(atol=1e-4, rtol=1e-4),
                                          torch.float16: dict(atol=8e-3, rtol=8e-3),
                                          torch.bfloat16: dict(atol=6e-2, rtol=6e-2)}[dtype])
