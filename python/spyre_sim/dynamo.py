@@ -513,11 +513,16 @@ def fuse_matmul_residuals(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                 bias, a, b, act = mm.args[0], mm.args[1], mm.args[2], ""
             else:
                 bias, (a, b), act = None, mm.args[:2], ""
+            n_cols = mm_val.shape[-1]
+            reshape = res_val.dim() != 2
+            if reshape and not isinstance(n_cols, int):
+                continue  # (a symbolic width: the rows' view would need a size node)
             with gm.graph.inserting_before(node):
                 res2d = residual
-                if tuple(res_val.shape) != tuple(mm_val.shape):
-                    res2d = gm.graph.call_function(aten.view.default, (residual, list(mm_val.shape)))
-                    res2d.meta["val"] = res_val.view(mm_val.shape)
+                if reshape:
+                    # [-1, n]: the rows may be a symbolic size (dynamic=True), the width is not.
+                    res2d = gm.graph.call_function(aten.view.default, (residual, [-1, n_cols]))
+                    res2d.meta["val"] = res_val.view(-1, n_cols)
                 call = gm.graph.call_function(torch.ops.spyre.matmul_epilogue.default,
                                               (a, b, bias, act, res2d, _COMBINED[node.target]))
                 call.meta["val"] = mm_val

@@ -177,6 +177,21 @@ def test_residual_adds_after_linear_layers_run_in_the_matmul_epilogue(dtype):
     assert eager_bytes - fused_bytes == 2 * 2 * pass_bytes + 2 * 2 * 32 * 640 * x.element_size()
 
 
+def test_residual_epilogues_compile_with_dynamic_lengths():
+    # dynamic=True: the residual's rows are a symbolic size (the view to 2-D takes -1).
+    torch._dynamo.reset()
+    torch.manual_seed(4)
+    model = _ResidualBlock().to("spyre")
+    compiled = torch.compile(model, backend="spyre", dynamic=True)
+    with torch.no_grad():
+        for length in (5, 9, 17):
+            x = rand((2, length, 256), torch.float32, length).to("spyre")
+            # fp32: the epilogues' single roundings are eager's, so the values are too.
+            assert torch.equal(compiled(x).cpu(), model(x).cpu())
+            assert kernels(compiled, x)[0] == ["spyre::matmul[bias,residual]", "spyre::matmul[bias,gelu]",
+                                               "spyre::matmul[residual]"]
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("m,n,k", [(37, 70, 50), (1152, 700, 2200), (1030, 260, 640)], ids=str)
 def test_a_residual_epilogue_combines_with_the_rounded_product_as_a_separate_op_does(dtype, m, n, k):
