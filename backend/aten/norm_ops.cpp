@@ -1,8 +1,10 @@
 // native_layer_norm on the device (nn.LayerNorm and F.layer_norm call it): the input
 // viewed as rows of the normalised size, compiler/reduce.h compile_layer_norm per
 // launch; mean and rstd come back in PyTorch's dtype and shape, so autograd's
-// backward (which runs on the CPU, counted) gets what it expects. Inputs the device
-// cannot compute (float64, ...) run on the CPU, counted.
+// backward gets what it expects. native_layer_norm_backward is composed of device
+// kernels in fp32 (the normalised input recomputed from mean and rstd, two row means,
+// two column sums). Inputs the device cannot compute (float64, ...) run on the CPU,
+// counted.
 //
 // rms_norm (nn.RMSNorm, F.rms_norm): PyTorch 2.6 has only its composite (an fp32
 // upcast, pow, mean, add, rsqrt, mul, a cast back and the weight's mul: 8 kernels
@@ -13,7 +15,12 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/native_batch_norm.h>
+#include <ATen/ops/mean.h>
+#include <ATen/ops/mul.h>
 #include <ATen/ops/native_layer_norm.h>
+#include <ATen/ops/native_layer_norm_backward.h>
+#include <ATen/ops/sub.h>
+#include <ATen/ops/sum.h>
 #include <ATen/OpMathType.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/rms_norm.h>
@@ -250,6 +257,53 @@ at::Tensor rms_norm_inference(const at::Tensor& input, c10::SymIntArrayRef norma
   return call_spyre_rms_norm(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, eps);
 }
 
+// The gradients of y = (x - mean) * rstd * w + b over rows of N values, in fp32 on the
+// device (each op below one device kernel), rounded once to the input's and the
+// parameters' dtypes:
+//   x_hat = (x - mean) * rstd,  g_w = dy * w
+//   dx = rstd * (g_w - mean_row(g_w) - x_hat * mean_row(g_w * x_hat))
+//   dw = sum_rows(dy * x_hat),  db = sum_rows(dy)
+Result native_layer_norm_backward(const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                  const at::Tensor& mean, const at::Tensor& rstd,
+                                  const std::optional<at::Tensor>& weight_opt,
+                                  const std::optional<at::Tensor>& bias_opt, std::array<bool, 3> output_mask) {
+  static constexpr const char* kName = "aten::native_layer_norm_backward";
+  const at::Tensor weight = weight_opt.value_or(at::Tensor()), bias = bias_opt.value_or(at::Tensor());
+  const auto on_spyre = [&](const at::Tensor& t) {
+    return !t.defined() || (t.device() == input.device() && device_float_dtype(t.scalar_type()).has_value());
+  };
+  const auto n_dims = static_cast<std::int64_t>(normalized_shape.size());
+  const std::int64_t axis = input.dim() - n_dims;
+  const bool device = input.device().type() == c10::DeviceType::PrivateUse1 && on_spyre(input) &&
+                      on_spyre(grad_out) && on_spyre(mean) && on_spyre(rstd) && on_spyre(weight) && on_spyre(bias) &&
+                      n_dims >= 1 && axis >= 0 && grad_out.sizes().equals(input.sizes());
+  if (!device || input.numel() == 0) {
+    if (input.numel() != 0) count_fallback(kName);
+    const auto cpu = [](const at::Tensor& t) { return t.defined() ? t.cpu() : t; };
+    auto [dx, dw, db] = at::native_layer_norm_backward(grad_out.cpu(), input.cpu(), normalized_shape, mean.cpu(),
+                                                       rstd.cpu(), cpu(weight), cpu(bias), output_mask);
+    const auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
+    return {back(dx), back(dw), back(db)};
+  }
+  const c10::DeviceGuard guard(input.device());
+  const std::int64_t n = c10::multiply_integers(normalized_shape), m = input.numel() / n;
+  const auto f32 = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat); };
+  const at::Tensor x = f32(input.reshape({m, n})), dy = f32(grad_out.reshape({m, n}));
+  const at::Tensor rs = f32(rstd.reshape({m, 1}));
+  const at::Tensor x_hat = at::mul(at::sub(x, f32(mean.reshape({m, 1}))), rs);
+  at::Tensor dx, dw, db;
+  if (output_mask[0]) {
+    const at::Tensor g = weight.defined() ? at::mul(dy, f32(weight.reshape({1, n}))) : dy;
+    const at::Tensor a = at::mean(g, {1}, /*keepdim=*/true), b = at::mean(at::mul(g, x_hat), {1}, /*keepdim=*/true);
+    dx = at::mul(at::sub(at::sub(g, a), at::mul(x_hat, b)), rs).to(input.scalar_type()).reshape(input.sizes());
+  }
+  if (output_mask[1] && weight.defined()) {
+    dw = at::sum(at::mul(dy, x_hat), {0}).to(weight.scalar_type()).reshape(weight.sizes());
+  }
+  if (output_mask[2] && bias.defined()) db = at::sum(dy, {0}).to(bias.scalar_type()).reshape(bias.sizes());
+  return {dx, dw, db};
+}
+
 // native_batch_norm updates running_mean and running_var in training, but its schema does
 // not mark them as written, so the boxed CPU fallback would leave the device's copies
 // unchanged (running statistics silently never learned). On CPU copies, the statistics
@@ -277,6 +331,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_layer_norm", native_layer_norm);
+  m.impl("native_layer_norm_backward", native_layer_norm_backward);
   m.impl("native_batch_norm", native_batch_norm);
   m.impl("rms_norm", rms_norm_inference);
 }

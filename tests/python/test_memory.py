@@ -109,12 +109,17 @@ def test_host_memory_stays_flat_over_many_cached_launches():
     for _ in range(20_000):
         a.add_(b)
     torch.spyre.synchronize()
-    first = rss_mb()
-    for _ in range(40_000):  # no synchronize: at most 1024 commands wait in the queue
-        a.add_(b)
-    torch.spyre.synchronize()
-    after = rss_mb()
-    assert after - first < 4.0, f"RSS grew {after - first:.1f} MB over 40k launches"
+    growth = []
+    for _ in range(2):
+        first = rss_mb()
+        for _ in range(40_000):  # no synchronize: at most 1024 commands wait in the queue
+            a.add_(b)
+        torch.spyre.synchronize()
+        after = rss_mb()
+        growth.append(after - first)
+    # A leak grows in both windows (the old 0.67 KB a launch: 27 MB each); the heap of a
+    # process that ran the whole suite first grew 4.4 MB in one window (2026-12-02).
+    assert min(growth) < 4.0, f"RSS grew {growth[0]:.1f} and {growth[1]:.1f} MB over two windows of 40k launches"
     # The report holds the latest 1024 launch records (it added 186 MB after 40k before).
     assert len(torch.spyre.report()["launch_records"]) == 1024
     assert rss_mb() - after < 8.0

@@ -156,6 +156,38 @@ def test_layer_norm_module_views_and_mixed_parameters():
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("params", ["affine", "weight only", "none", "mixed"])
+def test_layer_norm_backward_runs_on_the_device(dtype, params):
+    # Gradients of x, weight and bias against the CPU's in fp32 (the device computes in
+    # fp32 and rounds once), over 2-D normalised shapes, a strided grad and a 3-D input.
+    if params == "mixed" and dtype == torch.float32:
+        pytest.skip("mixed parameters are fp32 with an fp16/bf16 input")
+    norm = [6, 35]
+    x = rand((3, 4, 6, 35), dtype, 21) * 3 + 1
+    pdt = torch.float32 if params == "mixed" else dtype
+    w = rand(norm, pdt, 22) if params != "none" else None
+    b = rand(norm, pdt, 23) if params in ("affine", "mixed") else None
+    dy = rand((3, 4, 35, 6), dtype, 24).transpose(-1, -2)  # not contiguous
+    grads = []
+    for device in ("spyre", "cpu"):
+        leaves = [t.to(device).float() if device == "cpu" else t.to(device) for t in (x, w, b) if t is not None]
+        for t in leaves:
+            t.requires_grad_(True)
+        xs, ws, bs = leaves[0], leaves[1] if w is not None else None, leaves[-1] if b is not None else None
+        out = torch.nn.functional.layer_norm(xs, norm, ws, bs, 1e-5)
+        torch.spyre.reset_fallback_counts()
+        out.backward(dy.to(device).to(out.dtype))
+        if device == "spyre":
+            assert torch.spyre.fallback_counts() == {}
+        grads.append([t.grad for t in leaves])
+    for got, want, leaf in zip(grads[0], grads[1], [x, w, b]):
+        assert got.dtype == leaf.dtype and got.shape == leaf.shape
+        tol = dict(atol=2e-5, rtol=2e-5) if got.dtype == torch.float32 else \
+            dict(atol=1e-2, rtol=1e-2) if got.dtype == torch.float16 else dict(atol=6e-2, rtol=4e-2)
+        assert_close(got.cpu(), want.to(got.dtype), **tol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_safe_softmax_gives_zeros_for_fully_masked_rows(dtype):
     x = rand((6, 33), dtype, 11) * 4
     x[1] = float("-inf")            # fully masked row: zeros, not NaN
