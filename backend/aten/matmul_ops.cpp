@@ -376,15 +376,146 @@ at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::
                  {.bias = bias ? &*bias : nullptr, .activation = act, .residual = residual, .residual_op = op});
 }
 
+// spyre::linear_concat(input, weights): input @ cat(weights).t() for an [m, k] input and
+// weights [n_p, k] (nn.Linear's, no bias), one kernel whose B is the weights as pieces
+// (compiler::MatmulShape::b_pieces): the input is read once for all of them, and the
+// result [m, sum n_p] holds each projection's columns side by side. What the
+// torch.compile backend puts in place of several linears of one input (attention's Q,
+// K and V); their results are column slices of it.
+at::Tensor linear_concat(const at::Tensor& a, at::TensorList weights) {
+  TORCH_CHECK(!weights.empty(), "spyre::linear_concat: needs at least one weight");
+  TORCH_CHECK(a.dim() == 2, "spyre::linear_concat: expected a 2-D input, got ", a.dim(), "-D");
+  TORCH_CHECK(is_spyre(a) && device_float_dtype(a.scalar_type()),
+              "spyre::linear_concat: the input must be a float tensor on a spyre device, got ", a.scalar_type(), " on ",
+              a.device());
+  std::int64_t n = 0;
+  for (std::size_t p = 0; p < weights.size(); ++p) {
+    const at::Tensor& w = weights[p];
+    TORCH_CHECK(w.dim() == 2 && w.size(1) == a.size(1) && w.scalar_type() == a.scalar_type() && w.device() == a.device(),
+                "spyre::linear_concat: weight ", p, " must be an [n, ", a.size(1), "] ", a.scalar_type(), " matrix on ",
+                a.device(), ", got shape ", w.sizes(), " ", w.scalar_type(), " on ", w.device());
+    n += w.size(0);
+  }
+  const std::int64_t m = a.size(0), k = a.size(1);
+  at::Tensor out = at::empty({m, n}, a.options());
+  if (out.numel() == 0) return out;
+  if (k == 0) return out.zero_();
+  std::vector<at::Tensor> pieces;
+  for (const at::Tensor& w : weights) {
+    if (w.size(0) == 0) continue;  // no columns: nothing to read
+    // Rows of K contiguous values (any row pitch), else a device copy first.
+    pieces.push_back((w.stride(1) == 1 || k == 1) && (w.size(0) == 1 || w.stride(0) >= k) ? w : w.contiguous());
+  }
+  at::Tensor x = a;
+  Layout la = layout_of(x);
+  if (!la.ok) x = x.contiguous(), la = layout_of(x);
+  compiler::MatmulShape s;
+  s.m = static_cast<std::uint64_t>(m);
+  s.n = static_cast<std::uint64_t>(n);
+  s.k = static_cast<std::uint64_t>(k);
+  s.dtype = *device_float_dtype(a.scalar_type());
+  s.a_transposed = la.transposed;
+  s.lda = static_cast<std::uint64_t>(la.ld);
+  s.b_transposed = true;
+  std::string key = "spyre::linear_concat|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(m) + "x" +
+                    std::to_string(k) + (s.a_transposed ? "|at" : "|a") + std::to_string(s.lda) + "|";
+  std::vector<std::uint64_t> args{device_address(x), device_address(pieces[0]), device_address(out)};
+  for (std::size_t p = 0; p < pieces.size(); ++p) {
+    s.b_pieces.push_back(static_cast<std::uint64_t>(pieces[p].size(0)));
+    s.b_piece_ld.push_back(static_cast<std::uint64_t>(pieces[p].size(0) > 1 ? pieces[p].stride(0) : k));
+    key += std::to_string(s.b_pieces.back()) + "/" + std::to_string(s.b_piece_ld.back()) + ",";
+    if (p > 0) args.push_back(device_address(pieces[p]));
+  }
+  const c10::DeviceGuard guard(a.device());
+  const std::uint64_t size = isa::dtype_size(s.dtype);
+  const Traffic traffic{.read = (s.m * s.k + s.k * s.n) * size, .written = s.m * s.n * size};
+  run_cached(a.device().index(), key,
+             [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, "spyre::linear_concat"); }, args,
+             "spyre::linear_concat", traffic);
+  return out;
+}
+
+// spyre::linear_gated(input, gate, up, activation): activation(input @ gate.t()) *
+// (input @ up.t()) for an [m, k] input and [n, k] weights (SwiGLU's feed-forward), one
+// kernel (compiler::MatmulShape::gated): each tile computes both products from one read
+// of the input, rounds each as the separate op does and multiplies them, so the gate's
+// product never goes to DRAM. What the torch.compile backend puts in place of
+// matmul_epilogue(h, w1, act) feeding matmul_epilogue(h, w3, residual_op="mul").
+at::Tensor linear_gated(const at::Tensor& a, const at::Tensor& gate, const at::Tensor& up, c10::string_view activation) {
+  static const std::pair<const char*, isa::UnaryOp> kGates[] = {
+      {"silu", isa::UnaryOp::silu}, {"gelu", isa::UnaryOp::gelu}, {"gelu_tanh", isa::UnaryOp::gelu_tanh},
+      {"relu", isa::UnaryOp::relu}, {"sigmoid", isa::UnaryOp::sigmoid}, {"tanh", isa::UnaryOp::tanh}};
+  std::optional<isa::UnaryOp> act;
+  for (const auto& [text, op] : kGates) {
+    if (activation == text) act = op;
+  }
+  TORCH_CHECK(act.has_value() || activation.empty(), "spyre::linear_gated: unknown activation '", activation,
+              "' (expected silu, gelu, gelu_tanh, relu, sigmoid, tanh or none)");
+  TORCH_CHECK(a.dim() == 2, "spyre::linear_gated: expected a 2-D input, got ", a.dim(), "-D");
+  TORCH_CHECK(is_spyre(a) && device_float_dtype(a.scalar_type()),
+              "spyre::linear_gated: the input must be a float tensor on a spyre device, got ", a.scalar_type(), " on ",
+              a.device());
+  for (const at::Tensor* w : {&gate, &up}) {
+    TORCH_CHECK(w->dim() == 2 && w->size(0) == gate.size(0) && w->size(1) == a.size(1) &&
+                    w->scalar_type() == a.scalar_type() && w->device() == a.device(),
+                "spyre::linear_gated: the ", w == &gate ? "gate" : "up", " weight must be an [n, ", a.size(1), "] ",
+                a.scalar_type(), " matrix on ", a.device(), " (n the gate's rows), got shape ", w->sizes(), " ",
+                w->scalar_type(), " on ", w->device());
+  }
+  const std::int64_t m = a.size(0), k = a.size(1), n = gate.size(0);
+  // Nothing to read (k = 0: both products are zeros, and act(0) * 0 is 0).
+  if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
+  const auto rows = [&](const at::Tensor& w) {
+    return (w.stride(1) == 1 || k == 1) && (w.size(0) == 1 || w.stride(0) >= k) ? w : w.contiguous();
+  };
+  const at::Tensor w1 = rows(gate), w3 = rows(up);
+  at::Tensor x = a;
+  Layout la = layout_of(x);
+  if (!la.ok) x = x.contiguous(), la = layout_of(x);
+  at::Tensor out = at::empty({m, n}, a.options());
+  compiler::MatmulShape s;
+  s.m = static_cast<std::uint64_t>(m);
+  s.n = static_cast<std::uint64_t>(n);
+  s.k = static_cast<std::uint64_t>(k);
+  s.dtype = *device_float_dtype(a.scalar_type());
+  s.a_transposed = la.transposed;
+  s.lda = static_cast<std::uint64_t>(la.ld);
+  s.b_transposed = true;
+  s.gated = true;
+  s.activation = act;
+  s.b_pieces = {s.n, s.n};
+  const auto ld = [&](const at::Tensor& w) { return static_cast<std::uint64_t>(n > 1 ? w.stride(0) : k); };
+  s.b_piece_ld = {ld(w1), ld(w3)};
+  const std::string name = "spyre::linear_gated[" + (activation.empty() ? std::string("none") : std::string(activation)) + "]";
+  const std::string key = name + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(m) + "x" +
+                          std::to_string(n) + "x" + std::to_string(k) + (s.a_transposed ? "|at" : "|a") +
+                          std::to_string(s.lda) + "|" + std::to_string(s.b_piece_ld[0]) + "," +
+                          std::to_string(s.b_piece_ld[1]);
+  const c10::DeviceGuard guard(a.device());
+  const std::uint64_t size = isa::dtype_size(s.dtype);
+  const Traffic traffic{.read = (s.m * s.k + 2 * s.k * s.n) * size, .written = s.m * s.n * size};
+  run_cached(a.device().index(), key, [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); },
+             {device_address(x), device_address(w1), device_address(out), device_address(w3)}, name, traffic);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(spyre, m) {
   m.def("matmul_epilogue(Tensor a, Tensor b, Tensor? bias, str activation, Tensor? residual=None, "
         "str residual_op=\"add\") -> Tensor");
+  m.def("linear_concat(Tensor input, Tensor[] weights) -> Tensor");
+  m.def("linear_gated(Tensor input, Tensor gate, Tensor up, str activation) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) { m.impl("matmul_epilogue", matmul_epilogue); }
+TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) {
+  m.impl("matmul_epilogue", matmul_epilogue);
+  m.impl("linear_concat", linear_concat);
+  m.impl("linear_gated", linear_gated);
+}
 TORCH_LIBRARY_IMPL(spyre, Autograd, m) {
   m.impl("matmul_epilogue", torch::autograd::autogradNotImplementedFallback());
+  m.impl("linear_concat", torch::autograd::autogradNotImplementedFallback());
+  m.impl("linear_gated", torch::autograd::autogradNotImplementedFallback());
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -52,9 +52,14 @@ std::uint8_t dma_token(std::uint8_t base, std::uint32_t slot, std::uint32_t part
 
 // A panel in the scratchpad: `rows` rows of `cols` elements, row r of which comes
 // from element offset first + r * ld of the operand.
+// A B panel of a pieced B (MatmulShape::b_pieces) gives instead its first row's index in
+// B's rows (transposed: its columns) and its K offset; its rows may come from several
+// pieces.
 struct Panel {
   std::uint32_t cols = 0, rows = 0;
   std::uint64_t first = 0, ld = 0;
+  bool pieced = false;
+  std::uint64_t row0 = 0, k0 = 0;
   std::uint32_t row_start(std::uint32_t part) const { return rows * part / kParts; }
 };
 std::uint16_t bit(std::uint32_t token) { return static_cast<std::uint16_t>(1u << token); }
@@ -66,7 +71,11 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
   const std::uint64_t bias_size = s.bias ? isa::dtype_size(*s.bias) : 0;
   MatmulPlan best;
   double best_time = -1;
+  // A gated pair's tile is two tiles' B panels and accumulators (and its output buffer
+  // two tiles' worth: C's tile and the up projection's rounded one, + alignment).
+  const std::uint64_t pair = s.gated ? 2 : 1;
   for (const std::uint32_t rt : {1u, 2u}) {
+    if (s.gated && rt == 2) continue;
     for (const std::uint64_t t : {256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
       const std::uint64_t tm = std::min(t, s.m), tn = std::min(t, s.n);
       const std::uint64_t tiles_m = ceil_div(s.m, tm), tiles_n = ceil_div(s.n, tn);
@@ -79,7 +88,8 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
       std::uint64_t tk = 0;
       for (const std::uint64_t c : {1024ull, 512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
         if (c > 512 && (ceil_div(s.k, c) < kRotateSteps || rt * tm * tn < 256 * 256)) continue;
-        if (footprint(tm, tn, std::min(c, s.k), size, rt, bias_size, out_size, s.scale, s.residual) <=
+        if (footprint(tm, pair * tn, std::min(c, s.k), size, rt, bias_size, out_size, s.scale, s.residual) +
+                (s.gated ? 4 : 0) <=
             target.scratchpad_bytes) {
           tk = std::min(c, s.k);
           break;
@@ -101,11 +111,11 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
           const double fill = static_cast<double>(target.array_rows + target.array_cols >= 2
                                                       ? target.array_rows + target.array_cols - 2
                                                       : 0);
-          const double compute = static_cast<double>(waves * rt * tm * tn * s.k) * (stream + fill) / stream;
+          const double compute = static_cast<double>(waves * rt * tm * pair * tn * s.k) * (stream + fill) / stream;
           // Two tiles a K step apart load each block's first B panel twice.
           const std::uint64_t b_extra = rt == 2 && ceil_div(s.k, tk) >= kRotateSteps ? tk : 0;
           const std::uint64_t read = sb * (std::min<std::uint64_t>(gr * rt * tm, s.m) * s.k +
-                                           std::min<std::uint64_t>(gc * tn, s.n) * (s.k + b_extra)) * size;
+                                           pair * std::min<std::uint64_t>(gc * tn, s.n) * (s.k + b_extra)) * size;
           const std::uint64_t residual_read = s.residual ? s.batch * s.m * s.n * out_size : 0;
           const std::uint64_t written = s.batch * s.m * s.n * out_size;
           double time = compute;
@@ -148,6 +158,37 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     throw std::invalid_argument(name + ": a residual is added or multiplied, got " +
                                 std::string(isa::to_string(s.residual_op)));
   }
+  if (!s.b_pieces.empty()) {
+    std::uint64_t total = 0;
+    for (const std::uint64_t w : s.b_pieces) {
+      if (w == 0) throw std::invalid_argument(name + ": a B piece has no columns");
+      total += w;
+    }
+    if (total != s.n && !s.gated) {
+      throw std::invalid_argument(name + ": B's pieces are " + std::to_string(total) + " columns wide in all, n is " +
+                                  std::to_string(s.n));
+    }
+    if (!s.b_transposed || s.batch != 1 || s.bias || s.scale || s.residual || (s.activation && !s.gated) ||
+        acc != isa::DType::fp32) {
+      throw std::invalid_argument(name + ": B in pieces takes transposed float pieces ([n_p x K] row-major), an "
+                                  "unbatched matmul and no epilogue");
+    }
+    if (!s.b_piece_ld.empty() && s.b_piece_ld.size() != s.b_pieces.size()) {
+      throw std::invalid_argument(name + ": " + std::to_string(s.b_piece_ld.size()) + " row pitches for " +
+                                  std::to_string(s.b_pieces.size()) + " B pieces");
+    }
+    for (std::size_t p = 0; p < s.b_piece_ld.size(); ++p) {
+      if (s.b_piece_ld[p] != 0 && s.b_piece_ld[p] < s.k) {
+        throw std::invalid_argument(name + ": B piece " + std::to_string(p) + "'s row pitch " +
+                                    std::to_string(s.b_piece_ld[p]) + " is shorter than K (" + std::to_string(s.k) + ")");
+      }
+    }
+  }
+  if (s.gated && (s.b_pieces.size() != 2 || s.b_pieces[0] != s.n || s.b_pieces[1] != s.n)) {
+    throw std::invalid_argument(name + ": a gated pair takes B as two pieces of n = " + std::to_string(s.n) +
+                                " columns (the gate's and the up projection's weights), got " +
+                                std::to_string(s.b_pieces.size()) + " piece(s)");
+  }
   if (s.residual && s.ldr != 0 && s.ldr < s.n) {
     throw std::invalid_argument(name + ": the residual's row pitch " + std::to_string(s.ldr) +
                                 " is shorter than its rows (" + std::to_string(s.n) + ")");
@@ -162,23 +203,26 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   }
   const std::uint32_t rt = p.rows_per_core;
   const auto a_bytes = static_cast<std::uint32_t>(p.tm * p.tk * size);
-  const auto b_bytes = static_cast<std::uint32_t>(p.tk * p.tn * size);
+  const std::uint64_t pair = s.gated ? 2 : 1;  // B panels and accumulators per tile
+  const auto b_bytes = static_cast<std::uint32_t>(pair * p.tk * p.tn * size);
   const auto c_bytes = static_cast<std::uint32_t>(p.tm * p.tn * 4);
   const std::uint32_t sp_a[2] = {0, a_bytes}, sp_b[2] = {2 * a_bytes, 2 * a_bytes + b_bytes};
   const std::uint32_t sp_c[2] = {2 * a_bytes + 2 * b_bytes, 2 * a_bytes + 2 * b_bytes + c_bytes};
   // One tile per core: the result is converted into its own buffer, so the next
   // tile's first matmul need not wait for the store. Two: in place.
-  const std::uint32_t sp_o = rt == 1 ? sp_c[0] + c_bytes : 0;
+  // (A gated pair's up accumulator is sp_c[1].)
+  const std::uint32_t sp_o = rt == 1 ? sp_c[0] + static_cast<std::uint32_t>(pair) * c_bytes : 0;
   // The epilogue's bias row: as loaded, then in fp32.
   // (fp32, so 4-byte aligned: an fp16/bf16 output buffer of odd tm x tn ends at 2 mod 4.)
   const std::uint32_t after =
       ((rt == 1 ? sp_o + static_cast<std::uint32_t>(p.tm * p.tn * out_size) : sp_c[1] + c_bytes) + 3u) & ~3u;
-  const std::uint32_t sp_bias = after, sp_bias_raw = after + static_cast<std::uint32_t>(p.tn * 4);
+  const std::uint32_t sp_bias = after, sp_bias_raw = after + (s.bias ? static_cast<std::uint32_t>(p.tn * 4) : 0u);
   // The scale (one fp32 value) after the bias row as loaded, 4-byte aligned.
   const std::uint32_t sp_scale =
       (sp_bias_raw + static_cast<std::uint32_t>(s.bias ? p.tn * isa::dtype_size(*s.bias) : 0) + 3u) & ~3u;
   const std::uint16_t scale_arg = s.bias ? 4 : 3;
-  // The residual tiles (one per accumulator) after the scale, 4-byte aligned.
+  // The residual tiles (one per accumulator) after the scale, 4-byte aligned; or a
+  // gated pair's up projection, rounded.
   const std::uint32_t sp_residual = (sp_scale + (s.scale ? 4u : 0u) + 3u) & ~3u;
   const auto residual_bytes = static_cast<std::uint32_t>(p.tm * p.tn * out_size);
   const auto residual_arg = static_cast<std::uint16_t>(3 + (s.bias ? 1 : 0) + (s.scale ? 1 : 0));
@@ -192,6 +236,13 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   // Row pitches of the stored matrices (elements): given, or dense.
   const std::uint64_t a_ld = s.lda != 0 ? s.lda : s.a_transposed ? s.m : s.k;
   const std::uint64_t b_ld = s.ldb != 0 ? s.ldb : s.b_transposed ? s.k : s.n;
+  // A pieced B: each piece's first column of B, argument and row pitch.
+  std::vector<std::uint64_t> piece_start;
+  for (std::size_t q = 0, at = 0; q < s.b_pieces.size(); at += s.b_pieces[q++]) piece_start.push_back(at);
+  const auto piece_arg = [](std::size_t q) { return static_cast<std::uint16_t>(q == 0 ? 1 : 2 + q); };
+  const auto piece_ld = [&](std::size_t q) {
+    return q < s.b_piece_ld.size() && s.b_piece_ld[q] != 0 ? s.b_piece_ld[q] : s.k;
+  };
   isa::ProgramBuilder b(name, streams);
   // A block of one core: rt tiles stacked along M sharing their B panels; where its
   // panels come from (DRAM or a neighbour's ring message) and where it passes them on.
@@ -262,6 +313,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     const auto b_panel = [&](const Tile& t, std::uint64_t step) {
       const auto [k0, k] = chunks[step];
       const std::uint64_t base = t.batch * s.b_batch_stride;
+      if (!s.b_pieces.empty()) return Panel{k, static_cast<std::uint32_t>(pair * t.n), 0, 0, true, t.j0, k0};
       return s.b_transposed ? Panel{k, t.n, base + t.j0 * b_ld + k0, b_ld} : Panel{t.n, k, base + k0 * b_ld + t.j0, b_ld};
     };
     // A loader's DMAs of a panel into `slot`, in pieces, once the slot's last ring
@@ -272,9 +324,36 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       for (std::uint32_t part = 0; part < kParts; ++part) {
         const std::uint32_t r0 = pn.row_start(part), r1 = pn.row_start(part + 1);
         if (r1 == r0) continue;
-        b.add(stream, dma<isa::DmaLoad>(dma_token(dma_base, slot, part), s.dtype, arg, pn.first + r0 * pn.ld,
-                                        sp + static_cast<std::uint32_t>(r0 * pn.cols * size), pn.cols, r1 - r0,
-                                        static_cast<std::int64_t>(pn.ld)));
+        if (!pn.pieced) {
+          b.add(stream, dma<isa::DmaLoad>(dma_token(dma_base, slot, part), s.dtype, arg, pn.first + r0 * pn.ld,
+                                          sp + static_cast<std::uint32_t>(r0 * pn.cols * size), pn.cols, r1 - r0,
+                                          static_cast<std::int64_t>(pn.ld)));
+          continue;
+        }
+        // A pieced B panel: one DMA per piece its rows cross, on the part's token.
+        for (std::uint32_t r = r0; r < r1;) {
+          // A gated pair's panel: the gate's rows j0.., then the up projection's.
+          const std::uint32_t half = pn.rows / 2;
+          std::size_t q = 0;
+          std::uint64_t row = 0;
+          std::uint32_t end = 0;
+          if (s.gated) {
+            q = r < half ? 0 : 1;
+            row = pn.row0 + r - q * half;
+            end = q == 0 ? std::min(r1, half) : r1;
+          } else {
+            const std::uint64_t column = pn.row0 + r;  // of B (its transpose's row)
+            q = static_cast<std::size_t>(std::upper_bound(piece_start.begin(), piece_start.end(), column) -
+                                         piece_start.begin() - 1);
+            row = column - piece_start[q];
+            end = static_cast<std::uint32_t>(std::min<std::uint64_t>(r1, piece_start[q] + s.b_pieces[q] - pn.row0));
+          }
+          b.add(stream, dma<isa::DmaLoad>(dma_token(dma_base, slot, part), s.dtype, piece_arg(q),
+                                          row * piece_ld(q) + pn.k0,
+                                          sp + static_cast<std::uint32_t>(r * pn.cols * size), pn.cols, end - r,
+                                          static_cast<std::int64_t>(piece_ld(q))));
+          r = end;
+        }
       }
     };
     // The panel of this step: a loader waits for its DMA and sends it on; a receiver
@@ -421,6 +500,12 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
                                     .lda = s.a_transposed ? t.m[r] : k, .ldb = s.b_transposed ? k : t.n, .ldc = t.n,
                                     .in = s.dtype, .out = acc, .trans_a = s.a_transposed,
                                     .trans_b = s.b_transposed, .accumulate = !u.first});
+          if (s.gated) {  // the up projection: the panel's second half, into the second accumulator
+            b.add(stream, isa::Matmul{.a = a_at, .b = sp_b[bslot] + static_cast<std::uint32_t>(t.n * k * size),
+                                      .c = c_at + c_bytes, .m = rows, .n = t.n, .k = k, .lda = s.a_transposed ? t.m[r] : k,
+                                      .ldb = k, .ldc = t.n, .in = s.dtype, .out = acc, .trans_a = s.a_transposed,
+                                      .trans_b = true, .accumulate = !u.first});
+          }
           if (!u.last) continue;
           // The tile's rows are complete: the epilogue, then convert (or copy, fp32) and store.
           if (s.scale) {
@@ -455,6 +540,16 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
           } else if (out != c_at) {
             b.add(stream, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = out_t, .src = c_at, .dst = out,
                                       .count = rows * t.n});
+          }
+          if (s.gated) {  // * the up projection, rounded to C's dtype first as its own product is
+            std::uint32_t up = c_at + c_bytes;
+            if (out_t != acc) {
+              const std::uint32_t rounded = sp_residual + static_cast<std::uint32_t>(r0 * t.n * out_size);
+              b.add(stream, isa::VConvert{.from = acc, .to = out_t, .src = up, .dst = rounded, .count = rows * t.n});
+              up = rounded;
+            }
+            b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = out_t, .a = out, .b = up, .dst = out,
+                                       .rows = rows, .cols = t.n});
           }
           if (s.residual) {
             if (!residual_ready) {

@@ -54,6 +54,20 @@ struct MatmulShape {
   bool residual = false;
   isa::BinaryOp residual_op = isa::BinaryOp::add;
   std::uint64_t ldr = 0;
+  // B as column pieces, each its own argument: B = [B0 | B1 | ...], piece p n_p columns
+  // wide (the widths sum to n), stored transposed ([n_p x K] row-major, as linear
+  // weights are) with row pitch b_piece_ld[p] (0 = K). Piece 0 is argument 1, piece p > 0
+  // argument 2 + p. Several projections of one input (attention's Q, K and V) are then
+  // one kernel that reads the input once; C holds their results side by side. Unbatched,
+  // without an epilogue. Empty: B is one matrix.
+  std::vector<std::uint64_t> b_pieces{}, b_piece_ld{};
+  // A gated pair, SwiGLU's activation(x @ W1^T) * (x @ W3^T): B is two pieces of n
+  // columns each (b_pieces {n, n}), the gate's weights and the up projection's. Every
+  // tile computes both from one A panel into two accumulators, applies the activation
+  // to the gate's, rounds both to C's dtype (as the two separate products are rounded)
+  // and multiplies them in C's dtype: C is [m x n], and the gate's product never goes
+  // to DRAM. One tile per core.
+  bool gated = false;
 
   isa::DType out_dtype() const { return out ? *out : dtype; }
   isa::DType accumulator() const { return isa::is_float(dtype) ? isa::DType::fp32 : isa::DType::int32; }
@@ -84,7 +98,7 @@ inline constexpr std::uint32_t kPanelPieces = 2;
 
 
 // Arguments: 0 = A, 1 = B, 2 = C, then the bias, the scale and the residual, each when
-// given. Throws std::invalid_argument naming the shapes and
+// given, or B's further pieces. Throws std::invalid_argument naming the shapes and
 // the bytes needed when no tiling fits the scratchpad.
 std::vector<std::uint8_t> compile_matmul(const MatmulShape& shape, const Target& target, const std::string& name);
 

@@ -543,6 +543,241 @@ def fuse_matmul_residuals(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
+def _linear_weight(b):
+    """The weight node w when `b` is ``w.t()`` (a permute or t of a 2-D graph input or
+    attribute, as nn.Linear's ``x @ w.t()`` appears in an aten graph), else None."""
+    if not isinstance(b, torch.fx.Node) or b.op != "call_function":
+        return None
+    if not (b.target is aten.t.default or (b.target is aten.permute.default and list(b.args[1]) == [1, 0])):
+        return None
+    w = b.args[0]
+    if not isinstance(w, torch.fx.Node) or w.op not in ("placeholder", "get_attr"):
+        return None
+    val = _val(w)
+    return w if isinstance(val, torch.Tensor) and val.dim() == 2 else None
+
+
+def _input_key(a):
+    """One key for a tensor and every equal view of one tensor (AOTAutograd gives each
+    linear of a 3-D input its own view to 2-D)."""
+    return (a.args[0], tuple(_val(a).shape)) if a.op == "call_function" and a.target in _VIEWS else (a, None)
+
+
+def fuse_gated_linears(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Replaces a gate, ``act(x @ w1.t()) * (x @ w3.t())`` (SwiGLU's feed-forward, after
+    fuse_matmul_epilogues and fuse_matmul_residuals made it a matmul whose epilogue
+    multiplies by the other matmul's result), with one ``torch.ops.spyre.linear_gated``
+    call: both products from one read of x, and the gate's never goes to DRAM. Both
+    linears without bias, the activation on at most one of them; each product is
+    rounded as in the two kernels it replaces."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if (node.op != "call_function" or node.target is not torch.ops.spyre.matmul_epilogue.default
+                or len(node.args) < 6 or node.args[5] != "mul" or node.args[2] is not None):
+            continue
+        chain, other = [], node.args[4]
+        while (isinstance(other, torch.fx.Node) and other.op == "call_function" and other.target in _VIEWS
+               and len(other.users) == 1):
+            chain.append(other)
+            other = other.args[0]
+        if (not isinstance(other, torch.fx.Node) or other.target is not torch.ops.spyre.matmul_epilogue.default
+                or len(other.users) != 1 or other.args[2] is not None
+                or (len(other.args) > 4 and other.args[4] is not None)):
+            continue
+        w_up, w_other = _linear_weight(node.args[1]), _linear_weight(other.args[1])
+        if w_up is None or w_other is None or _input_key(node.args[0]) != _input_key(other.args[0]):
+            continue
+        if tuple(_val(w_up).shape) != tuple(_val(w_other).shape) or _val(w_up).dtype != _val(node).dtype:
+            continue
+        if node.args[3] and other.args[3]:
+            continue  # an activation on both sides
+        gate, up, act = (w_up, w_other, node.args[3]) if node.args[3] else (w_other, w_up, other.args[3])
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(torch.ops.spyre.linear_gated.default, (node.args[0], gate, up, act))
+        call.meta["val"] = _val(node)
+        node.replace_all_uses_with(call)
+        operands = [node.args[1], other.args[0], other.args[1]]
+        gm.graph.erase_node(node)
+        for n in chain:
+            gm.graph.erase_node(n)
+        gm.graph.erase_node(other)
+        for operand in operands:  # the transposes (and a view of x) nothing else reads
+            if isinstance(operand, torch.fx.Node) and operand.op == "call_function" and not operand.users:
+                gm.graph.erase_node(operand)
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
+def fuse_shared_input_linears(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Replaces linears without bias that read one input (``mm(x, w.t())`` with the same x,
+    or the same view of one tensor; attention's Q, K and V projections) with one
+    ``torch.ops.spyre.linear_concat`` call: one kernel reads x once for all of them, and
+    each projection is a column slice of its result. The products are the separate
+    mms' (fp32 accumulation, one rounding; the simulator's fp32 sums follow the host
+    BLAS's order for the tile's shape, so the last bit may differ)."""
+    groups: dict = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not aten.mm.default or len(node.args) != 2:
+            continue
+        a, b = node.args
+        w, out = _linear_weight(b), _val(node)
+        if (w is None or not isinstance(a, torch.fx.Node) or not isinstance(out, torch.Tensor)
+                or out.device.type != "spyre" or out.dtype not in _FLOATS or _val(w).dtype != out.dtype):
+            continue
+        # The same input seen through equal views counts as one input.
+        groups.setdefault(_input_key(a), []).append((node, w))
+    changed = False
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        first = members[0][0]
+        a = first.args[0]
+        widths = [_val(w).shape[0] for _, w in members]
+        with gm.graph.inserting_before(first):
+            call = gm.graph.call_function(torch.ops.spyre.linear_concat.default, (a, [w for _, w in members]))
+            a_val = _val(a)
+            call.meta["val"] = a_val.new_empty((a_val.shape[0], sum(widths)))
+            at = 0
+            for (mm, _), width in zip(members, widths):
+                piece = gm.graph.call_function(aten.slice.Tensor, (call, 1, at, at + width))
+                piece.meta["val"] = call.meta["val"][:, at:at + width]
+                mm.replace_all_uses_with(piece)
+                at += width
+        for mm, _ in members:
+            operands = mm.args
+            gm.graph.erase_node(mm)
+            for operand in operands:  # the transposes (and views of x) nothing else reads
+                if isinstance(operand, torch.fx.Node) and operand.op == "call_function" and not operand.users:
+                    gm.graph.erase_node(operand)
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
+_LAYOUTS = _VIEWS + (aten.transpose.int, aten.permute.default)
+
+
+def _column_slice(x):
+    """(linear_concat node, first column, end column, [layout nodes from the slice to x])
+    when x is a column slice of a linear_concat result seen through views and
+    transposes (a projection's heads, as attention takes them), else None."""
+    chain = []
+    while isinstance(x, torch.fx.Node) and x.op == "call_function" and x.target in _LAYOUTS:
+        chain.append(x)
+        x = x.args[0]
+    if (not isinstance(x, torch.fx.Node) or x.op != "call_function" or x.target is not aten.slice.Tensor
+            or len(x.args) != 4 or x.args[1] != 1 or x.kwargs or not isinstance(x.args[0], torch.fx.Node)
+            or x.args[0].target is not torch.ops.spyre.linear_concat.default):
+        return None
+    return x.args[0], x.args[2], x.args[3], chain[::-1]
+
+
+def _merged_args(nodes):
+    """The layout node arguments of sibling chains with their one differing size summed
+    (a view to [b, t, 16, 128] and one to [b, t, 4, 128]: [b, t, 20, 128]), or None when
+    they differ otherwise."""
+    first = nodes[0]
+    if any(n.target is not first.target or n.kwargs or len(n.args) != len(first.args) for n in nodes):
+        return None
+    if first.target not in _VIEWS:
+        return tuple(first.args[1:]) if all(tuple(n.args[1:]) == tuple(first.args[1:]) for n in nodes) else None
+    shapes = [list(n.args[1]) for n in nodes]
+    if any(len(sh) != len(shapes[0]) or not all(isinstance(v, int) for v in sh) for sh in shapes):
+        return None
+    differ = [d for d in range(len(shapes[0])) if len({sh[d] for sh in shapes}) > 1]
+    if len(differ) > 1 or any(-1 in sh for sh in shapes):
+        return None
+    merged = list(shapes[0])
+    if differ:
+        merged[differ[0]] = sum(sh[differ[0]] for sh in shapes)
+    return (merged,)
+
+
+def merge_sibling_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Merges fused pointwise kernels that apply one program to adjacent column slices of
+    one linear_concat result, seen the same way, with their other inputs the same:
+    rotary embeddings of Q and of K (their heads side by side in the projections'
+    result, one cos/sin table) become one kernel over both; each result is a slice of
+    its result along the dim where they differed."""
+    groups: dict = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.spyre.fused_pointwise.default:
+            continue
+        inputs = node.args[3]
+        found = {i: _column_slice(x) for i, x in enumerate(inputs)}
+        sliced = {i: f for i, f in found.items() if f is not None}
+        if not sliced or len({inputs[i] for i in sliced}) != 1:
+            continue
+        concat, start, end, chain = next(iter(sliced.values()))
+        others = tuple(x if i not in sliced else None for i, x in enumerate(inputs))
+        key = (node.args[0], tuple(node.args[1]), tuple(node.args[2]), node.args[4],
+               tuple(tuple(a) if isinstance(a, list) else a for a in node.args[5:]), others,
+               concat, tuple(n.target for n in chain))
+        groups.setdefault(key, []).append((start, end, chain, node, sorted(sliced)))
+    changed = False
+    for members in groups.values():
+        members.sort(key=lambda m: m[0])
+        run = [members[0]]
+        for m in members[1:] + [None]:
+            if m is not None and m[0] == run[-1][1]:
+                run.append(m)
+                continue
+            if len(run) > 1 and _merge_run(gm, run):
+                changed = True
+            run = [m]
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
+def _merge_run(gm, run) -> bool:
+    chains = [m[2] for m in run]
+    merged_args = [_merged_args([c[j] for c in chains]) for j in range(len(chains[0]))]
+    outs = [_val(m[3]) for m in run]
+    if any(a is None for a in merged_args) or any(o.dim() != outs[0].dim() for o in outs):
+        return False
+    differ = [d for d in range(outs[0].dim()) if len({o.shape[d] for o in outs}) > 1]
+    if len(differ) != 1:
+        return False
+    dim = differ[0]
+    first = min((m[3] for m in run), key=lambda n: list(gm.graph.nodes).index(n))
+    concat = _column_slice(run[0][3].args[3][run[0][4][0]])[0]
+    with gm.graph.inserting_before(first):
+        x = gm.graph.call_function(aten.slice.Tensor, (concat, 1, run[0][0], run[-1][1]))
+        x.meta["val"] = _val(concat)[:, run[0][0]:run[-1][1]]
+        for j, args in enumerate(merged_args):
+            target = chains[0][j].target
+            prev = x
+            x = gm.graph.call_function(target, (prev,) + tuple(args))
+            x.meta["val"] = target(_val(prev), *args)
+        template = run[0][3]
+        inputs = [x if i in run[0][4] else a for i, a in enumerate(template.args[3])]
+        call = gm.graph.call_function(template.target, (template.args[0], template.args[1], template.args[2], inputs)
+                                      + tuple(template.args[4:]))
+        call.meta["val"] = torch.cat(outs, dim)
+        at = 0
+        for m, out in zip(run, outs):
+            part = gm.graph.call_function(aten.slice.Tensor, (call, dim, at, at + out.shape[dim]))
+            part.meta["val"] = _val(call).narrow(dim, at, out.shape[dim])
+            at += out.shape[dim]
+            m[3].replace_all_uses_with(part)
+    for m in run:
+        gm.graph.erase_node(m[3])
+        for n in reversed(m[2]):  # the old chains, when nothing else reads them
+            if not n.users:
+                source = n.args[0]
+                gm.graph.erase_node(n)
+                if source.op == "call_function" and source.target is aten.slice.Tensor and not source.users:
+                    gm.graph.erase_node(source)
+    return True
+
+
 def drop_layout_preserving_clones(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Removes ``aten.clone`` nodes that change nothing: AOTAutograd writes eval-mode
     dropout as a clone, and a clone of a contiguous tensor read only by other ops of a
@@ -645,7 +880,8 @@ def reinplace_input_mutations(gm: torch.fx.GraphModule, example_inputs=()) -> to
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     gm = reinplace_input_mutations(gm, example_inputs)
     gm = fuse_matmul_epilogues(drop_layout_preserving_clones(fold_conversions_into_arange(gm)))
-    return fuse_pointwise(fuse_matmul_residuals(gm))
+    gm = fuse_gated_linears(fuse_matmul_residuals(gm))
+    return merge_sibling_pointwise(fuse_shared_input_linears(fuse_pointwise(gm)))
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs):

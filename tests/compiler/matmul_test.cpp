@@ -163,6 +163,127 @@ TEST_CASE("given a residual, each tile's is loaded when the tile starts and adde
                     ContainsSubstring("x: a residual is added or multiplied, got sub"));
 }
 
+TEST_CASE("given B in pieces, each panel row is loaded from the piece that holds it, and all of B is read") {
+  // Q, K and V projections of one input as one kernel: pieces 300, 100 and 300 wide
+  // (arguments 1, 3 and 4), K = 2200, stored transposed (each [n_p x K]). With 64-wide
+  // tiles, the tiles over columns 256-319 and 384-447 cross a piece boundary and take
+  // two DMAs per panel part.
+  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  compiler::MatmulShape shape{.m = 1152, .n = 700, .k = 2200, .dtype = isa::DType::fp16, .b_transposed = true};
+  shape.b_pieces = {300, 100, 300};
+  shape.b_piece_ld = {0, 2304, 0};  // the second piece's rows 2304 apart (a slice of a wider matrix)
+  REQUIRE(compiler::plan_matmul(shape, target).tn == 64);
+  const isa::Program p(compiler::compile_matmul(shape, target, "spyre::linear_concat"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 4}));
+  const std::map<std::uint16_t, std::pair<std::uint64_t, std::uint64_t>> pieces{  // arg: rows, row pitch
+      {1, {300, 2200}}, {3, {100, 2304}}, {4, {300, 2200}}};
+  std::map<std::uint16_t, std::vector<std::vector<bool>>> seen;
+  for (const auto& [arg, piece] : pieces) seen[arg].assign(piece.first, std::vector<bool>(2200, false));
+  std::size_t b_loads = 0;
+  for (std::uint32_t s = 0; s < p.num_streams(); ++s) {
+    for (std::uint32_t pc = 0; pc < p.stream_length(s); ++pc) {
+      const isa::Decoded d = p.decode_at(s, pc);
+      const auto* l = std::get_if<isa::DmaLoad>(&*d.inst);
+      if (l == nullptr || l->arg == 0) continue;
+      REQUIRE(pieces.count(l->arg) == 1);  // A (0) or a piece of B; nothing else is loaded
+      ++b_loads;
+      const auto [rows, ld] = pieces.at(l->arg);
+      CHECK(l->mem_stride[1] == static_cast<std::int64_t>(ld));
+      const std::uint64_t first = l->offset / 2, row = first / ld, k0 = first % ld;
+      REQUIRE(row + l->shape[1] <= rows);  // never past its piece's last row
+      REQUIRE(k0 + l->shape[0] <= 2200);
+      for (std::uint64_t r = row; r < row + l->shape[1]; ++r) {
+        for (std::uint64_t k = k0; k < k0 + l->shape[0]; ++k) seen[l->arg][r][k] = true;
+      }
+    }
+  }
+  CHECK(b_loads > 0);
+  for (const auto& [arg, rows] : seen) {
+    for (const auto& r : rows) CHECK(std::all_of(r.begin(), r.end(), [](bool b) { return b; }));
+  }
+  // Widths that do not add up to n, an epilogue, or untransposed pieces are clear errors.
+  compiler::MatmulShape wrong = shape;
+  wrong.b_pieces = {300, 100, 200};
+  CHECK_THROWS_WITH(compiler::compile_matmul(wrong, target, "x"),
+                    ContainsSubstring("x: B's pieces are 600 columns wide in all, n is 700"));
+  compiler::MatmulShape biased = shape;
+  biased.bias = isa::DType::fp16;
+  CHECK_THROWS_WITH(compiler::compile_matmul(biased, target, "x"),
+                    ContainsSubstring("x: B in pieces takes transposed float pieces"));
+  compiler::MatmulShape plain = shape;
+  plain.b_transposed = false;
+  CHECK_THROWS_WITH(compiler::compile_matmul(plain, target, "x"),
+                    ContainsSubstring("x: B in pieces takes transposed float pieces"));
+  compiler::MatmulShape short_ld = shape;
+  short_ld.b_piece_ld = {0, 2000, 0};
+  CHECK_THROWS_WITH(compiler::compile_matmul(short_ld, target, "x"),
+                    ContainsSubstring("x: B piece 1's row pitch 2000 is shorter than K (2200)"));
+}
+
+TEST_CASE("given a gated pair, each tile computes the gate and the up projection from one A panel") {
+  // SwiGLU's silu(x W1^T) * (x W3^T) at 1152 x 700 x 2200 on the CI chip: W1 is argument
+  // 1, W3 argument 3, both [700 x 2200]. A tile's B panel is its 64 gate rows then its
+  // 64 up rows; two matmuls per A panel; the finished tile: silu on the gate's
+  // accumulator, both rounded to fp16, multiplied, stored (C is 1152 x 700).
+  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
+                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
+                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  compiler::MatmulShape shape{.m = 1152, .n = 700, .k = 2200, .dtype = isa::DType::fp16, .b_transposed = true};
+  shape.b_pieces = {700, 700};
+  shape.gated = true;
+  shape.activation = isa::UnaryOp::silu;
+  const compiler::MatmulPlan plan = compiler::plan_matmul(shape, target);
+  CHECK(plan.rows_per_core == 1);
+  const isa::Program p(compiler::compile_matmul(shape, target, "spyre::linear_gated[silu]"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 4}));
+  std::map<std::uint16_t, std::vector<std::vector<bool>>> seen;
+  for (const std::uint16_t arg : {1, 3}) seen[arg].assign(700, std::vector<bool>(2200, false));
+  std::string order;
+  std::uint64_t stored = 0;
+  for (std::uint32_t s = 0; s < p.num_streams(); ++s) {
+    for (std::uint32_t pc = 0; pc < p.stream_length(s); ++pc) {
+      const isa::Decoded d = p.decode_at(s, pc);
+      if (const auto* l = std::get_if<isa::DmaLoad>(&*d.inst); l != nullptr && l->arg != 0) {
+        REQUIRE((l->arg == 1 || l->arg == 3));
+        const std::uint64_t first = l->offset / 2, row = first / 2200, k0 = first % 2200;
+        REQUIRE(row + l->shape[1] <= 700);
+        for (std::uint64_t r = row; r < row + l->shape[1]; ++r) {
+          for (std::uint64_t k = k0; k < k0 + l->shape[0]; ++k) seen[l->arg][r][k] = true;
+        }
+      }
+      if (s != 0) {
+        if (const auto* st = std::get_if<isa::DmaStore>(&*d.inst)) stored += std::uint64_t{st->shape[0]} * st->shape[1];
+        continue;
+      }
+      if (std::holds_alternative<isa::Matmul>(*d.inst)) order += 'M';
+      if (const auto* u = std::get_if<isa::VUnary>(&*d.inst); u != nullptr && u->op == isa::UnaryOp::silu) order += 'G';
+      if (std::holds_alternative<isa::VConvert>(*d.inst)) order += 'C';
+      if (const auto* v = std::get_if<isa::VBinary>(&*d.inst); v != nullptr && v->op == isa::BinaryOp::mul) order += 'X';
+      if (const auto* st = std::get_if<isa::DmaStore>(&*d.inst)) {
+        order += 'S';
+        stored += std::uint64_t{st->shape[0]} * st->shape[1];
+        CHECK(st->mem_stride[1] == 700);  // rows of C, n apart
+      }
+    }
+  }
+  for (const auto& [arg, rows] : seen) {
+    for (const auto& r : rows) CHECK(std::all_of(r.begin(), r.end(), [](bool b) { return b; }));
+  }
+  CHECK(stored == 1152 * 700);  // C once, n columns wide
+  const auto count = [&](char c) { return std::count(order.begin(), order.end(), c); };
+  CHECK(count('M') % 2 == 0);
+  CHECK(order.find("MMGCCXS") != std::string::npos);  // a finished tile's epilogue
+  CHECK(count('G') == count('S'));
+  CHECK(count('C') == 2 * count('S'));
+  // The pair's pieces must both be n wide.
+  compiler::MatmulShape wrong = shape;
+  wrong.b_pieces = {700, 600};
+  CHECK_THROWS_WITH(compiler::compile_matmul(wrong, target, "x"),
+                    ContainsSubstring("x: a gated pair takes B as two pieces of n = 700 columns"));
+}
+
 TEST_CASE("given GEMMs of many shapes, every ring message sent is received, in order and size") {
   // B panels travel down grid columns and A panels along grid rows; a core that skips
   // or adds one (e.g. a single-tile edge block under a two-tile K-step schedule) leaves

@@ -113,10 +113,9 @@ def test_an_rmsnorm_swiglu_block_matches_eager_with_fewer_kernels(dtype):
         fused, _ = kernels(compiled, x.to("spyre"))
         eager, _ = kernels(model, x.to("spyre"))
     assert any(n.startswith("spyre::fused[") and "rsqrt" in n for n in fused)
-    assert "spyre::matmul[silu]" in fused  # the gate's activation in its matmul's epilogue
-    assert "spyre::matmul[gate]" in fused  # silu(gate) * up in the up projection's
+    assert "spyre::linear_gated[silu]" in fused  # silu(w1 h) * w3 h: one kernel, one read of h
     assert "spyre::matmul[residual]" in fused  # x + w2(...) in the down projection's
-    assert len(fused) == 6 and len(eager) == 12  # (the norm: pow, mean and one fused kernel)
+    assert len(fused) == 5 and len(eager) == 12  # (the norm: pow, mean and one fused kernel)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -217,6 +216,107 @@ def test_a_residual_epilogue_checks_its_operand():
     b = torch.ones(8, 3, device="spyre")
     got = torch.ops.spyre.matmul_epilogue(a, b, None, "relu", wide[:, 2:5])
     assert torch.equal(got.cpu(), torch.relu(a.cpu() @ b.cpu()) + wide.cpu()[:, 2:5])
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("m,widths,k", [(37, (70, 20, 20), 50), (1152, (300, 100, 300), 2200), (64, (8, 256), 96)],
+                         ids=str)
+def test_linears_of_one_input_in_one_kernel_are_the_separate_products(dtype, m, widths, k):
+    # On the CI chip: pieces narrower than a tile, tiles that cross a piece boundary
+    # (64-wide tiles over 300 | 100 | 300), a piece whose rows are a slice of a wider
+    # weight; each piece of the result is the separate mm's product (to the last bit or
+    # two: the simulator's fp32 sums follow the host BLAS's order, which depends on the
+    # tile's shape).
+    a = rand((m, k), dtype, 31).to("spyre")
+    weights = [rand((w, k + 5), dtype, 32 + i).to("spyre")[:, 2:k + 2] if i == 1 else rand((w, k), dtype, 32 + i).to("spyre")
+               for i, w in enumerate(widths)]
+    torch.spyre.reset_fallback_counts()
+    got = torch.ops.spyre.linear_concat(a, weights)
+    assert torch.spyre.fallback_counts() == {}
+    assert got.shape == (m, sum(widths))
+    at = 0
+    for w in weights:
+        assert_close(got[:, at:at + w.shape[0]].cpu(), (a @ w.t()).cpu(), **tol(dtype))
+        at += w.shape[0]
+    assert_close(got.cpu().float(), a.cpu().float() @ torch.cat([w.cpu().float() for w in weights]).t(),
+                 **{torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=3e-2, rtol=3e-3),
+                    torch.bfloat16: dict(atol=2e-1, rtol=2e-2)}[dtype])
+
+
+def test_linear_concat_checks_its_operands():
+    a = torch.ones(4, 8, device="spyre")
+    with pytest.raises(RuntimeError, match=r"weight 1 must be an \[n, 8\] Float matrix on spyre:0, got shape \[3, 7\]"):
+        torch.ops.spyre.linear_concat(a, [torch.ones(3, 8, device="spyre"), torch.ones(3, 7, device="spyre")])
+    with pytest.raises(RuntimeError, match="needs at least one weight"):
+        torch.ops.spyre.linear_concat(a, [])
+    with pytest.raises(RuntimeError, match="expected a 2-D input, got 3-D"):
+        torch.ops.spyre.linear_concat(a[None], [torch.ones(3, 8, device="spyre")])
+    # A weight with no rows adds no columns; the device keeps working.
+    got = torch.ops.spyre.linear_concat(a, [torch.ones(0, 8, device="spyre"), torch.ones(2, 8, device="spyre")])
+    assert torch.equal(got.cpu(), torch.full((4, 2), 8.0))
+
+
+class _Projections(torch.nn.Module):  # attention's Q, K and V (grouped: K and V narrower)
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(256, n, bias=False) for n in (256, 64, 64))
+
+    def forward(self, x):
+        return self.q(x) + 1, self.k(x) * 2, self.v(x)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_projections_of_one_input_are_one_kernel_that_reads_it_once(dtype):
+    torch._dynamo.reset()
+    torch.manual_seed(5)
+    model = _Projections().to(dtype).to("spyre")
+    x = rand((2, 40, 256), dtype, 35).to("spyre")
+    with torch.no_grad():
+        compiled, got = compiled_run(model, x)
+        want = model(x)
+        for g, w in zip(got, want):
+            assert_close(g.cpu(), w.cpu(), **tol(dtype))  # the same products and the same ops after them
+        fused = spyre_sim.run(compiled, x)["kernels"]
+        eager = [k for k in spyre_sim.run(model, x)["kernels"] if k["name"] == "aten::mm"]
+    assert len(eager) == 3 and not any(k["name"] == "aten::mm" for k in fused)
+    (concat,) = [k for k in fused if k["name"] == "spyre::linear_concat"]
+    # x (2 x 40 x 256 values) is read once instead of three times, with all the weights.
+    x_bytes, w_bytes = x.numel() * x.element_size(), (256 + 64 + 64) * 256 * x.element_size()
+    assert concat["dram_read_bytes"] == x_bytes + w_bytes
+    assert sum(k["dram_read_bytes"] for k in eager) == 3 * x_bytes + w_bytes
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("m,n,k", [(37, 70, 50), (1152, 700, 2200), (64, 8, 96)], ids=str)
+def test_a_gated_pair_in_one_kernel_equals_its_two_matmul_kernels(dtype, m, n, k):
+    # Edge tiles, several tiles per core and a core's last tile in row pieces on the CI
+    # chip, an up weight that is a slice of a wider one: the values of the matmul with
+    # the activation times the matmul with the gate's multiply (to the last bit or two,
+    # as above).
+    a = rand((m, k), dtype, 41).to("spyre")
+    w1 = rand((n, k), dtype, 42).to("spyre")
+    w3 = rand((n, k + 3), dtype, 43).to("spyre")[:, 1:k + 1]
+    torch.spyre.reset_fallback_counts()
+    for act in ("silu", "gelu_tanh", ""):
+        got = torch.ops.spyre.linear_gated(a, w1, w3, act)
+        gate = torch.ops.spyre.matmul_epilogue(a, w1.t(), None, act)
+        assert_close(got.cpu(), torch.ops.spyre.matmul_epilogue(a, w3.t(), None, "", gate, "mul").cpu(), **tol(dtype))
+    assert torch.spyre.fallback_counts() == {}
+    ref = F.silu(a.cpu().float() @ w1.cpu().float().t()) * (a.cpu().float() @ w3.cpu().float().t())
+    assert_close(torch.ops.spyre.linear_gated(a, w1, w3, "silu").cpu().float(), ref,
+                 **{torch.float32: dict(atol=2e-2, rtol=1e-4), torch.float16: dict(atol=5e-2, rtol=1e-2),
+                    torch.bfloat16: dict(atol=4e-1, rtol=4e-2)}[dtype])  # (K = 2200: products near 2000)
+
+
+def test_linear_gated_checks_its_operands():
+    a = torch.ones(4, 8, device="spyre")
+    w = torch.ones(3, 8, device="spyre")
+    with pytest.raises(RuntimeError, match="unknown activation 'swish'"):
+        torch.ops.spyre.linear_gated(a, w, w, "swish")
+    with pytest.raises(RuntimeError, match=r"the up weight must be an \[n, 8\] Float matrix on spyre:0 \(n the gate's "
+                                           r"rows\), got shape \[2, 8\]"):
+        torch.ops.spyre.linear_gated(a, w, torch.ones(2, 8, device="spyre"), "silu")
+    assert torch.equal(torch.ops.spyre.linear_gated(a, w, w * 2, "").cpu(), torch.full((4, 3), 128.0))
 
 
 def _rotate_half(x):
