@@ -686,16 +686,28 @@ def _merged_args(nodes):
         return None
     if first.target not in _VIEWS:
         return tuple(first.args[1:]) if all(tuple(n.args[1:]) == tuple(first.args[1:]) for n in nodes) else None
-    shapes = [list(n.args[1]) for n in nodes]
+    shapes = [list(_val(n).shape) for n in nodes]  # (a -1 in the view's arguments resolved)
     if any(len(sh) != len(shapes[0]) or not all(isinstance(v, int) for v in sh) for sh in shapes):
         return None
     differ = [d for d in range(len(shapes[0])) if len({sh[d] for sh in shapes}) > 1]
-    if len(differ) > 1 or any(-1 in sh for sh in shapes):
+    if len(differ) > 1:
         return None
     merged = list(shapes[0])
     if differ:
         merged[differ[0]] = sum(sh[differ[0]] for sh in shapes)
     return (merged,)
+
+
+_PURE_LAYOUT = _LAYOUTS + (aten.slice.Tensor, aten._to_copy.default, aten.unsqueeze.default, aten.expand.default)
+
+
+def _value_key(x):
+    """A key equal for nodes that compute the same value: the same slice, view or
+    conversion of the same tensor, each written out separately (`self.cos[:t]` evaluated
+    once for Q's rotary embedding and once for K's)."""
+    if not isinstance(x, torch.fx.Node) or x.op != "call_function" or x.target not in _PURE_LAYOUT:
+        return tuple(_value_key(v) for v in x) if isinstance(x, (list, tuple)) else x
+    return (x.target, tuple(_value_key(a) for a in x.args), tuple(sorted((k, _value_key(v)) for k, v in x.kwargs.items())))
 
 
 def merge_sibling_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -714,7 +726,7 @@ def merge_sibling_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if not sliced or len({inputs[i] for i in sliced}) != 1:
             continue
         concat, start, end, chain = next(iter(sliced.values()))
-        others = tuple(x if i not in sliced else None for i, x in enumerate(inputs))
+        others = tuple(_value_key(x) if i not in sliced else None for i, x in enumerate(inputs))
         key = (node.args[0], tuple(node.args[1]), tuple(node.args[2]), node.args[4],
                tuple(tuple(a) if isinstance(a, list) else a for a in node.args[5:]), others,
                concat, tuple(n.target for n in chain))
@@ -768,13 +780,14 @@ def _merge_run(gm, run) -> bool:
             at += out.shape[dim]
             m[3].replace_all_uses_with(part)
     for m in run:
+        todo = list(m[3].all_input_nodes)
         gm.graph.erase_node(m[3])
-        for n in reversed(m[2]):  # the old chains, when nothing else reads them
-            if not n.users:
-                source = n.args[0]
+        while todo:  # the old chains and the copies of shared inputs, when nothing else reads them
+            n = todo.pop()
+            if n.op == "call_function" and n.target in _PURE_LAYOUT and not n.users and n.graph is gm.graph \
+                    and n in gm.graph.nodes:
+                todo.extend(n.all_input_nodes)
                 gm.graph.erase_node(n)
-                if source.op == "call_function" and source.target is aten.slice.Tensor and not source.users:
-                    gm.graph.erase_node(source)
     return True
 
 

@@ -319,6 +319,45 @@ def test_linear_gated_checks_its_operands():
     assert torch.equal(torch.ops.spyre.linear_gated(a, w, w * 2, "").cpu(), torch.full((4, 3), 128.0))
 
 
+class _RotatedProjections(torch.nn.Module):
+    """Q, K and V of one input, Q and K with rotary embeddings (Llama's attention
+    inputs, 4 query and 2 key/value heads of 32); `rotate` names the projections rotated."""
+
+    def __init__(self, rotate=("q", "k")):
+        super().__init__()
+        self.rotate = rotate
+        self.q, self.k, self.v = (torch.nn.Linear(128, n, bias=False) for n in (128, 64, 64))
+        angles = torch.outer(torch.arange(24.0), 1.0 / 10000 ** (torch.arange(0, 16.0) / 16))
+        self.register_buffer("cos", torch.cat([angles, angles], -1).cos())
+        self.register_buffer("sin", torch.cat([angles, angles], -1).sin())
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        out = []
+        for name in ("q", "k", "v"):
+            z = getattr(self, name)(x).view(b, t, -1, 32).transpose(1, 2)
+            out.append(_rotary(z, self.cos[:t], self.sin[:t]) if name in self.rotate else z)
+        return out
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_rotary_embeddings_of_q_and_k_are_one_kernel_over_their_adjacent_heads(dtype):
+    torch._dynamo.reset()
+    torch.manual_seed(6)
+    x = rand((2, 24, 128), dtype, 36).to("spyre")
+    for rotate, rotary_kernels in ((("q", "k"), 1), (("q", "v"), 2)):  # q and v are not adjacent
+        model = _RotatedProjections(rotate).to(dtype).to("spyre")
+        with torch.no_grad():
+            compiled, got = compiled_run(model, x)
+            for g, w in zip(got, model(x)):
+                assert g.shape == w.shape
+                assert_close(g.cpu(), w.cpu(), **tol(dtype))
+            names, _ = kernels(compiled, x)
+        assert names.count("spyre::linear_concat") == 1
+        assert sum("rotate_half" in n for n in names) == rotary_kernels
+        assert len(names) == 1 + rotary_kernels
+
+
 def _rotate_half(x):
     half = x.shape[-1] // 2
     return torch.cat([-x[..., half:], x[..., :half]], -1)
