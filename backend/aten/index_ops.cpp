@@ -149,11 +149,21 @@ at::Tensor& index_copy_device(const char* name, at::Tensor& self, std::int64_t d
   auto source_sizes = table.sizes().vec();
   source_sizes[static_cast<std::size_t>(d)] = index_in.numel();
   at::Tensor source = source_in.reshape(source_sizes);
-  // The source is read as [outer..., count, row] contiguous, never through self's memory.
-  if (at::get_overlap_status(source, table) != at::MemOverlapStatus::No) source = source.clone();
-  source = source.contiguous();
+  // The source is read as [outer..., count, row] contiguous (or, along dim 0, rows with a
+  // pitch), never through self's memory.
+  // (get_overlap_status calls any strided pair "too hard": ask it only within one storage.)
+  if (source.is_alias_of(table) && at::get_overlap_status(source, table) != at::MemOverlapStatus::No) {
+    source = source.clone();
+  }
+  // Rows along dim 0 with a pitch (a slice of a wider tensor) are read in place.
+  bool pitched = d == 0 && source.dim() > 0 && source.stride(0) >= expected;
+  for (std::int64_t k = source.dim() - 1, run = 1; k > 0 && pitched; run *= source.size(k--)) {
+    if (source.size(k) != 1 && source.stride(k) != run) pitched = false;
+  }
+  if (!pitched) source = source.contiguous();
   const at::Tensor index = index_in.reshape({-1}).to(self.device()).contiguous();
   compiler::ScatterShape s;
+  if (pitched && source.size(0) > 1) s.source_row_stride = static_cast<std::uint64_t>(source.stride(0)) * table.element_size();
   s.count = static_cast<std::uint64_t>(index.numel());
   s.rows = static_cast<std::uint64_t>(table.size(d));
   const auto esize = static_cast<std::uint64_t>(table.element_size());
@@ -163,7 +173,7 @@ at::Tensor& index_copy_device(const char* name, at::Tensor& self, std::int64_t d
   s.wrap = wrap;
   std::string key = std::string(name) + "|" + std::to_string(s.count) + "x" + std::to_string(s.row_bytes) + "B/" +
                     std::to_string(s.row_stride) + "|" + std::to_string(s.rows) + (s.wide_index ? "|i64|" : "|i32|") +
-                    (wrap ? "wrap|" : "");
+                    (wrap ? "wrap|" : "") + (s.source_row_stride != 0 ? "src" + std::to_string(s.source_row_stride) + "|" : "");
   std::uint64_t outer = 1;
   for (std::int64_t k = 0; k < d; ++k) {
     s.outer_sizes.push_back(static_cast<std::uint64_t>(table.size(k)));

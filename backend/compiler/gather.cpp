@@ -76,6 +76,11 @@ std::vector<std::uint8_t> compile_scatter(const ScatterShape& s, const Target& t
                                 std::to_string(s.rows) + " rows of " + std::to_string(s.row_bytes) + " bytes, " +
                                 std::to_string(outer) + " outer positions)");
   }
+  if (s.source_row_stride != 0 && (outer != 1 || s.source_row_stride < s.row_bytes)) {
+    throw std::invalid_argument(name + ": a source row stride (" + std::to_string(s.source_row_stride) +
+                                " bytes) takes rows of at most that many bytes (" + std::to_string(s.row_bytes) +
+                                ") and no outer dims (" + std::to_string(outer) + " outer positions)");
+  }
   const std::uint64_t index_size = s.wide_index ? 8 : 4;
   const std::uint64_t room = target.scratchpad_bytes;
   if (room < 64 + 2 * s.row_bytes + index_size) {
@@ -101,6 +106,7 @@ std::vector<std::uint8_t> compile_scatter(const ScatterShape& s, const Target& t
   const std::uint64_t cores = std::min<std::uint64_t>(std::max<std::uint32_t>(1, target.cores), units);
   isa::ProgramBuilder b(name, static_cast<std::uint32_t>(cores));
   const auto row_bytes = static_cast<std::uint32_t>(s.row_bytes);
+  const std::uint64_t source_stride = s.source_row_stride != 0 ? s.source_row_stride : s.row_bytes;
   for (std::uint32_t core = 0; core < cores; ++core) {
     const std::uint64_t first = units * core / cores, last = units * (core + 1) / cores;
     std::uint64_t loaded_block = blocks;  // none yet
@@ -118,8 +124,8 @@ std::vector<std::uint8_t> compile_scatter(const ScatterShape& s, const Target& t
       }
       // The slot's buffer is free once its scatter from two units ago is done.
       if (u >= first + 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
-      b.add(core, make_dma<isa::DmaLoad>(1, isa::DType::int8, 2, (o * s.count + i0) * s.row_bytes, sp_rows[slot],
-                                         {row_bytes, n, 1}, {1, static_cast<std::int64_t>(s.row_bytes), 0}));
+      b.add(core, make_dma<isa::DmaLoad>(1, isa::DType::int8, 2, (o * s.count + i0) * source_stride, sp_rows[slot],
+                                         {row_bytes, n, 1}, {1, static_cast<std::int64_t>(source_stride), 0}));
       b.add(core, isa::Wait{.token_mask = 3});
       b.add(core, isa::DmaGather{.token = static_cast<std::uint8_t>(2 + slot), .wide_index = s.wide_index,
                                  .scatter = true, .wrap = s.wrap, .arg = 0, .index_sp = 0, .count = n, .sp_addr = sp_rows[slot],

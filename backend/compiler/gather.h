@@ -38,6 +38,9 @@ struct ScatterShape {
   std::uint64_t row_bytes = 0;   // bytes per row (contiguous in the table and the source)
   std::uint64_t row_stride = 0;  // bytes between the table's rows
   std::vector<std::uint64_t> outer_sizes, outer_strides;  // the outer dims: sizes and byte strides in the table
+  // Bytes between the source's rows when they are not packed (a slice of a wider
+  // tensor: the new K rows of a fused QKV projection); 0: row_bytes. Without outer dims.
+  std::uint64_t source_row_stride = 0;
   bool wide_index = true;
   bool wrap = false;  // negative indices count from the end (index_put_), else they fault (index_copy_)
 };

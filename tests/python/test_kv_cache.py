@@ -30,6 +30,25 @@ def test_index_copy_writes_the_named_rows_as_the_cpu(dtype, shape, dim):
         assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_index_copy_reads_source_rows_with_a_pitch_in_place(dtype):
+    # New K rows as a column slice of a fused QKV projection: rows of 2 x 8 values, 40
+    # apart. Scattered straight from there (no copy first), as the CPU does.
+    import spyre_sim
+
+    torch.manual_seed(1)
+    cache, qkv = torch.zeros(12, 2, 8).to(dtype), (torch.randn(5, 40) * 10).to(dtype)
+    idx = torch.tensor([3, 0, 11, 7, 5])
+    want = cache.clone().index_copy_(0, idx, qkv[:, 16:32].view(5, 2, 8))
+    dev, src = cache.to("spyre"), qkv.to("spyre")
+    r = spyre_sim.run(lambda: dev.index_copy_(0, idx.to("spyre"), src[:, 16:32].view(5, 2, 8)), warmup=0)
+    assert torch.equal(dev.cpu(), want)
+    assert [k["name"] for k in r["kernels"]] == ["aten::index_copy_"]
+    # Rows that are not whole within the source (a pitch inside a row) still get a copy.
+    got = cache.to("spyre").index_copy_(0, idx, src[:, :32].view(5, 2, 16)[:, :, 4:12])
+    assert torch.equal(got.cpu(), cache.clone().index_copy_(0, idx, qkv[:, :32].view(5, 2, 16)[:, :, 4:12]))
+
+
 def test_a_decode_step_moves_one_position_per_head_of_a_cache_view():
     cache, k = torch.zeros(2, 4, 32, 16), torch.randn(2, 4, 1, 16)
     dev = cache.to("spyre")

@@ -26,6 +26,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/lt.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/neg.h>
 #include <ATen/ops/ones.h>
@@ -57,6 +58,7 @@ struct Model {
   std::vector<Layer> layers;
   at::Tensor embed, norm, head;  // embedding table, final norm, output projection
   at::Tensor cos, sin;           // rotary tables [max positions, head_dim]
+  at::Tensor first_half;         // [2, 1] bool, true then false: the fused rotary kernel's halves
 };
 
 // The K/V caches, one pair per layer, [batch, kv_heads, max positions, head_dim]; or,
@@ -98,6 +100,7 @@ Model make_model(const LlmSpec& s, const at::TensorOptions& o) {
   const at::Tensor both = at::cat({angle, angle}, -1);
   m.cos = at::cos(both).to(s.dtype);
   m.sin = at::sin(both).to(s.dtype);
+  m.first_half = at::arange(2, f32).lt(1.0).view({2, 1});
   return m;
 }
 
@@ -113,6 +116,7 @@ Model copy_model(const Model& m, const at::Device& d) {
   c.head = to(m.head);
   c.cos = to(m.cos);
   c.sin = to(m.sin);
+  c.first_half = to(m.first_half);
   return c;
 }
 
@@ -153,6 +157,64 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_pool, const 
   return op.call(q, k_pool, v_pool, slots, mask, std::nullopt);
 }
 
+// The backend's fused kernels, through the dispatcher (device tensors only): what the
+// torch.compile backend puts in place of the eager ops (backend/README.md), so the
+// workload's device time is a compiled model's. The CPU reference runs the eager ops.
+at::Tensor linear_concat(const at::Tensor& x, const std::vector<at::Tensor>& weights) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("spyre::linear_concat", "")
+                             .typed<at::Tensor(const at::Tensor&, at::TensorList)>();
+  return op.call(x, weights);
+}
+at::Tensor linear_gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("spyre::linear_gated", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view)>();
+  return op.call(x, gate, up, "silu");
+}
+// residual + x @ w^T, the residual added in the matmul's epilogue.
+at::Tensor linear_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor& residual) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("spyre::matmul_epilogue", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
+                            const std::optional<at::Tensor>&, c10::string_view)>();
+  return op.call(x, w.t(), std::nullopt, "", residual, "add");
+}
+
+// x [B, L, heads, hd] (the projections' layout; so is the result, which K's cache
+// update then reads by whole rows) rotated by the angles of positions pos..pos+L-1 in
+// one spyre::fused_pointwise kernel (the program the compile backend writes for it): the
+// last dim split in halves, x = select(first half, x0, x1), rotate_half(x) =
+// select(first half, -x1, x0), then x cos + rotate_half(x) sin in fp32, rounded once.
+at::Tensor rotary_fused(const at::Tensor& x, const Model& m, std::int64_t pos) {
+  static const auto codes_op = c10::Dispatcher::singleton()
+                                   .findSchemaOrThrow("spyre::pointwise_codes", "")
+                                   .typed<c10::Dict<std::string, std::int64_t>()>();
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("spyre::fused_pointwise", "")
+          .typed<at::Tensor(c10::string_view, c10::IntArrayRef, c10::ArrayRef<double>, at::TensorList, c10::ScalarType,
+                            std::int64_t, c10::IntArrayRef)>();
+  static const std::vector<std::int64_t> program = [] {
+    const c10::Dict<std::string, std::int64_t> c = codes_op.call();
+    const std::int64_t fp32 = c.at("dtype.fp32"), in = c.at("arg.input"), step = c.at("arg.step"), none = c.at("arg.none");
+    const std::int64_t select = c.at("kind.select"), binary = c.at("kind.binary"), unary = c.at("kind.unary");
+    // Inputs: 0 cos, 1 the halves' mask, 2 x's first half, 3 its second half, 4 sin.
+    return std::vector<std::int64_t>{
+        select, 0, fp32, in, 1, in, 2, in, 3,                                 // 0: x
+        binary, c.at("binary.mul"), fp32, step, 0, in, 0, none, 0,           // 1: x cos
+        unary, c.at("unary.neg"), fp32, in, 3, none, 0, none, 0,             // 2: -x1
+        select, 0, fp32, in, 1, step, 2, in, 2,                               // 3: rotate_half(x)
+        binary, c.at("binary.mul"), fp32, step, 3, in, 4, none, 0,           // 4: rotate_half(x) sin
+        binary, c.at("binary.add"), fp32, step, 1, step, 4, none, 0};        // 5: the sum
+  }();
+  const std::int64_t len = x.size(1), hd = x.size(3);
+  const auto table = [&](const at::Tensor& t) { return t.narrow(0, pos, len).view({len, 1, hd}); };
+  const std::vector<at::Tensor> inputs{table(m.cos), m.first_half, x, x, table(m.sin)};
+  return op.call("spyre::fused[rotary]", program, {}, inputs, x.scalar_type(), hd / 2, {-1, 2, 0, 1, -1});
+}
+
 // x [B, heads, L, hd] rotated by the angles of positions pos..pos+L-1:
 // x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1).
 at::Tensor rotary(const at::Tensor& x, const Model& m, std::int64_t pos) {
@@ -168,19 +230,35 @@ at::Tensor forward(const LlmSpec& s, const Model& m, Cache& cache, const at::Ten
                    const at::Tensor& mask) {
   const std::int64_t b = tokens.size(0), len = tokens.size(1), hd = s.head_dim();
   at::Tensor h = at::embedding(m.embed, tokens);
+  const bool fused = h.device().type() == c10::DeviceType::PrivateUse1;
   for (std::size_t i = 0; i < m.layers.size(); ++i) {
     const Layer& l = m.layers[i];
     const at::Tensor a = at::rms_norm(h, {s.dim}, l.attn_norm, kNormEps);
-    const auto heads_of = [&](const at::Tensor& w, std::int64_t n) {
-      return at::linear(a, w).view({b, len, n, hd}).transpose(1, 2);
-    };
-    const at::Tensor q = rotary(heads_of(l.wq, s.heads), m, pos);
+    // Q, K (rotated) and V as [B, heads, L, hd]. On the device: one kernel for the three
+    // projections and one rotating Q's and K's heads together (adjacent in its result).
+    at::Tensor q, k_new, v_new;
+    if (fused) {
+      const at::Tensor qkv = linear_concat(a.reshape({b * len, s.dim}), {l.wq, l.wk, l.wv});
+      const auto heads = [&](std::int64_t first, std::int64_t n) {  // [B, L, n, hd]
+        return qkv.narrow(1, first * hd, n * hd).view({b, len, n, hd});
+      };
+      const at::Tensor qk = rotary_fused(heads(0, s.heads + s.kv_heads), m, pos);
+      q = qk.narrow(2, 0, s.heads).transpose(1, 2);
+      k_new = qk.narrow(2, s.heads, s.kv_heads).transpose(1, 2);
+      v_new = heads(s.heads + s.kv_heads, s.kv_heads).transpose(1, 2);
+    } else {
+      const auto heads_of = [&](const at::Tensor& w, std::int64_t n) {
+        return at::linear(a, w).view({b, len, n, hd}).transpose(1, 2);
+      };
+      q = rotary(heads_of(l.wq, s.heads), m, pos);
+      k_new = rotary(heads_of(l.wk, s.kv_heads), m, pos);
+      v_new = heads_of(l.wv, s.kv_heads);
+    }
     const std::optional<at::Tensor> opt_mask = mask.defined() ? std::optional(mask) : std::nullopt;
     at::Tensor att;
     if (s.page > 0) {
       // The new rows written at their slots; the prompt attends over its own keys, a
       // decode step through the slot table.
-      const at::Tensor k_new = rotary(heads_of(l.wk, s.kv_heads), m, pos), v_new = heads_of(l.wv, s.kv_heads);
       // (Rows in (sequence, position) order: a decode step has one position.)
       const at::Tensor where = pos == 0 ? cache.prompt_rows : cache.step_rows.narrow(0, pos, len).reshape({-1});
       const auto rows = [&](const at::Tensor& x) { return x.transpose(1, 2).reshape({b * len, s.kv_heads, hd}); };
@@ -193,15 +271,23 @@ at::Tensor forward(const LlmSpec& s, const Model& m, Cache& cache, const at::Ten
         att = paged_attention(q, cache.k[i], cache.v[i], cache.slots.narrow(1, 0, pos + len), opt_mask);
       }
     } else {
-      cache.k[i].narrow(2, pos, len).copy_(rotary(heads_of(l.wk, s.kv_heads), m, pos));
-      cache.v[i].narrow(2, pos, len).copy_(heads_of(l.wv, s.kv_heads));
+      cache.k[i].narrow(2, pos, len).copy_(k_new);
+      cache.v[i].narrow(2, pos, len).copy_(v_new);
       const at::Tensor k = cache.k[i].narrow(2, 0, pos + len), v = cache.v[i].narrow(2, 0, pos + len);
       att = at::scaled_dot_product_attention(q, k, v, opt_mask, 0.0, /*is_causal=*/!mask.defined() && len > 1,
                                              std::nullopt, /*enable_gqa=*/s.kv_heads != s.heads);
     }
-    h = at::add(h, at::linear(att.transpose(1, 2).reshape({b, len, s.heads * hd}), l.wo));
-    const at::Tensor f = at::rms_norm(h, {s.dim}, l.ffn_norm, kNormEps);
-    h = at::add(h, at::linear(at::mul(at::silu(at::linear(f, l.w1)), at::linear(f, l.w3)), l.w2));
+    if (fused) {  // the residual adds in the projections' epilogues; SwiGLU's two linears as one kernel
+      const at::Tensor rows = att.transpose(1, 2).reshape({b * len, s.heads * hd});
+      h = linear_residual(rows, l.wo, h.reshape({b * len, s.dim})).view({b, len, s.dim});
+      const at::Tensor f = at::rms_norm(h, {s.dim}, l.ffn_norm, kNormEps);
+      const at::Tensor g = linear_gated(f.reshape({b * len, s.dim}), l.w1, l.w3);
+      h = linear_residual(g, l.w2, h.reshape({b * len, s.dim})).view({b, len, s.dim});
+    } else {
+      h = at::add(h, at::linear(att.transpose(1, 2).reshape({b, len, s.heads * hd}), l.wo));
+      const at::Tensor f = at::rms_norm(h, {s.dim}, l.ffn_norm, kNormEps);
+      h = at::add(h, at::linear(at::mul(at::silu(at::linear(f, l.w1)), at::linear(f, l.w3)), l.w2));
+    }
   }
   const at::Tensor last = at::rms_norm(h.narrow(1, len - 1, 1), {s.dim}, m.norm, kNormEps);
   return at::argmax(at::linear(last, m.head), -1);
