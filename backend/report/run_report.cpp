@@ -179,7 +179,7 @@ std::string report_text(const json& r) {
   const json& m = r["metrics"];
   std::string s = fmt::format("spyre-sim {} — workload {} on '{}' (config {})\n", r.value("version", "?"),
                               r.value("workload", "?"), r["config"].value("name", "?"), r["config"].value("hash", "?"));
-  s += fmt::format("modelled time        {:.3f} us = {} cycles\n", m.value("time_us", 0.0), m.value("cycles", 0));
+  s += fmt::format("modelled time        {:.3f} us = {} cycles\n", m.value("time_us", 0.0), m.value("cycles", std::uint64_t{0}));
   s += fmt::format("work                 {:.4g} MACs, {:.2f} TFLOP/s achieved, {:.1f}% of roofline\n",
                    m.value("macs", 0.0), m.value("achieved_flops_per_s", 0.0) * 1e-12,
                    m.value("roofline_fraction", 0.0) * 100);
@@ -244,7 +244,7 @@ std::string report_text(const json& r) {
       row["min_dram_bytes"] = row["min_dram_bytes"].get<double>() + k.value("min_dram_bytes", 0.0);
       row["bound_ps"] = row["bound_ps"].get<double>() + k.value("roofline_fraction", 0.0) * t;
     }
-    const double hz = m.value("time_us", 0.0) > 0 ? double(m.value("cycles", 0)) / (m.value("time_us", 0.0) * 1e-6) : 0;
+    const double hz = m.value("time_us", 0.0) > 0 ? double(m.value("cycles", std::uint64_t{0})) / (m.value("time_us", 0.0) * 1e-6) : 0;
     for (json& row : rows) {
       const double t = row["time_ps"].get<double>(), bytes = row["bytes"].get<double>();
       row["name"] = fmt::format("{} x{}", row["name"].get<std::string>(), row["launches"].get<double>());
@@ -258,7 +258,7 @@ std::string report_text(const json& r) {
                    "DRAM MB", "least MB", "FLOP/B", "roofline");
   for (const auto& k : rows) {
     s += fmt::format("{:<22} {:>10.3f} {:>10} {:>9.3f} {:>9.3f} {:>9.3f} {:>8.1f} {:>8.1f}%\n", k.value("name", "?"),
-                     k.value("time_ps", 0.0) * 1e-6, k.value("cycles", 0), k.value("flops", 0.0) * 1e-9,
+                     k.value("time_ps", 0.0) * 1e-6, k.value("cycles", std::uint64_t{0}), k.value("flops", 0.0) * 1e-9,
                      (k.value("dram_read_bytes", 0.0) + k.value("dram_write_bytes", 0.0)) * 1e-6,
                      k.value("min_dram_bytes", 0.0) * 1e-6, k.value("intensity_flop_per_byte", 0.0),
                      k.value("roofline_fraction", 0.0) * 100);

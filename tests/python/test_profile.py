@@ -22,6 +22,10 @@ def test_run_reports_a_users_model(tmp_path):
     assert report["config"]["hash"] == json.loads(torch.ops.spyre.device_report(0))["config"]["hash"]
     text = spyre_sim.report_text(report)
     assert "modelled time" in text and "aten::addmm" in text
+    # Cycle counts past 2^31 (a long run's kernel rows) print whole, not wrapped to negative.
+    report["metrics"]["cycles"] = report["kernels"][0]["cycles"] = 3 * 2**31
+    text = spyre_sim.report_text(report)
+    assert f"= {3 * 2**31} cycles" in text and text.count(str(3 * 2**31)) == 2 and "-" + str(2**31)[:4] not in text
     events = json.loads(trace.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     assert any(e.get("name", "").startswith("matmul") for e in events)
