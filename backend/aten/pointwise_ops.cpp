@@ -1,6 +1,7 @@
 // Device kernels for the pointwise ops, functional, in-place and out= forms: the rows
 // of the op table (op_table.h: unary ops, add/sub/mul/div/maximum/minimum, the
-// comparisons), plus abs, gelu, where, clamp, pow and the isnan family. PyTorch's TensorIterator decides broadcasting, type promotion and the output;
+// comparisons), plus abs, gelu, where, clamp, pow, the isnan family and the activations'
+// gradients (tanh, sigmoid, silu, gelu and relu's threshold_backward). PyTorch's TensorIterator decides broadcasting, type promotion and the output;
 // the kernel (compiler/pointwise.h) reads every operand through its own strides and
 // converts dtypes on the device. Operands in dtypes the device does not compute
 // (int64, float64, ...) run the op on CPU copies, counted as fallbacks.
@@ -16,6 +17,11 @@
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/TypeProperties.h>
+#include <ATen/ops/gelu_backward.h>
+#include <ATen/ops/sigmoid_backward.h>
+#include <ATen/ops/silu_backward.h>
+#include <ATen/ops/tanh_backward.h>
+#include <ATen/ops/threshold_backward.h>
 #include <torch/library.h>
 
 #include "aten/cpu_fallback.h"
@@ -283,6 +289,135 @@ at::Tensor& gelu_(at::Tensor& self, c10::string_view approximate) {
 at::Tensor& gelu_out(const at::Tensor& self, c10::string_view approximate, at::Tensor& out) {
   unary("aten::gelu.out", gelu_op(approximate), false, out, self,
         [&](const at::Tensor& t) { return at::gelu(t, approximate); });
+  return out;
+}
+
+// ---- activation gradients --------------------------------------------------------
+
+// What autograd's backward of tanh, sigmoid, relu (threshold_backward), silu and gelu
+// calls: grad_input = grad_output x f'(x) (or f'(y) from the forward's result) as one
+// kernel, fp16/bf16 computed in fp32 and rounded once, in the CPU kernels' order of
+// operations (aten/src/ATen/native/cpu/BinaryOpsKernel.cpp, Activation.cpp).
+// Input 0 is grad_output, input 1 x (or y).
+template <class Make, class Cpu>
+at::Tensor activation_grad(const char* name, at::TensorBase out, const at::Tensor& grad, const at::Tensor& x,
+                           Make&& make, Cpu&& cpu_op) {
+  auto iter = at::TensorIterator::binary_op(out, grad, x);
+  const Steps probe = make(isa::DType::fp32);
+  return finish(name, iter, iter.common_dtype(), probe.size(), make, [&] { return cpu_op(cpu(grad), cpu(x)); });
+}
+
+Value in(std::uint32_t i) { return Value::input(i); }
+Value st(std::uint32_t i) { return Value::step(i); }
+Value k(double v) { return Value::constant(v); }
+
+// grad x (1 - y^2)
+Steps tanh_grad_steps(isa::DType c) {
+  return {Step::binary(BinaryOp::mul, c, in(1), in(1)), Step::binary(BinaryOp::sub, c, k(1), st(0)),
+          Step::binary(BinaryOp::mul, c, in(0), st(1))};
+}
+// grad x (1 - y) x y
+Steps sigmoid_grad_steps(isa::DType c) {
+  return {Step::binary(BinaryOp::sub, c, k(1), in(1)), Step::binary(BinaryOp::mul, c, in(0), st(0)),
+          Step::binary(BinaryOp::mul, c, st(1), in(1))};
+}
+// s = sigmoid(x): grad x s x (1 + x (1 - s))
+Steps silu_grad_steps(isa::DType c) {
+  return {Step::unary(UnaryOp::sigmoid, c, in(1)),         Step::binary(BinaryOp::sub, c, k(1), st(0)),
+          Step::binary(BinaryOp::mul, c, in(1), st(1)),     Step::binary(BinaryOp::add, c, k(1), st(2)),
+          Step::binary(BinaryOp::mul, c, in(0), st(0)),     Step::binary(BinaryOp::mul, c, st(4), st(3))};
+}
+// grad x (Phi(x) + x phi(x)): Phi(x) = (1 + erf(x / sqrt 2)) / 2, phi(x) = e^(-x^2/2) / sqrt(2 pi)
+Steps gelu_grad_steps(isa::DType c) {
+  const double alpha = M_SQRT1_2, beta = M_2_SQRTPI * M_SQRT1_2 * 0.5;
+  return {Step::binary(BinaryOp::mul, c, in(1), k(alpha)),  Step::unary(UnaryOp::erf, c, st(0)),
+          Step::binary(BinaryOp::add, c, st(1), k(1)),      Step::binary(BinaryOp::mul, c, st(2), k(0.5)),
+          Step::binary(BinaryOp::mul, c, in(1), in(1)),     Step::binary(BinaryOp::mul, c, st(4), k(-0.5)),
+          Step::unary(UnaryOp::exp, c, st(5)),              Step::binary(BinaryOp::mul, c, st(6), k(beta)),
+          Step::binary(BinaryOp::mul, c, in(1), st(7)),     Step::binary(BinaryOp::add, c, st(3), st(8)),
+          Step::binary(BinaryOp::mul, c, in(0), st(9))};
+}
+// The tanh approximation's derivative: t = tanh(b (x + k x^3)),
+// grad x ((1 + t) / 2 + (x / 2)(1 - t^2) x b (1 + 3 k x^2)), b = sqrt(2 / pi), k = 0.044715
+Steps gelu_tanh_grad_steps(isa::DType c) {
+  const double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
+  return {Step::binary(BinaryOp::mul, c, in(1), in(1)),        // 0: x^2
+          Step::binary(BinaryOp::mul, c, st(0), in(1)),        // 1: x^3
+          Step::binary(BinaryOp::mul, c, k(kappa), st(1)),     // 2: k x^3
+          Step::binary(BinaryOp::add, c, in(1), st(2)),        // 3
+          Step::binary(BinaryOp::mul, c, k(beta), st(3)),      // 4: the inner value
+          Step::unary(UnaryOp::tanh, c, st(4)),                // 5: t
+          Step::binary(BinaryOp::mul, c, k(0.5), in(1)),       // 6: left = x / 2
+          Step::binary(BinaryOp::add, c, k(1), st(5)),         // 7: right = 1 + t
+          Step::binary(BinaryOp::mul, c, k(0.5), st(7)),       // 8: left's derivative
+          Step::binary(BinaryOp::mul, c, st(5), st(5)),        // 9
+          Step::binary(BinaryOp::sub, c, k(1), st(9)),         // 10: tanh's derivative
+          Step::binary(BinaryOp::mul, c, k(3 * kappa), st(0)), // 11
+          Step::binary(BinaryOp::add, c, k(1), st(11)),        // 12
+          Step::binary(BinaryOp::mul, c, k(beta), st(12)),     // 13: the inner value's derivative
+          Step::binary(BinaryOp::mul, c, st(6), st(10)),       // 14
+          Step::binary(BinaryOp::mul, c, st(14), st(13)),      // 15: right's derivative
+          Step::binary(BinaryOp::add, c, st(8), st(15)),       // 16
+          Step::binary(BinaryOp::mul, c, in(0), st(16))};
+}
+
+at::Tensor tanh_backward(const at::Tensor& grad, const at::Tensor& y) {
+  return activation_grad("aten::tanh_backward", at::TensorBase(), grad, y, tanh_grad_steps,
+                         [](const at::Tensor& g, const at::Tensor& v) { return at::tanh_backward(g, v); });
+}
+at::Tensor& tanh_backward_out(const at::Tensor& grad, const at::Tensor& y, at::Tensor& out) {
+  activation_grad("aten::tanh_backward.grad_input", out, grad, y, tanh_grad_steps,
+                  [](const at::Tensor& g, const at::Tensor& v) { return at::tanh_backward(g, v); });
+  return out;
+}
+at::Tensor sigmoid_backward(const at::Tensor& grad, const at::Tensor& y) {
+  return activation_grad("aten::sigmoid_backward", at::TensorBase(), grad, y, sigmoid_grad_steps,
+                         [](const at::Tensor& g, const at::Tensor& v) { return at::sigmoid_backward(g, v); });
+}
+at::Tensor& sigmoid_backward_out(const at::Tensor& grad, const at::Tensor& y, at::Tensor& out) {
+  activation_grad("aten::sigmoid_backward.grad_input", out, grad, y, sigmoid_grad_steps,
+                  [](const at::Tensor& g, const at::Tensor& v) { return at::sigmoid_backward(g, v); });
+  return out;
+}
+at::Tensor silu_backward(const at::Tensor& grad, const at::Tensor& x) {
+  return activation_grad("aten::silu_backward", at::TensorBase(), grad, x, silu_grad_steps,
+                         [](const at::Tensor& g, const at::Tensor& v) { return at::silu_backward(g, v); });
+}
+at::Tensor& silu_backward_out(const at::Tensor& grad, const at::Tensor& x, at::Tensor& out) {
+  activation_grad("aten::silu_backward.grad_input", out, grad, x, silu_grad_steps,
+                  [](const at::Tensor& g, const at::Tensor& v) { return at::silu_backward(g, v); });
+  return out;
+}
+Steps (*gelu_grad(c10::string_view approximate))(isa::DType) {
+  return gelu_op(approximate) == UnaryOp::gelu_tanh ? gelu_tanh_grad_steps : gelu_grad_steps;
+}
+at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& x, c10::string_view approximate) {
+  return activation_grad("aten::gelu_backward", at::TensorBase(), grad, x, gelu_grad(approximate),
+                         [&](const at::Tensor& g, const at::Tensor& v) { return at::gelu_backward(g, v, approximate); });
+}
+at::Tensor& gelu_backward_out(const at::Tensor& grad, const at::Tensor& x, c10::string_view approximate,
+                              at::Tensor& out) {
+  activation_grad("aten::gelu_backward.grad_input", out, grad, x, gelu_grad(approximate),
+                  [&](const at::Tensor& g, const at::Tensor& v) { return at::gelu_backward(g, v, approximate); });
+  return out;
+}
+// relu's backward: x <= threshold ? 0 : grad (a NaN x passes grad, as the CPU's).
+at::Tensor threshold_grad(const char* name, at::TensorBase out, const at::Tensor& grad, const at::Tensor& x,
+                          const c10::Scalar& threshold) {
+  const double t = threshold.toDouble();
+  return activation_grad(
+      name, out, grad, x,
+      [t](isa::DType c) {
+        return Steps{Step::compare(CompareOp::le, c, in(1), k(t)), Step::select(c, st(0), k(0), in(0))};
+      },
+      [&](const at::Tensor& g, const at::Tensor& v) { return at::threshold_backward(g, v, threshold); });
+}
+at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& threshold) {
+  return threshold_grad("aten::threshold_backward", at::TensorBase(), grad, x, threshold);
+}
+at::Tensor& threshold_backward_out(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& threshold,
+                                   at::Tensor& out) {
+  threshold_grad("aten::threshold_backward.grad_input", out, grad, x, threshold);
   return out;
 }
 
@@ -714,6 +849,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("gelu", gelu);
   m.impl("gelu_", gelu_);
   m.impl("gelu.out", gelu_out);
+  m.impl("tanh_backward", tanh_backward);
+  m.impl("tanh_backward.grad_input", tanh_backward_out);
+  m.impl("sigmoid_backward", sigmoid_backward);
+  m.impl("sigmoid_backward.grad_input", sigmoid_backward_out);
+  m.impl("silu_backward", silu_backward);
+  m.impl("silu_backward.grad_input", silu_backward_out);
+  m.impl("gelu_backward", gelu_backward);
+  m.impl("gelu_backward.grad_input", gelu_backward_out);
+  m.impl("threshold_backward", threshold_backward);
+  m.impl("threshold_backward.grad_input", threshold_backward_out);
   m.impl("isneginf", isneginf);
   m.impl("isneginf.out", isneginf_out);
   m.impl("isposinf", isposinf);

@@ -396,3 +396,57 @@ def test_linspace_of_one_none_and_integers():
     assert torch.equal(torch.linspace(0, 10, 5, device="spyre", dtype=torch.int32).cpu(),
                        torch.linspace(0, 10, 5, dtype=torch.int32))
     assert torch.spyre.fallback_counts() == {"aten::linspace.out": 1}
+
+
+_ACTIVATIONS = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu,
+                "relu": torch.relu, "gelu": torch.nn.functional.gelu,
+                "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", list(_ACTIVATIONS))
+def test_activation_gradients_run_on_the_device_as_the_cpu(dtype, name):
+    # autograd's tanh_backward, sigmoid_backward, silu_backward, threshold_backward and
+    # gelu_backward (both forms) as device kernels: fp32 as the CPU's fp32, half types
+    # within one rounding of the CPU's fp32 gradient. Zeros and a strided grad included.
+    fn = _ACTIVATIONS[name]
+    x = rand((37, 65), torch.float32, 50) * 3
+    x[0, :5] = 0.0
+    g = rand((65, 37), torch.float32, 51).t()  # not contiguous
+    ref = x.clone().requires_grad_()
+    fn(ref).backward(g)
+    xs = x.to(dtype).to("spyre").requires_grad_()
+    torch.spyre.reset_fallback_counts()
+    fn(xs).backward(g.to(dtype).to("spyre"))
+    assert torch.spyre.fallback_counts() == {}
+    want = ref.grad if dtype == torch.float32 else fn_grad_in(fn, x.to(dtype).float(), g.to(dtype).float()).to(dtype)
+    assert_close(xs.grad.cpu(), want, **{torch.float32: dict(atol=1e-5, rtol=1e-5),
+                                          torch.float16: dict(atol=2e-3, rtol=1e-3),
+                                          torch.bfloat16: dict(atol=1.6e-2, rtol=8e-3)}[dtype])
+
+
+def fn_grad_in(fn, x, g):
+    """fn's gradient at x (fp32 on the CPU) for the output gradient g. The backward of
+    tanh and sigmoid reads the forward's result, which a half-precision run has rounded:
+    so the reference rounds it the same way."""
+    x = x.clone().requires_grad_()
+    y = fn(x)
+    if fn in (torch.tanh, torch.sigmoid):
+        y_half = y.detach().to(g.dtype)
+        return (torch.ops.aten.tanh_backward if fn is torch.tanh else torch.ops.aten.sigmoid_backward)(g, y_half)
+    y.backward(g)
+    return x.grad
+
+
+def test_activation_gradient_out_forms_and_a_nan_input():
+    grad, x = torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([-1.0, 0.0, float("nan"), 2.0])
+    out = torch.empty(4, device="spyre")
+    torch.ops.aten.threshold_backward.grad_input(grad.to("spyre"), x.to("spyre"), 0.0, grad_input=out)
+    # x <= 0 gives 0; a NaN x passes its gradient, as the CPU's kernel does.
+    assert torch.equal(out.cpu(), torch.ops.aten.threshold_backward(grad, x, 0.0))
+    assert torch.equal(out.cpu(), torch.tensor([0.0, 0.0, 3.0, 4.0]))
+    got = torch.empty(4, device="spyre")
+    torch.ops.aten.gelu_backward.grad_input(grad.to("spyre"), x.to("spyre"), approximate="tanh", grad_input=got)
+    assert_close(got.cpu(), torch.ops.aten.gelu_backward(grad, x, approximate="tanh"), equal_nan=True)
+    with pytest.raises(RuntimeError, match="approximate argument must be either none or tanh"):
+        torch.ops.aten.gelu_backward(grad.to("spyre"), x.to("spyre"), approximate="erf")
