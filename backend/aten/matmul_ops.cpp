@@ -376,6 +376,31 @@ at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::
                  {.bias = bias ? &*bias : nullptr, .activation = act, .residual = residual, .residual_op = op});
 }
 
+// A product of an [m, k] input `x` (read in place when row- or column-major, else copied
+// first: `x` becomes what the kernel reads) and transposed weights [n_p x K], each
+// piece's rows read in place when its K values are contiguous (else copied): the
+// shape of linear_concat's and linear_gated's kernels, B's pieces still to set.
+compiler::MatmulShape linear_shape(at::Tensor& x, std::int64_t n) {
+  Layout la = layout_of(x);
+  if (!la.ok) x = x.contiguous(), la = layout_of(x);
+  compiler::MatmulShape s;
+  s.m = static_cast<std::uint64_t>(x.size(0));
+  s.n = static_cast<std::uint64_t>(n);
+  s.k = static_cast<std::uint64_t>(x.size(1));
+  s.dtype = *device_float_dtype(x.scalar_type());
+  s.a_transposed = la.transposed;
+  s.lda = static_cast<std::uint64_t>(la.ld);
+  s.b_transposed = true;
+  return s;
+}
+at::Tensor weight_rows(const at::Tensor& w) {
+  const std::int64_t k = w.size(1);
+  return (w.stride(1) == 1 || k == 1) && (w.size(0) == 1 || w.stride(0) >= k) ? w : w.contiguous();
+}
+std::uint64_t row_pitch(const at::Tensor& w) {
+  return static_cast<std::uint64_t>(w.size(0) > 1 ? w.stride(0) : w.size(1));
+}
+
 // spyre::linear_concat(input, weights): input @ cat(weights).t() for an [m, k] input and
 // weights [n_p, k] (nn.Linear's, no bias), one kernel whose B is the weights as pieces
 // (compiler::MatmulShape::b_pieces): the input is read once for all of them, and the
@@ -402,27 +427,16 @@ at::Tensor linear_concat(const at::Tensor& a, at::TensorList weights) {
   if (k == 0) return out.zero_();
   std::vector<at::Tensor> pieces;
   for (const at::Tensor& w : weights) {
-    if (w.size(0) == 0) continue;  // no columns: nothing to read
-    // Rows of K contiguous values (any row pitch), else a device copy first.
-    pieces.push_back((w.stride(1) == 1 || k == 1) && (w.size(0) == 1 || w.stride(0) >= k) ? w : w.contiguous());
+    if (w.size(0) > 0) pieces.push_back(weight_rows(w));  // (no columns: nothing to read)
   }
   at::Tensor x = a;
-  Layout la = layout_of(x);
-  if (!la.ok) x = x.contiguous(), la = layout_of(x);
-  compiler::MatmulShape s;
-  s.m = static_cast<std::uint64_t>(m);
-  s.n = static_cast<std::uint64_t>(n);
-  s.k = static_cast<std::uint64_t>(k);
-  s.dtype = *device_float_dtype(a.scalar_type());
-  s.a_transposed = la.transposed;
-  s.lda = static_cast<std::uint64_t>(la.ld);
-  s.b_transposed = true;
+  compiler::MatmulShape s = linear_shape(x, n);
   std::string key = "spyre::linear_concat|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(m) + "x" +
                     std::to_string(k) + (s.a_transposed ? "|at" : "|a") + std::to_string(s.lda) + "|";
   std::vector<std::uint64_t> args{device_address(x), device_address(pieces[0]), device_address(out)};
   for (std::size_t p = 0; p < pieces.size(); ++p) {
     s.b_pieces.push_back(static_cast<std::uint64_t>(pieces[p].size(0)));
-    s.b_piece_ld.push_back(static_cast<std::uint64_t>(pieces[p].size(0) > 1 ? pieces[p].stride(0) : k));
+    s.b_piece_ld.push_back(row_pitch(pieces[p]));
     key += std::to_string(s.b_pieces.back()) + "/" + std::to_string(s.b_piece_ld.back()) + ",";
     if (p > 0) args.push_back(device_address(pieces[p]));
   }
@@ -465,27 +479,14 @@ at::Tensor linear_gated(const at::Tensor& a, const at::Tensor& gate, const at::T
   const std::int64_t m = a.size(0), k = a.size(1), n = gate.size(0);
   // Nothing to read (k = 0: both products are zeros, and act(0) * 0 is 0).
   if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
-  const auto rows = [&](const at::Tensor& w) {
-    return (w.stride(1) == 1 || k == 1) && (w.size(0) == 1 || w.stride(0) >= k) ? w : w.contiguous();
-  };
-  const at::Tensor w1 = rows(gate), w3 = rows(up);
+  const at::Tensor w1 = weight_rows(gate), w3 = weight_rows(up);
   at::Tensor x = a;
-  Layout la = layout_of(x);
-  if (!la.ok) x = x.contiguous(), la = layout_of(x);
   at::Tensor out = at::empty({m, n}, a.options());
-  compiler::MatmulShape s;
-  s.m = static_cast<std::uint64_t>(m);
-  s.n = static_cast<std::uint64_t>(n);
-  s.k = static_cast<std::uint64_t>(k);
-  s.dtype = *device_float_dtype(a.scalar_type());
-  s.a_transposed = la.transposed;
-  s.lda = static_cast<std::uint64_t>(la.ld);
-  s.b_transposed = true;
+  compiler::MatmulShape s = linear_shape(x, n);
   s.gated = true;
   s.activation = act;
   s.b_pieces = {s.n, s.n};
-  const auto ld = [&](const at::Tensor& w) { return static_cast<std::uint64_t>(n > 1 ? w.stride(0) : k); };
-  s.b_piece_ld = {ld(w1), ld(w3)};
+  s.b_piece_ld = {row_pitch(w1), row_pitch(w3)};
   const std::string name = "spyre::linear_gated[" + (activation.empty() ? std::string("none") : std::string(activation)) + "]";
   const std::string key = name + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(m) + "x" +
                           std::to_string(n) + "x" + std::to_string(k) + (s.a_transposed ? "|at" : "|a") +

@@ -557,6 +557,13 @@ def _linear_weight(b):
     return w if isinstance(val, torch.Tensor) and val.dim() == 2 else None
 
 
+def _erase_unread(gm: torch.fx.GraphModule, nodes) -> None:
+    """Erases the op nodes among `nodes` that nothing reads any more."""
+    for node in nodes:
+        if isinstance(node, torch.fx.Node) and node.op == "call_function" and not node.users:
+            gm.graph.erase_node(node)
+
+
 def _input_key(a):
     """One key for a tensor and every equal view of one tensor (AOTAutograd gives each
     linear of a 3-D input its own view to 2-D)."""
@@ -601,9 +608,7 @@ def fuse_gated_linears(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         for n in chain:
             gm.graph.erase_node(n)
         gm.graph.erase_node(other)
-        for operand in operands:  # the transposes (and a view of x) nothing else reads
-            if isinstance(operand, torch.fx.Node) and operand.op == "call_function" and not operand.users:
-                gm.graph.erase_node(operand)
+        _erase_unread(gm, operands)  # the transposes (and a view of x)
         changed = True
     if changed:
         gm.graph.lint()
@@ -649,9 +654,7 @@ def fuse_shared_input_linears(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         for mm, _ in members:
             operands = mm.args
             gm.graph.erase_node(mm)
-            for operand in operands:  # the transposes (and views of x) nothing else reads
-                if isinstance(operand, torch.fx.Node) and operand.op == "call_function" and not operand.users:
-                    gm.graph.erase_node(operand)
+            _erase_unread(gm, operands)  # the transposes (and views of x)
         changed = True
     if changed:
         gm.graph.lint()

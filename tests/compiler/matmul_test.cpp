@@ -17,6 +17,12 @@
 using namespace spyre;
 using Catch::Matchers::ContainsSubstring;
 
+// The CI chip's figures (configs/spyre-ci.yaml) as the compiler sees them.
+compiler::Target ci_chip() {
+  return {.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128, .core_macs_per_s = 1.536e12,
+          .dram_bytes_per_s = 149.504e9, .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+}
+
 TEST_CASE("given a matmul, tiles fit the scratchpad and too small a scratchpad is a clear error") {
   const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128};
   const compiler::MatmulShape shape{.m = 300, .n = 513, .k = 17, .dtype = isa::DType::fp16, .b_transposed = false};
@@ -60,9 +66,7 @@ TEST_CASE("given two tiles per core and at least four K steps, the second tile r
   // The CI chip (4 cores) and the shape tests/python/test_matmul.py checks against the
   // CPU: 2 tiles per core and K = 2200 in steps of 512 (4 full and a ragged 152).
   // (The plan: 64x64 tiles, a 1x4 grid, 27 super-blocks.)
-  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
-                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
-                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  const compiler::Target target = ci_chip();
   const compiler::MatmulShape shape{.m = 1152, .n = 700, .k = 2200, .dtype = isa::DType::fp16};
   const compiler::MatmulPlan plan = compiler::plan_matmul(shape, target);
   REQUIRE(plan.rows_per_core == 2);
@@ -94,9 +98,7 @@ TEST_CASE("given a residual, each tile's is loaded when the tile starts and adde
   // The CI chip and the shape of the test above, which tests/python/test_compile.py
   // runs with a residual against a separate add: still two tiles per core a K step
   // apart (64x64 tiles: the residual takes 2 x 64 x 64 x 2 = 16 KiB more).
-  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
-                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
-                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  const compiler::Target target = ci_chip();
   compiler::MatmulShape shape{.m = 1152, .n = 700, .k = 2200, .dtype = isa::DType::fp16};
   shape.residual = true;
   const compiler::MatmulPlan plan = compiler::plan_matmul(shape, target);
@@ -168,9 +170,7 @@ TEST_CASE("given B in pieces, each panel row is loaded from the piece that holds
   // (arguments 1, 3 and 4), K = 2200, stored transposed (each [n_p x K]). With 64-wide
   // tiles, the tiles over columns 256-319 and 384-447 cross a piece boundary and take
   // two DMAs per panel part.
-  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
-                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
-                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  const compiler::Target target = ci_chip();
   compiler::MatmulShape shape{.m = 1152, .n = 700, .k = 2200, .dtype = isa::DType::fp16, .b_transposed = true};
   shape.b_pieces = {300, 100, 300};
   shape.b_piece_ld = {0, 2304, 0};  // the second piece's rows 2304 apart (a slice of a wider matrix)
@@ -227,9 +227,7 @@ TEST_CASE("given a gated pair, each tile computes the gate and the up projection
   // 1, W3 argument 3, both [700 x 2200]. A tile's B panel is its 64 gate rows then its
   // 64 up rows; two matmuls per A panel; the finished tile: silu on the gate's
   // accumulator, both rounded to fp16, multiplied, stored (C is 1152 x 700).
-  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128,
-                                .core_macs_per_s = 1.536e12, .dram_bytes_per_s = 149.504e9,
-                                .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+  const compiler::Target target = ci_chip();
   compiler::MatmulShape shape{.m = 1152, .n = 700, .k = 2200, .dtype = isa::DType::fp16, .b_transposed = true};
   shape.b_pieces = {700, 700};
   shape.gated = true;
