@@ -155,18 +155,9 @@ void fallback_counted(const c10::OperatorHandle& op, torch::jit::Stack* stack, b
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { fallback_counted(op, stack, false); }
 
-// Convolutions reach non-CPU/CUDA backends as convolution_overrideable, which has no
-// CPU kernel for the boxed fallback to call: run the CPU convolution on copies.
-at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                       c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
-                       c10::IntArrayRef output_padding, std::int64_t groups) {
-  count("aten::convolution_overrideable", false);
-  const auto cpu_bias = bias && bias->defined() ? std::optional<at::Tensor>(bias->cpu()) : std::nullopt;
-  return at::convolution(input.cpu(), weight.cpu(), cpu_bias, stride, padding, dilation, transposed, output_padding,
-                         groups)
-      .to(input.device());
-}
-
+// Convolution gradients reach non-CPU/CUDA backends as
+// convolution_backward_overrideable, which has no CPU kernel for the boxed fallback to
+// call: run the CPU's on copies. (The forward has device kernels: aten/conv_ops.cpp.)
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
@@ -201,7 +192,6 @@ void reset_fallback_counts() {
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution_overrideable", convolution);
   m.impl("convolution_backward_overrideable", convolution_backward);
 }
 

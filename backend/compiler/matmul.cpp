@@ -55,14 +55,96 @@ std::uint8_t dma_token(std::uint8_t base, std::uint32_t slot, std::uint32_t part
 // A B panel of a pieced B (MatmulShape::b_pieces) gives instead its first row's index in
 // B's rows (transposed: its columns) and its K offset; its rows may come from several
 // pieces.
+// A convolution's A panel (MatmulShape::conv) gives its first row's index in A (an
+// output pixel), its K offset, and in `first` the batch's (group's) first channel.
 struct Panel {
   std::uint32_t cols = 0, rows = 0;
   std::uint64_t first = 0, ld = 0;
   bool pieced = false;
   std::uint64_t row0 = 0, k0 = 0;
+  bool conv = false;
   std::uint32_t row_start(std::uint32_t part) const { return rows * part / kParts; }
 };
 std::uint16_t bit(std::uint32_t token) { return static_cast<std::uint16_t>(1u << token); }
+
+// The DMAs that gather rows [p0, p0 + count) and columns [k0, k0 + kk) of a
+// convolution's implicit A (MatmulShape::ConvA) into a panel at `sp` with row pitch kk,
+// `channel0` being the group's first channel. A[p][k] is at element
+//   pixel(p) + tap(k) + channel0, pixel(p) = ((image * h + oy * sh) * w + ox * sw) * channels,
+//   tap(k) = (ky * dh * w + kx * dw) * channels + c,
+// so a run of K whose taps are adjacent in memory (a tap row when dw is 1 and the group
+// is every channel, else one tap) by a run of pixels along one output row (sw *
+// channels apart) is one 2-D DMA, and by whole output rows of one image (sh * w *
+// channels apart) one 3-D DMA (or 2-D, when the rows are evenly spaced too).
+template <class Emit>
+void conv_panel(const MatmulShape::ConvA& c, std::uint64_t channel0, std::uint64_t p0, std::uint64_t count,
+                std::uint64_t k0, std::uint32_t kk, std::uint32_t sp, std::uint64_t size, const Emit& emit) {
+  const std::uint64_t gc = c.group_channels, tap_row = c.kw * gc;
+  const std::uint64_t run_k = c.dw == 1 && gc == c.channels ? tap_row : gc;
+  const std::uint64_t plane = c.ho * c.wo;
+  // Output rows sh * w pixels apart in the input that are wo * sw apart (a 1x1
+  // convolution of stride 1 and no padding, say): an image's pixels are evenly spaced,
+  // a run takes the rest of the image; and when the images are too, the rest of A.
+  const bool rows_even = c.sh * c.w == c.wo * c.sw, images_even = rows_even && c.h * c.w == plane * c.sw;
+  for (std::uint64_t k = k0; k < k0 + kk;) {
+    const std::uint64_t ky = k / tap_row, kx = (k % tap_row) / gc, ch = k % gc;
+    const std::uint64_t end = std::min<std::uint64_t>(k0 + kk, (k / run_k + 1) * run_k);
+    const std::uint64_t tap = (ky * c.dh * c.w + kx * c.dw) * c.channels + ch + channel0;
+    const auto len = static_cast<std::uint32_t>(end - k);
+    for (std::uint64_t p = p0; p < p0 + count;) {
+      const std::uint64_t image = p / plane, oy = (p % plane) / c.wo, ox = p % c.wo, left = p0 + count - p;
+      const std::uint64_t pixel = ((image * c.h + oy * c.sh) * c.w + ox * c.sw) * c.channels;
+      isa::DmaLoad d;
+      d.offset = (pixel + tap) * size;
+      d.sp_addr = sp + static_cast<std::uint32_t>(((p - p0) * kk + (k - k0)) * size);
+      d.mem_stride = {1, static_cast<std::int64_t>(c.sw * c.channels), static_cast<std::int64_t>(c.sh * c.w * c.channels)};
+      std::uint64_t x = std::min(c.wo - ox, left), y = 1;
+      if (images_even) {
+        x = left;
+      } else if (rows_even) {
+        x = std::min(left, plane - p % plane);
+      } else if (ox == 0 && left >= c.wo) {
+        x = c.wo, y = std::min(left / c.wo, c.ho - oy);
+      }
+      d.shape = {len, static_cast<std::uint32_t>(x), static_cast<std::uint32_t>(y)};
+      d.sp_stride = {kk, static_cast<std::uint32_t>(kk * x)};
+      emit(d);
+      p += x * y;
+    }
+    k = end;
+  }
+}
+
+// A convolution's A must describe the matmul's m and k and stay inside its input.
+void check_conv(const MatmulShape& s, const std::string& name) {
+  const MatmulShape::ConvA& c = *s.conv;
+  const auto str = [](std::uint64_t v) { return std::to_string(v); };
+  for (const std::uint64_t v : {c.images, c.h, c.w, c.channels, c.group_channels, c.kh, c.kw, c.sh, c.sw, c.dh, c.dw,
+                                c.ho, c.wo}) {
+    if (v == 0) throw std::invalid_argument(name + ": a convolution's sizes, strides and dilations must be positive");
+  }
+  if (s.a_transposed || !s.b_pieces.empty() || s.gated) {
+    throw std::invalid_argument(name + ": a convolution's A is its implicit im2col matrix: not transposed, and B "
+                                "one matrix");
+  }
+  if (s.m != c.images * c.ho * c.wo || s.k != c.kh * c.kw * c.group_channels) {
+    throw std::invalid_argument(name + ": a convolution of " + str(c.images) + " images into " + str(c.ho) + "x" +
+                                str(c.wo) + " pixels over " + str(c.kh) + "x" + str(c.kw) + " taps of " +
+                                str(c.group_channels) + " channels is m = " + str(c.images * c.ho * c.wo) +
+                                ", k = " + str(c.kh * c.kw * c.group_channels) + "; got m = " + str(s.m) +
+                                ", k = " + str(s.k));
+  }
+  const std::uint64_t last_y = (c.ho - 1) * c.sh + (c.kh - 1) * c.dh, last_x = (c.wo - 1) * c.sw + (c.kw - 1) * c.dw;
+  if (last_y >= c.h || last_x >= c.w) {
+    throw std::invalid_argument(name + ": the convolution reads input pixel (" + str(last_y) + ", " + str(last_x) +
+                                ") of a " + str(c.h) + "x" + str(c.w) + " input (padding must be in the input)");
+  }
+  if ((s.batch - 1) * s.a_batch_stride + c.group_channels > c.channels) {
+    throw std::invalid_argument(name + ": " + str(s.batch) + " groups of " + str(c.group_channels) + " channels, " +
+                                str(s.a_batch_stride) + " apart, do not fit the input's " + str(c.channels) +
+                                " channels");
+  }
+}
 
 }  // namespace
 
@@ -193,6 +275,11 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     throw std::invalid_argument(name + ": the residual's row pitch " + std::to_string(s.ldr) +
                                 " is shorter than its rows (" + std::to_string(s.n) + ")");
   }
+  if (s.ldc != 0 && s.ldc < s.n) {
+    throw std::invalid_argument(name + ": C's row pitch " + std::to_string(s.ldc) + " is shorter than its rows (" +
+                                std::to_string(s.n) + ")");
+  }
+  if (s.conv) check_conv(s, name);
   const MatmulPlan p = plan_matmul(s, target);
   if (p.tm == 0) {
     throw DoesNotFit(name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
@@ -227,6 +314,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   const auto residual_bytes = static_cast<std::uint32_t>(p.tm * p.tn * out_size);
   const auto residual_arg = static_cast<std::uint16_t>(3 + (s.bias ? 1 : 0) + (s.scale ? 1 : 0));
   const std::uint64_t ldr = s.ldr != 0 ? s.ldr : s.n;
+  const std::uint64_t ldc = s.ldc != 0 ? s.ldc : s.n, c_batch = s.c_batch_stride != 0 ? s.c_batch_stride : s.m * s.n;
 
   const std::uint64_t tiles_m = ceil_div(s.m, p.tm), tiles_n = ceil_div(s.n, p.tn);
   const std::uint64_t row_blocks = ceil_div(tiles_m, rt);
@@ -307,6 +395,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     const auto a_panel = [&](const Tile& t, std::uint64_t step, std::uint32_t r) {
       const auto [k0, k] = chunks[step];
       const std::uint64_t base = t.batch * s.a_batch_stride;
+      if (s.conv) return Panel{k, t.m[r], base, 0, false, t.i0[r], k0, true};
       return s.a_transposed ? Panel{t.m[r], k, base + k0 * a_ld + t.i0[r], a_ld}
                             : Panel{k, t.m[r], base + t.i0[r] * a_ld + k0, a_ld};
     };
@@ -324,6 +413,16 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       for (std::uint32_t part = 0; part < kParts; ++part) {
         const std::uint32_t r0 = pn.row_start(part), r1 = pn.row_start(part + 1);
         if (r1 == r0) continue;
+        if (pn.conv) {
+          conv_panel(*s.conv, pn.first, pn.row0 + r0, r1 - r0, pn.k0, pn.cols,
+                     sp + static_cast<std::uint32_t>(r0 * pn.cols * size), size, [&](isa::DmaLoad d) {
+                       d.token = dma_token(dma_base, slot, part);
+                       d.dtype = s.dtype;
+                       d.arg = arg;
+                       b.add(stream, d);
+                     });
+          continue;
+        }
         if (!pn.pieced) {
           b.add(stream, dma<isa::DmaLoad>(dma_token(dma_base, slot, part), s.dtype, arg, pn.first + r0 * pn.ld,
                                           sp + static_cast<std::uint32_t>(r0 * pn.cols * size), pn.cols, r1 - r0,
@@ -452,7 +551,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       const std::uint32_t k = chunks[ph.step].second;
       const bool tile_start = pi == 0 || phases[pi - 1].tile != ph.tile;
       if (s.bias && tile_start) {  // the block's bias row, needed when its first tile completes
-        b.add(stream, dma<isa::DmaLoad>(kBias, *s.bias, 3, t.j0, *s.bias == isa::DType::fp32 ? sp_bias : sp_bias_raw,
+        b.add(stream, dma<isa::DmaLoad>(kBias, *s.bias, 3, t.batch * s.bias_batch_stride + t.j0, *s.bias == isa::DType::fp32 ? sp_bias : sp_bias_raw,
                                         t.n, 1, static_cast<std::int64_t>(t.n)));
         bias_ready = false;
       }
@@ -561,8 +660,8 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
                                        .rows = rows, .cols = t.n});
           }
           const auto store = dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + (rt == 1 ? 0 : r)), out_t, 2,
-                                                t.batch * s.m * s.n + (t.i0[r] + r0) * s.n + t.j0, out, t.n, rows,
-                                                static_cast<std::int64_t>(s.n));
+                                                t.batch * c_batch + (t.i0[r] + r0) * ldc + t.j0, out, t.n, rows,
+                                                static_cast<std::int64_t>(ldc));
           if (rt == 1 && ph.tile + 1 < tiles.size()) {
             // Issued after the next block's first prefetch: the stores of a whole
             // super-block at once would otherwise hold up the loads the next needs.

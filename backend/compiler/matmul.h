@@ -68,6 +68,25 @@ struct MatmulShape {
   // and multiplies them in C's dtype: C is [m x n], and the gate's product never goes
   // to DRAM. One tile per core.
   bool gated = false;
+  // C's row pitch and the elements between its batches (0: dense, n and m * n), and the
+  // bias row's offset per batch (0: one row for every batch). A grouped convolution's
+  // groups are batches writing their columns of one [m x groups * n] result.
+  std::uint64_t ldc = 0, c_batch_stride = 0, bias_batch_stride = 0;
+  // A as the implicit im2col matrix of a convolution over a channels-last input that is
+  // already padded, stored [images, h, w, channels]. A's row p is the output pixel
+  // (image, oy, ox) in row-major order; its column k is the tap (ky, kx) and channel c,
+  // k = (ky * kw + kx) * group_channels + c; and
+  //   A[p][k] = in[image][oy * sh + ky * dh][ox * sw + kx * dw][c + batch * a_batch_stride]
+  // (a grouped convolution's groups are batches: a_batch_stride is the group's first
+  // channel). A's panels are gathered from the input by DMA, a run of contiguous K
+  // (one tap row, kw * channels values, when dw is 1 and a group is every channel;
+  // else one tap) by a run of pixels of one output row, or of whole output rows; no
+  // im2col matrix is ever stored. m = images * ho * wo, k = kh * kw * group_channels.
+  struct ConvA {
+    std::uint64_t images = 1, h = 0, w = 0, channels = 0, group_channels = 0;
+    std::uint64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ho = 0, wo = 0;
+  };
+  std::optional<ConvA> conv = std::nullopt;
 
   isa::DType out_dtype() const { return out ? *out : dtype; }
   isa::DType accumulator() const { return isa::is_float(dtype) ? isa::DType::fp32 : isa::DType::int32; }

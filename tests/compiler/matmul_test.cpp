@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -220,6 +221,163 @@ TEST_CASE("given B in pieces, each panel row is loaded from the piece that holds
   short_ld.b_piece_ld = {0, 2000, 0};
   CHECK_THROWS_WITH(compiler::compile_matmul(short_ld, target, "x"),
                     ContainsSubstring("x: B piece 1's row pitch 2000 is shorter than K (2200)"));
+}
+
+// Every (group, pixel, k) of a convolution's implicit A that the A panels' DMAs gather,
+// found by inverting each element's input offset. K must be one chunk (tk = K), so an
+// element's scratchpad position within its slot, (sp / size) mod (tm x K), is
+// (row in tile) x K + k.
+std::vector<std::vector<std::vector<int>>> gathered(const isa::Program& p, const compiler::MatmulShape& s,
+                                                    std::uint64_t tm, std::uint64_t size) {
+  const auto& c = *s.conv;
+  std::vector<std::vector<std::vector<int>>> seen(s.batch, std::vector<std::vector<int>>(s.m, std::vector<int>(s.k)));
+  for (std::uint32_t st = 0; st < p.num_streams(); ++st) {
+    for (std::uint32_t pc = 0; pc < p.stream_length(st); ++pc) {
+      const isa::Decoded d = p.decode_at(st, pc);
+      const auto* l = std::get_if<isa::DmaLoad>(&*d.inst);
+      if (l == nullptr || l->arg != 0) continue;
+      for (std::uint32_t i2 = 0; i2 < l->shape[2]; ++i2) {
+        for (std::uint32_t i1 = 0; i1 < l->shape[1]; ++i1) {
+          for (std::uint32_t i0 = 0; i0 < l->shape[0]; ++i0) {
+            const std::int64_t at = static_cast<std::int64_t>(l->offset / size) + i0 * l->mem_stride[0] +
+                                    i1 * l->mem_stride[1] + i2 * l->mem_stride[2];
+            const std::uint64_t sp = l->sp_addr / size + i0 + i1 * l->sp_stride[0] + i2 * l->sp_stride[1];
+            const std::uint64_t pos = sp % (tm * s.k), r = pos / s.k, k = pos % s.k;
+            REQUIRE(at >= 0);
+            const auto e = static_cast<std::uint64_t>(at);
+            const std::uint64_t ch = e % c.channels, ix = e / c.channels % c.w, iy = e / c.channels / c.w % c.h;
+            const std::uint64_t image = e / c.channels / c.w / c.h;
+            REQUIRE(image < c.images);
+            const std::uint64_t g = ch / c.group_channels, kc = k % c.group_channels;
+            const std::uint64_t ky = k / (c.kw * c.group_channels), kx = k / c.group_channels % c.kw;
+            REQUIRE(ch % c.group_channels == kc);  // the tap's channel, in the batch's group
+            REQUIRE(g < s.batch);
+            REQUIRE(iy >= ky * c.dh);
+            REQUIRE(ix >= kx * c.dw);
+            REQUIRE((iy - ky * c.dh) % c.sh == 0);
+            REQUIRE((ix - kx * c.dw) % c.sw == 0);
+            const std::uint64_t oy = (iy - ky * c.dh) / c.sh, ox = (ix - kx * c.dw) / c.sw;
+            REQUIRE(oy < c.ho);
+            REQUIRE(ox < c.wo);
+            const std::uint64_t pixel = (image * c.ho + oy) * c.wo + ox;
+            REQUIRE(pixel % tm == r);  // in its row of the panel
+            ++seen[g][pixel][k];
+          }
+        }
+      }
+    }
+  }
+  return seen;
+}
+
+TEST_CASE("given a convolution, A's panels gather every pixel's taps from the input, and bad shapes are errors") {
+  const compiler::Target target = ci_chip();
+  // Two padded 10x12 images of 8 channels, 3x3 taps, stride (1, 2), dilation (2, 1):
+  // ho = (10 - 2 x 2 - 1) / 1 + 1 = 6, wo = (12 - 2 - 1) / 2 + 1 = 5; m = 2 x 6 x 5 = 60,
+  // k = 3 x 3 x 8 = 72 (one K chunk), 16 output channels.
+  compiler::MatmulShape s{.m = 60, .n = 16, .k = 72, .dtype = isa::DType::fp16, .b_transposed = true};
+  s.conv = compiler::MatmulShape::ConvA{.images = 2, .h = 10, .w = 12, .channels = 8, .group_channels = 8, .kh = 3,
+                                        .kw = 3, .sh = 1, .sw = 2, .dh = 2, .dw = 1, .ho = 6, .wo = 5};
+  compiler::MatmulPlan plan = compiler::plan_matmul(s, target);
+  REQUIRE(plan.tk == 72);
+  isa::Program p(compiler::compile_matmul(s, target, "aten::convolution"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 4}));
+  // Each element once per grid column that loads A (16 columns: one tile wide, one loader).
+  const auto once = gathered(p, s, plan.tm, 2);
+  for (const auto& pixel : once[0]) {
+    for (const int n : pixel) CHECK(n == 1);
+  }
+  // dw = 1 and one group: a tap row (kw x channels = 24 values) is contiguous, one run
+  // of K per DMA.
+  for (std::uint32_t pc = 0; pc < p.stream_length(0); ++pc) {
+    const isa::Decoded d = p.decode_at(0, pc);
+    const auto* l = std::get_if<isa::DmaLoad>(&*d.inst);
+    if (l != nullptr && l->arg == 0) CHECK(l->shape[0] == 24);
+  }
+
+  // Two groups of 4 channels (batches: the second group's A starts at channel 4), dw 2:
+  // wo = (12 - 2 x 2 - 1) / 2 + 1 = 4, m = 2 x 6 x 4 = 48, k = 3 x 3 x 4 = 36; runs of K
+  // are single taps (4 values).
+  compiler::MatmulShape g{.m = 48, .n = 8, .k = 36, .dtype = isa::DType::fp32, .b_transposed = true, .batch = 2,
+                          .a_batch_stride = 4, .b_batch_stride = 8 * 36};
+  g.ldc = 16;
+  g.c_batch_stride = 8;
+  g.conv = compiler::MatmulShape::ConvA{.images = 2, .h = 10, .w = 12, .channels = 8, .group_channels = 4, .kh = 3,
+                                        .kw = 3, .sh = 1, .sw = 2, .dh = 2, .dw = 2, .ho = 6, .wo = 4};
+  plan = compiler::plan_matmul(g, target);
+  REQUIRE(plan.tk == 36);
+  p = isa::Program(compiler::compile_matmul(g, target, "aten::convolution"));
+  const auto seen = gathered(p, g, plan.tm, 4);
+  for (const auto& group : seen) {
+    for (const auto& pixel : group) {
+      for (const int n : pixel) CHECK(n == 1);
+    }
+  }
+  // Each group's result goes to its 8 columns of the 16-wide C.
+  std::set<std::uint64_t> columns;
+  for (std::uint32_t st = 0; st < p.num_streams(); ++st) {
+    for (std::uint32_t pc = 0; pc < p.stream_length(st); ++pc) {
+      const isa::Decoded dec = p.decode_at(st, pc);
+      const auto* d = std::get_if<isa::DmaStore>(&*dec.inst);
+      if (d == nullptr) continue;
+      CHECK(d->mem_stride[1] == 16);
+      columns.insert(d->offset / 4 % 16);
+    }
+  }
+  CHECK(columns == std::set<std::uint64_t>{0, 8});
+
+  // 1x1, stride 1: an image's pixels are evenly spaced (8 channels apart), so each panel
+  // part is one 2-D DMA; with 7 input rows for 6 output rows (the last row unread) the
+  // images are not, and a part crossing from one image to the next takes two.
+  for (const std::uint64_t h : {6, 7}) {
+    compiler::MatmulShape e{.m = 60, .n = 16, .k = 8, .dtype = isa::DType::fp16, .b_transposed = true};
+    e.conv = compiler::MatmulShape::ConvA{.images = 2, .h = h, .w = 5, .channels = 8, .group_channels = 8, .kh = 1,
+                                          .kw = 1, .sh = 1, .sw = 1, .dh = 1, .dw = 1, .ho = 6, .wo = 5};
+    plan = compiler::plan_matmul(e, target);
+    p = isa::Program(compiler::compile_matmul(e, target, "aten::convolution"));
+    const auto even = gathered(p, e, plan.tm, 2);
+    for (const auto& pixel : even[0]) CHECK(pixel[0] == 1);
+    std::uint64_t a_loads = 0, crossing = 0;
+    for (std::uint64_t i0 = 0; i0 < 60; i0 += plan.tm) {
+      for (std::uint32_t part = 0; part < 2; ++part) {  // (compiler::kPanelPieces)
+        const std::uint64_t rows = std::min<std::uint64_t>(plan.tm, 60 - i0);
+        const std::uint64_t r0 = i0 + rows * part / 2, r1 = i0 + rows * (part + 1) / 2;
+        if (r1 > r0) ++a_loads, crossing += r0 < 30 && r1 > 30 ? 1 : 0;
+      }
+    }
+    std::uint64_t dmas = 0;
+    for (std::uint32_t st = 0; st < p.num_streams(); ++st) {
+      for (std::uint32_t pc = 0; pc < p.stream_length(st); ++pc) {
+        const isa::Decoded d = p.decode_at(st, pc);
+        const auto* l = std::get_if<isa::DmaLoad>(&*d.inst);
+        if (l != nullptr && l->arg == 0) {
+          ++dmas;
+          CHECK(l->shape[2] == 1);
+        }
+      }
+    }
+    CHECK(crossing > 0);
+    CHECK(dmas == a_loads + (h == 7 ? crossing : 0));
+  }
+
+  compiler::MatmulShape wrong = s;
+  wrong.m = 61;
+  CHECK_THROWS_WITH(compiler::compile_matmul(wrong, target, "x"),
+                    ContainsSubstring("x: a convolution of 2 images into 6x5 pixels over 3x3 taps of 8 channels is "
+                                      "m = 60, k = 72; got m = 61, k = 72"));
+  wrong = s;
+  wrong.conv->ho = 7;  // (7 - 1) x 1 + 2 x 2 = 10: row 10 of a 10-row input
+  wrong.m = 70;
+  CHECK_THROWS_WITH(compiler::compile_matmul(wrong, target, "x"),
+                    ContainsSubstring("x: the convolution reads input pixel (10, 10) of a 10x12 input"));
+  wrong = g;
+  wrong.a_batch_stride = 5;
+  CHECK_THROWS_WITH(compiler::compile_matmul(wrong, target, "x"),
+                    ContainsSubstring("x: 2 groups of 4 channels, 5 apart, do not fit the input's 8 channels"));
+  wrong = s;
+  wrong.ldc = 8;
+  CHECK_THROWS_WITH(compiler::compile_matmul(wrong, target, "x"),
+                    ContainsSubstring("x: C's row pitch 8 is shorter than its rows (16)"));
 }
 
 TEST_CASE("given a gated pair, each tile computes the gate and the up projection from one A panel") {

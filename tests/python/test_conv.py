@@ -1,0 +1,119 @@
+"""conv1d and conv2d on the compute arrays (backend/aten/conv_ops.cpp: one implicit-GEMM
+kernel whose A panels are gathered from the input by DMA): strides, padding, dilation,
+groups, bias, channels-last and strided inputs, against the float64 CPU convolution of
+the same values within fp32-accumulation tolerance, and without falling back."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import spyre_sim
+from test_matmul import tol
+from test_pointwise import FLOATS, rand
+
+
+def check(fn, x, w, b=None, k=1, **kw):
+    """fn(x, w, b, **kw) on the device against float64 on the CPU; no fallback."""
+    dev = [t.to("spyre") if t is not None else None for t in (x, w, b)]
+    torch.spyre.reset_fallback_counts()
+    got = fn(*dev, **kw)
+    counts = torch.spyre.fallback_counts()
+    want = fn(*[t.double() if t is not None else None for t in (x, w, b)], **kw).to(x.dtype)
+    assert got.device.type == "spyre" and got.shape == want.shape and got.dtype == want.dtype
+    assert_close(got.cpu().double(), want.double(), **tol(x.dtype, k))
+    assert counts == {}, counts
+    return got
+
+
+CASES = [  # input shape, weight shape, stride, padding, dilation, groups
+    ((2, 3, 9, 11), (5, 3, 3, 3), 1, 1, 1, 1),              # 3x3, same-size output
+    ((1, 3, 20, 18), (8, 3, 7, 7), 2, 3, 1, 1),             # a ResNet stem: 7x7, stride 2
+    ((2, 6, 8, 9), (4, 6, 1, 1), 1, 0, 1, 1),               # 1x1
+    ((1, 4, 13, 12), (6, 4, 3, 2), (1, 2), (2, 0), (2, 1), 1),  # uneven kernel, stride, padding, dilation
+    ((2, 8, 7, 7), (6, 4, 3, 3), 1, 1, 1, 2),               # two groups
+    ((1, 5, 9, 8), (10, 1, 3, 3), 2, 1, 1, 5),              # depthwise, channel multiplier 2
+    ((1, 64, 12, 10), (40, 64, 3, 3), 1, 1, 1, 1),          # K = 576: K chunks cross tap rows
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", CASES)
+def test_conv2d_matches_the_cpu(dtype, xs, ws, stride, padding, dilation, groups):
+    x, w, b = rand(xs, dtype, 1), rand(ws, dtype, 2), rand((ws[0],), dtype, 3)
+    k = ws[1] * ws[2] * ws[3]
+    args = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    check(F.conv2d, x, w, b, k=k, **args)
+    check(F.conv2d, x, w, None, k=k, **args)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_conv1d_and_same_padding(dtype):
+    x, w, b = rand((2, 4, 50), dtype, 1), rand((6, 4, 5), dtype, 2), rand((6,), dtype, 3)
+    check(F.conv1d, x, w, b, k=20, stride=2, padding=2)
+    check(F.conv1d, x, w, b, k=20, padding="same", dilation=3)
+    x2 = rand((1, 3, 10, 12), dtype, 4)
+    check(F.conv2d, x2, rand((4, 3, 3, 5), dtype, 5), None, k=45, padding="same")
+
+
+def test_inputs_of_any_layout_and_the_channels_last_result():
+    x, w = rand((2, 6, 9, 10), torch.float32, 1), rand((4, 6, 3, 3), torch.float32, 2)
+    want = F.conv2d(x.double(), w.double(), padding=1)
+    for layout in (lambda t: t, lambda t: t.to(memory_format=torch.channels_last),
+                   lambda t: t.transpose(2, 3).contiguous().transpose(2, 3),  # H and W swapped in memory
+                   lambda t: t.repeat_interleave(2, dim=3)[..., ::2]):  # every other column of a wider one
+        got = F.conv2d(layout(x.to("spyre")), layout(w.to("spyre")), padding=1)
+        assert_close(got.cpu().double(), want, **tol(torch.float32, 54))
+    # The result is stored channels-last, as the kernel writes it; its values and every
+    # view of it are the CPU's.
+    got = F.conv2d(x.to("spyre"), w.to("spyre"), padding=1)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert_close(got.flatten(1).cpu().double(), want.flatten(1), **tol(torch.float32, 54))
+
+
+def test_a_padding_free_channels_last_convolution_is_one_kernel_reading_its_input_once():
+    # A 1x1 convolution of a channels-last input needs no copies: one kernel, which reads
+    # the input (2 x 16 x 14 x 14 fp16) and the weights once. It is the product of the
+    # input's pixels [392 x 16] and the weights [16 x 32], and moves what that mm moves.
+    x = rand((2, 16, 14, 14), torch.float16, 1).to("spyre").to(memory_format=torch.channels_last)
+    w = rand((32, 16, 1, 1), torch.float16, 2).to("spyre").to(memory_format=torch.channels_last)
+    report = spyre_sim.run(lambda a, b: F.conv2d(a, b), x, w)
+    assert [k["name"] for k in report["kernels"]] == ["aten::convolution"]
+    m = report["metrics"]
+    assert m["dram_read_bytes"] == 2 * 16 * 14 * 14 * 2 + 32 * 16 * 2
+    pixels, weights = x.permute(0, 2, 3, 1).reshape(392, 16), w.reshape(32, 16).t()
+    mm = spyre_sim.run(torch.mm, pixels, weights)
+    assert [k["name"] for k in mm["kernels"]] == ["aten::mm"]
+    for key in ("dram_read_bytes", "dram_write_bytes"):
+        assert m[key] == mm["metrics"][key], key
+
+
+def test_a_resnet_basic_block_runs_on_the_device_eager_and_compiled():
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, stride=2, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 8, 16, 16)
+    with torch.no_grad():
+        want = block.double()(x.double())
+        block = block.float().to("spyre")
+        torch.spyre.reset_fallback_counts()
+        eager = block(x.to("spyre"))
+        assert torch.spyre.fallback_counts() == {}
+        compiled = torch.compile(block, backend="spyre")
+        got = compiled(x.to("spyre"))
+        assert torch.spyre.fallback_counts() == {}
+    for y in (eager, got):
+        assert_close(y.cpu().double(), want, **tol(torch.float32, 144))
+
+
+def test_convolution_errors_and_what_still_runs_on_the_cpu():
+    x, w = torch.randn(1, 4, 8, 8), torch.randn(3, 4, 3, 3)
+    with pytest.raises(RuntimeError, match="same"):
+        F.conv2d(x.to("spyre"), w)  # weight on the CPU
+    with pytest.raises(RuntimeError, match="channels"):
+        F.conv2d(x.to("spyre"), torch.randn(3, 5, 3, 3).to("spyre"))
+    # Transposed and 3-D convolutions have no device kernel yet: the CPU's, counted.
+    torch.spyre.reset_fallback_counts()
+    got = F.conv_transpose2d(x.to("spyre"), w.transpose(0, 1).contiguous().to("spyre"))
+    assert torch.spyre.fallback_counts() == {"aten::convolution_overrideable": 1}
+    assert_close(got.cpu(), F.conv_transpose2d(x, w.transpose(0, 1).contiguous()), atol=1e-5, rtol=1e-5)
