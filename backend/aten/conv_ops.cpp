@@ -117,9 +117,13 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const 
                           (has_bias ? "|+" + std::string(isa::to_string(*s.bias)) : "");
   std::vector<std::uint64_t> args{device_address(xp), device_address(wt), device_address(y)};
   if (has_bias) args.push_back(device_address(bias));
-  // The least traffic: the input, the weights and the bias read once, the result written.
+  // The least traffic: the input pixels the convolution reads, the weights and the bias
+  // once each, the result written.
   const auto bytes = [&](const at::Tensor& t) { return t.defined() ? u(t.numel()) * u(t.element_size()) : 0; };
-  const Traffic traffic{.read = bytes(x) + bytes(w) + bytes(bias), .written = bytes(y)};
+  const std::uint64_t pixels_read = compiler::conv_positions_read(u(h), u(ho), u(kh), u(sh), u(dh), u(ph)) *
+                                    compiler::conv_positions_read(u(wd), u(wo), u(kw), u(sw), u(dw), u(pw));
+  const Traffic traffic{.read = u(images * channels) * pixels_read * u(x.element_size()) + bytes(w) + bytes(bias),
+                        .written = bytes(y)};
   run_cached(x.device().index(), key,
              [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, "aten::convolution"); }, args,
              "aten::convolution", traffic);

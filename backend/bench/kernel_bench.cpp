@@ -5,6 +5,7 @@
 //
 //   tools/dev run spyre-kernel-bench            # full sizes (about a minute)
 //   tools/dev run spyre-kernel-bench --quick    # small sizes (the ctest smoke run)
+//   tools/dev run spyre-kernel-bench --convolutions  # only ResNet-50's convolutions
 //   tools/dev run spyre-kernel-bench --predictions [--fp32] [--plans]   # only the predicted-
 //       # against-simulated table (with SPYRE_SIM_SET for what-ifs); --plans adds each GEMM's
 //       # plan and its DRAM and ring bytes, the model's against the simulated
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,7 @@
 #include <ATen/ops/_softmax.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/add.h>
+#include <ATen/ops/conv2d.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/mul.h>
@@ -213,6 +216,82 @@ void bandwidth_kernels(bool quick) {
   }
 }
 
+// The launch records after the first `from` (after synchronizing).
+std::vector<spyre_launch_record_t> launches_from(std::uint32_t from) {
+  spyreDeviceSynchronize(device_handle());
+  std::uint32_t count = 0;
+  spyreDeviceGetLaunchRecords(device_handle(), &count, nullptr);
+  std::vector<spyre_launch_record_t> records(count);
+  for (auto& r : records) r.struct_size = sizeof r;
+  spyreDeviceGetLaunchRecords(device_handle(), &count, records.data());
+  return {records.begin() + std::min<std::uint32_t>(from, count), records.end()};
+}
+
+// ResNet-50's distinct convolutions (torchvision's, stride on the 3x3 of a bottleneck)
+// at batch 8, fp16, 224 x 224, channels-last inputs and weights (a model moved with
+// .to(memory_format=torch.channels_last), as the convolutions' own results are): each
+// with its modelled time (the convolution kernel, plus the kernels that copy a padded
+// input), % of the fp16 peak and % of its roofline bound (its FLOPs at the peak, or
+// the input pixels it reads, its weights and its result moved once at the memory
+// model's best), and all 53 together.
+void convolutions(bool quick) {
+  struct Conv {
+    std::int64_t in, size, out, k, stride, count;
+  };
+  // in channels, input height = width, out channels, kernel, stride, uses in the model
+  std::vector<Conv> convs = {
+      {3, 224, 64, 7, 2, 1},                                                                       // stem
+      {64, 56, 64, 1, 1, 1},    {64, 56, 64, 3, 1, 3},    {64, 56, 256, 1, 1, 4},   {256, 56, 64, 1, 1, 2},    // layer1
+      {256, 56, 128, 1, 1, 1},  {128, 56, 128, 3, 2, 1},  {128, 28, 512, 1, 1, 4},  {256, 56, 512, 1, 2, 1},
+      {512, 28, 128, 1, 1, 3},  {128, 28, 128, 3, 1, 3},                                            // layer2
+      {512, 28, 256, 1, 1, 1},  {256, 28, 256, 3, 2, 1},  {256, 14, 1024, 1, 1, 6}, {512, 28, 1024, 1, 2, 1},
+      {1024, 14, 256, 1, 1, 5}, {256, 14, 256, 3, 1, 5},                                            // layer3
+      {1024, 14, 512, 1, 1, 1}, {512, 14, 512, 3, 2, 1},  {512, 7, 2048, 1, 1, 3},  {1024, 14, 2048, 1, 2, 1},
+      {2048, 7, 512, 1, 1, 2},  {512, 7, 512, 3, 1, 2}};                                            // layer4
+  std::int64_t batch = 8;
+  if (quick) convs = {{3, 32, 16, 7, 2, 1}, {16, 8, 16, 3, 1, 1}, {16, 8, 32, 1, 2, 1}}, batch = 1;
+  const auto p = properties();
+  const double peak = 2 * p.peak_macs_per_s[SPYRE_MAC_FP16];
+  const auto& target = spyre::backend::target(0);
+  fmt::print("\nResNet-50's convolutions, batch {}, fp16, channels-last (implicit GEMM; fp16 peak {:.2f} TFLOPS)\n",
+             batch, peak * 1e-12);
+  fmt::print("  {:<32} {:>4} {:>10} {:>10} {:>7} {:>8}\n", "in x size -> out, kernel/stride", "uses", "conv us",
+             "copies us", "%peak", "%bound");
+  double total = 0, bound_total = 0, flops_total = 0;
+  const auto opts = at::TensorOptions().dtype(at::kHalf).device(kDevice);
+  for (const Conv& c : convs) {
+    const std::int64_t pad = c.k / 2, out_size = (c.size + 2 * pad - c.k) / c.stride + 1;
+    const at::Tensor x = at::randn({batch, c.in, c.size, c.size}).to(opts).contiguous(at::MemoryFormat::ChannelsLast);
+    const at::Tensor w = at::randn({c.out, c.in, c.k, c.k}).to(opts).contiguous(at::MemoryFormat::ChannelsLast);
+    at::conv2d(x, w, {}, c.stride, pad);  // compile and load
+    std::uint32_t before = 0;
+    spyreDeviceSynchronize(device_handle());
+    spyreDeviceGetLaunchRecords(device_handle(), &before, nullptr);
+    at::conv2d(x, w, {}, c.stride, pad);
+    double conv = 0, copies = 0;
+    for (const auto& r : launches_from(before)) (std::string(r.name) == "aten::convolution" ? conv : copies) += seconds(r);
+    const double flops = 2.0 * static_cast<double>(batch * out_size * out_size * c.out * c.in * c.k * c.k);
+    const auto side = static_cast<std::int64_t>(spyre::compiler::conv_positions_read(
+        static_cast<std::uint64_t>(c.size), static_cast<std::uint64_t>(out_size), static_cast<std::uint64_t>(c.k),
+        static_cast<std::uint64_t>(c.stride), 1, static_cast<std::uint64_t>(pad)));
+    const double read = 2.0 * static_cast<double>(batch * c.in * side * side + c.out * c.in * c.k * c.k);
+    const double written = 2.0 * static_cast<double>(batch * c.out * out_size * out_size);
+    const double bound = spyre::cost::roofline_s(flops, peak, read, written, p.dram_deliverable_bytes_per_s,
+                                                 target.dram_turnaround_s_per_byte);
+    const double t = conv + copies;
+    fmt::print("  {:<32} {:>4} {:>10.1f} {:>10.1f} {:>7.1f} {:>8.1f}\n",
+               fmt::format("{} x {} -> {}, {}x{}/{}", c.in, c.size, c.out, c.k, c.k, c.stride), c.count, conv * 1e6,
+               copies * 1e6, flops / t / peak * 100, bound / t * 100);
+    total += static_cast<double>(c.count) * t;
+    bound_total += static_cast<double>(c.count) * bound;
+    flops_total += static_cast<double>(c.count) * flops;
+  }
+  fmt::print("  all {} uses: {:.1f} us modelled, {:.1f}% of the fp16 peak, {:.1f}% of their summed roofline bound\n",
+             std::accumulate(convs.begin(), convs.end(), std::int64_t{0},
+                             [](std::int64_t n, const Conv& c) { return n + c.count; }),
+             total * 1e6, flops_total / total / peak * 100, bound_total / total * 100);
+}
+
 // The compiler's predicted time against the simulated one, for a fixed list of
 // kernels: the check that plans follow the config (run on the default chip and on
 // what-if configs; backend/README.md has the table and the command).
@@ -337,7 +416,7 @@ BENCHMARK(BM_cached_eager_broadcast_mul)->Unit(benchmark::kMicrosecond)->Iterati
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, only_predictions = false, show_plans = false;
+  bool quick = false, only_predictions = false, only_convolutions = false, show_plans = false;
   at::ScalarType dtype = at::kHalf;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
@@ -345,6 +424,8 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (std::strcmp(argv[i], "--predictions") == 0) {
       only_predictions = true;
+    } else if (std::strcmp(argv[i], "--convolutions") == 0) {
+      only_convolutions = true;
     } else if (std::strcmp(argv[i], "--plans") == 0) {
       show_plans = true;
     } else if (std::strcmp(argv[i], "--fp32") == 0) {
@@ -357,9 +438,14 @@ int main(int argc, char** argv) {
     predictions(quick, dtype, show_plans);
     return 0;
   }
+  if (only_convolutions) {
+    convolutions(quick);
+    return 0;
+  }
   gemms(quick);
   int8_gemms(quick);
   bandwidth_kernels(quick);
+  convolutions(quick);
   predictions(quick, dtype, show_plans);
   compile_times();
   fmt::print("\nhost time per cached eager op (no synchronisation)\n");

@@ -148,6 +148,18 @@ void check_conv(const MatmulShape& s, const std::string& name) {
 
 }  // namespace
 
+std::uint64_t conv_positions_read(std::uint64_t in, std::uint64_t out, std::uint64_t taps, std::uint64_t stride,
+                                  std::uint64_t dilation, std::uint64_t pad) {
+  std::vector<bool> read(in, false);
+  for (std::uint64_t o = 0; o < out; ++o) {
+    for (std::uint64_t t = 0; t < taps; ++t) {
+      const std::uint64_t at = o * stride + t * dilation;
+      if (at >= pad && at - pad < in) read[at - pad] = true;
+    }
+  }
+  return static_cast<std::uint64_t>(std::count(read.begin(), read.end(), true));
+}
+
 MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
   const std::uint64_t size = isa::dtype_size(s.dtype), out_size = isa::dtype_size(s.out_dtype());
   const std::uint64_t bias_size = s.bias ? isa::dtype_size(*s.bias) : 0;

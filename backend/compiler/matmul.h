@@ -105,6 +105,13 @@ struct MatmulPlan {
 
 MatmulPlan plan_matmul(const MatmulShape& shape, const Target& target);
 
+// How many of a convolution's `in` input positions along one dimension it reads: those
+// o * stride + t * dilation - pad, for o < out and t < taps, inside [0, in). An op's
+// least traffic counts these (a 1x1 convolution of stride 2 reads every other row and
+// column; padding is not read).
+std::uint64_t conv_positions_read(std::uint64_t in, std::uint64_t out, std::uint64_t taps, std::uint64_t stride,
+                                  std::uint64_t dilation, std::uint64_t pad);
+
 // Two tiles per core run one K step apart from this many K steps on: the extra load
 // of the first B panel costs 1 / steps of the B traffic (1024^3, 2 steps: 55.9 us
 // against 53.7 us in lockstep; 2048^3, 4 steps: 282.0 against 297.6).

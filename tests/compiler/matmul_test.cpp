@@ -380,6 +380,20 @@ TEST_CASE("given a convolution, A's panels gather every pixel's taps from the in
                     ContainsSubstring("x: C's row pitch 8 is shorter than its rows (16)"));
 }
 
+TEST_CASE("a convolution's least traffic counts the input positions it reads") {
+  // ResNet's stem, 7 taps at stride 2 over 224 with padding 3: o * 2 + t - 3 runs from -3
+  // to 111 x 2 + 6 - 3 = 225, every one of the 224 rows.
+  CHECK(compiler::conv_positions_read(224, 112, 7, 2, 1, 3) == 224);
+  // A 1x1 convolution of stride 2: every other row, 28 of 56.
+  CHECK(compiler::conv_positions_read(56, 28, 1, 2, 1, 0) == 28);
+  // 3 taps at stride 4 over 10: 0 1 2, 4 5 6, 8 9 (10 is past the input): 8.
+  CHECK(compiler::conv_positions_read(10, 3, 3, 4, 1, 0) == 8);
+  // Dilation 3, 2 taps, stride 1, 2 outputs over 5: 0 3, 1 4: 4 (2 is never read).
+  CHECK(compiler::conv_positions_read(5, 2, 2, 1, 3, 0) == 4);
+  // Padding is not read: 3 taps, padding 1, 8 outputs over 8: -1 .. 8 inside [0, 8).
+  CHECK(compiler::conv_positions_read(8, 8, 3, 1, 1, 1) == 8);
+}
+
 TEST_CASE("given a gated pair, each tile computes the gate and the up projection from one A panel") {
   // SwiGLU's silu(x W1^T) * (x W3^T) at 1152 x 700 x 2200 on the CI chip: W1 is argument
   // 1, W3 argument 3, both [700 x 2200]. A tile's B panel is its 64 gate rows then its
