@@ -14,6 +14,10 @@
 #include <cstdio>
 
 #include <ATen/ops/empty.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/neg.h>
+#include <ATen/ops/add.h>
 #include <ATen/ops/native_batch_norm.h>
 #include <ATen/ops/mean.h>
 #include <ATen/ops/mul.h>
@@ -36,6 +40,7 @@
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
+#include "aten/pointwise.h"
 #include "compiler/reduce.h"
 #include "runtime/launch.h"
 
@@ -304,15 +309,24 @@ Result native_layer_norm_backward(const at::Tensor& grad_out, const at::Tensor& 
   return {dx, dw, db};
 }
 
-// native_batch_norm updates running_mean and running_var in training, but its schema does
-// not mark them as written, so the boxed CPU fallback would leave the device's copies
-// unchanged (running statistics silently never learned). On CPU copies, the statistics
-// copied back explicitly (counted as a fallback).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
+// native_batch_norm (nn.BatchNorm1d/2d/3d, F.batch_norm) of device float inputs,
+// composed of device kernels: in training the per-channel mean over every dim but
+// the channels (fp32), the biased variance as the mean of the squared centred values
+// (two passes, as the CPU's), and the running statistics updated in place with the
+// CPU's formulas (momentum x new + (1 - momentum) x old, the variance unbiased by
+// n / (n - 1)); in evaluation the running statistics. Then, as the CPU's transform,
+// alpha = invstd x weight and beta = bias - mean x alpha per channel, and y = x x alpha
+// + beta as one kernel in fp32 with one rounding, keeping x's memory format.
+// save_mean and save_invstd are the batch's (empty in evaluation), in fp32 when a
+// half-precision input has fp32 parameters (the CPU's mixed type), else the input's
+// dtype. (The schema does not mark the running statistics as written, so a CPU run
+// would leave the device's copies unchanged: the bug this replaced.) Other dtypes run
+// on CPU copies, the statistics copied back (counted).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_on_cpu(
     const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
     const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
     double momentum, double eps) {
-  count_fallback("aten::native_batch_norm", /*has_kernel=*/false);
+  count_fallback("aten::native_batch_norm");
   const auto cpu = [](const std::optional<at::Tensor>& t) {
     return t && t->defined() ? std::optional<at::Tensor>(t->cpu()) : std::optional<at::Tensor>();
   };
@@ -327,12 +341,102 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
   return {out.to(device), save_mean.to(device), save_invstd.to(device)};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_device(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight_in, const std::optional<at::Tensor>& bias_in,
+    const std::optional<at::Tensor>& running_mean_in, const std::optional<at::Tensor>& running_var_in, bool training,
+    double momentum, double eps) {
+  const auto given = [](const std::optional<at::Tensor>& t) { return t && t->defined() ? *t : at::Tensor(); };
+  const at::Tensor weight = given(weight_in), bias = given(bias_in), running_mean = given(running_mean_in),
+                   running_var = given(running_var_in);
+  TORCH_CHECK(input.dim() >= 2, "batch_norm: expected an input of at least 2 dims (batch, channels, ...), got ",
+              input.dim(), "-D");
+  const std::int64_t channels = input.size(1);
+  TORCH_CHECK(training || (running_mean.defined() && running_var.defined()),
+              "running_mean and running_var must be defined in evaluation mode");
+  bool on_device = device_float_dtype(input.scalar_type()).has_value() && input.numel() > 0;
+  bool mixed = false;
+  for (const at::Tensor* t : {&weight, &bias, &running_mean, &running_var}) {
+    if (!t->defined()) continue;
+    TORCH_CHECK(t->dim() == 1 && t->size(0) == channels, "batch_norm: expected a parameter of ", channels,
+                " values (the input's channels), got shape ", t->sizes());
+    TORCH_CHECK(t->device() == input.device(), "Expected all tensors to be on the same device, but found at least two "
+                "devices, ", input.device(), " and ", t->device(), "! (aten::native_batch_norm)");
+    on_device = on_device && device_float_dtype(t->scalar_type()).has_value();
+    mixed = mixed || (t->scalar_type() == at::kFloat && input.scalar_type() != at::kFloat);
+  }
+  if (!on_device) return batch_norm_on_cpu(input, weight_in, bias_in, running_mean_in, running_var_in, training,
+                                           momentum, eps);
+  const c10::DeviceGuard guard(input.device());
+  const at::ScalarType stats_dtype = mixed ? at::kFloat : input.scalar_type();
+  std::vector<std::int64_t> dims{0}, per_channel(static_cast<std::size_t>(input.dim()), 1);
+  for (std::int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
+  per_channel[1] = channels;
+  at::Tensor mean, invstd, save_mean, save_invstd;
+  if (training) {
+    const std::int64_t n = input.numel() / channels;
+    mean = at::mean(input, dims, /*keepdim=*/false, at::kFloat);
+    const at::Tensor centred = at::sub(input, mean.view(per_channel));  // fp32
+    const at::Tensor var = at::mean(at::mul(centred, centred), dims);
+    invstd = at::rsqrt(at::add(var, eps));
+    save_mean = mean.to(stats_dtype);
+    save_invstd = invstd.to(stats_dtype);
+    if (running_mean.defined()) {
+      running_mean.copy_(at::add(at::mul(mean, momentum), running_mean, 1 - momentum));
+    }
+    if (running_var.defined()) {
+      const double unbias = n > 1 ? static_cast<double>(n) / static_cast<double>(n - 1) : 1.0;
+      running_var.copy_(at::add(at::mul(var, momentum * unbias), running_var, 1 - momentum));
+    }
+  } else {
+    mean = running_mean.to(at::kFloat);
+    invstd = at::rsqrt(at::add(running_var.to(at::kFloat), eps));
+    save_mean = at::empty({0}, input.options().dtype(stats_dtype));
+    save_invstd = at::empty({0}, input.options().dtype(stats_dtype));
+  }
+  const at::Tensor alpha = weight.defined() ? at::mul(invstd, weight) : invstd;
+  const at::Tensor beta = bias.defined() ? at::sub(bias, at::mul(mean, alpha)) : at::neg(at::mul(mean, alpha));
+  at::Tensor out = at::empty_like(input);
+  at::TensorBase out_base = out;
+  const at::Tensor alpha_c = alpha.view(per_channel), beta_c = beta.view(per_channel);
+  auto iter = at::TensorIteratorConfig()
+                  .check_all_same_dtype(false)
+                  .add_output(out_base)
+                  .add_const_input(input)
+                  .add_const_input(alpha_c)
+                  .add_const_input(beta_c)
+                  .build();
+  using compiler::Step;
+  using compiler::Value;
+  run_pointwise("aten::native_batch_norm", iter,
+                {Step::binary(isa::BinaryOp::mul, isa::DType::fp32, Value::input(0), Value::input(1)),
+                 Step::binary(isa::BinaryOp::add, isa::DType::fp32, Value::step(0), Value::input(2))});
+  return {out, save_mean, save_invstd};
+}
+
+// The forms torch.compile's graphs call (AOTAutograd's decompositions): the same
+// kernel, with the running statistics given (updated in training) or not.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_legit(const at::Tensor& input,
+                                                                const std::optional<at::Tensor>& weight,
+                                                                const std::optional<at::Tensor>& bias,
+                                                                at::Tensor& running_mean, at::Tensor& running_var,
+                                                                bool training, double momentum, double eps) {
+  return batch_norm_device(input, weight, bias, running_mean, running_var, training, momentum, eps);
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_legit_no_stats(const at::Tensor& input,
+                                                                         const std::optional<at::Tensor>& weight,
+                                                                         const std::optional<at::Tensor>& bias,
+                                                                         bool training, double momentum, double eps) {
+  return batch_norm_device(input, weight, bias, std::nullopt, std::nullopt, training, momentum, eps);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_native_batch_norm_legit", batch_norm_legit);
+  m.impl("_native_batch_norm_legit.no_stats", batch_norm_legit_no_stats);
   m.impl("native_layer_norm", native_layer_norm);
   m.impl("native_layer_norm_backward", native_layer_norm_backward);
-  m.impl("native_batch_norm", native_batch_norm);
+  m.impl("native_batch_norm", batch_norm_device);
   m.impl("rms_norm", rms_norm_inference);
 }
 

@@ -59,7 +59,8 @@ double rounded(double v, c10::ScalarType t) {
 namespace {
 
 void run(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>& steps,
-         std::optional<c10::ScalarType> round_scalars_to, const std::optional<at::Generator>* generator) {
+         std::optional<c10::ScalarType> round_scalars_to, const std::optional<at::Generator>* generator,
+         const Traffic* least = nullptr) {
   if (iter.numel() == 0) return;
   TORCH_INTERNAL_ASSERT(iter.noutputs() == 1, "spyre: pointwise kernels have one output");
   compiler::PointwiseKernel k;
@@ -119,7 +120,8 @@ void run(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>
     addresses.push_back(reinterpret_cast<std::uint64_t>(state.data_ptr()));
   }
   run_cached(device.index(), key, [&](const compiler::Target& t) { return compiler::compile_pointwise(k, t, name); },
-             addresses, name, {.read = compiler::min_read_bytes(k), .written = compiler::min_write_bytes(k)});
+             addresses, name,
+             least != nullptr ? *least : Traffic{.read = compiler::min_read_bytes(k), .written = compiler::min_write_bytes(k)});
 }
 
 }  // namespace
@@ -127,6 +129,11 @@ void run(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>
 void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>& steps,
                    std::optional<c10::ScalarType> round_scalars_to) {
   run(name, iter, steps, round_scalars_to, nullptr);
+}
+
+void run_pointwise_with_traffic(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>& steps,
+                                const Traffic& least) {
+  run(name, iter, steps, std::nullopt, nullptr, &least);
 }
 
 void run_random_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>& steps,

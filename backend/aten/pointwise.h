@@ -10,6 +10,7 @@
 #include <ATen/TensorIterator.h>
 
 #include "compiler/pointwise.h"
+#include "runtime/launch.h"
 
 namespace spyre::backend {
 
@@ -29,6 +30,12 @@ isa::DType compute_dtype(c10::ScalarType common, std::size_t steps);
 // steps and constants (kernel_cache.h).
 void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<compiler::Step>& steps,
                    std::optional<c10::ScalarType> round_scalars_to = std::nullopt);
+
+// The same, with the op's least DRAM traffic given (for the roofline) where the
+// iterator's inputs overlap (a pooling window's taps are views of one input: each
+// input's bytes counted once would count it once per tap).
+void run_pointwise_with_traffic(const char* name, at::TensorIteratorBase& iter, const std::vector<compiler::Step>& steps,
+                                const Traffic& least);
 
 // The same, for steps that draw random numbers (compiler::Value::random): the numbers
 // come from `generator` (a spyre generator; the output device's default when empty),

@@ -18,6 +18,12 @@
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/gelu_backward.h>
+#include <ATen/ops/hardtanh_backward.h>
+#include <ATen/ops/hardsigmoid_backward.h>
+#include <ATen/ops/hardswish_backward.h>
+#include <ATen/ops/hardtanh.h>
+#include <ATen/ops/hardsigmoid.h>
+#include <ATen/ops/hardswish.h>
 #include <ATen/ops/sigmoid_backward.h>
 #include <ATen/ops/silu_backward.h>
 #include <ATen/ops/tanh_backward.h>
@@ -60,12 +66,83 @@ at::Tensor cpu(const at::Tensor& t) { return t.defined() ? t.cpu() : t; }
 
 // ---- binary arithmetic ---------------------------------------------------------
 
+// int64 a + alpha x b and a - alpha x b (a counter such as BatchNorm's
+// num_batches_tracked, positions): the device stores an int64 as two int32 words, low
+// first, and has no 64-bit arithmetic, so the words are added as the hardware's carry
+// chain would: lo = a_lo + b_lo (wrapping), carry = lo <u a_lo (unsigned: both offset
+// by -2^31, then compared signed), hi = a_hi + b_hi + carry; subtraction borrows
+// instead (a_lo <u b_lo). Two kernels, the high words first so an in-place add reads
+// the low words it needs before they change. b is an int64 tensor (alpha 1) or a
+// scalar (any alpha; alpha x b computed on the host, wrapping as the CPU's). False when
+// the operands do not fit that (the caller runs the op another way).
+bool int64_add(const char* name, at::TensorIteratorBase& iter, BinaryOp op, const c10::Scalar& alpha) {
+  if (op != BinaryOp::add && op != BinaryOp::sub) return false;
+  if (iter.common_dtype() != at::kLong || iter.dtype(0) != at::kLong || iter.numel() == 0) return false;
+  const bool b_scalar = iter.is_cpu_scalar(2);
+  if (!b_scalar && !alpha.equal(1)) return false;
+  if (iter.is_cpu_scalar(1)) return false;
+  for (int arg = 0; arg < 3; ++arg) {
+    if (arg == 2 && b_scalar) continue;
+    if (iter.dtype(arg) != at::kLong || iter.device(arg).type() != c10::DeviceType::PrivateUse1 ||
+        iter.device(arg) != iter.device(0)) {
+      return false;
+    }
+  }
+  const at::Tensor out(iter.output());
+  // An operand's words as int32 tensors of the result's shape (broadcast: stride 0).
+  const auto words = [&](int arg, std::int64_t word) {
+    const at::Tensor t = at::Tensor(iter.tensor(arg)).expand(out.sizes());
+    std::vector<std::int64_t> strides(t.strides().begin(), t.strides().end());
+    for (auto& st : strides) st *= 2;
+    at::Tensor w = at::empty({0}, t.options().dtype(at::kInt));
+    w.set_(t.storage(), t.storage_offset() * 2 + word, t.sizes(), strides);
+    return w;
+  };
+  constexpr isa::DType i32 = isa::DType::int32;
+  constexpr double kMin = -2147483648.0;
+  const bool add = op == BinaryOp::add;
+  at::Tensor a_lo = words(1, 0), a_hi = words(1, 1), out_lo = words(0, 0), out_hi = words(0, 1);
+  std::vector<at::Tensor> hi_inputs{a_lo, a_hi}, lo_inputs{a_lo};
+  Value b_lo = Value::input(2), b_hi = Value::input(3), b_lo_in_lo = Value::input(1);
+  if (b_scalar) {
+    const std::int64_t v = static_cast<std::int64_t>(static_cast<std::uint64_t>(iter.scalar_value<std::int64_t>(2)) *
+                                                     static_cast<std::uint64_t>(alpha.toLong()));
+    b_lo = b_lo_in_lo = Value::constant(static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(v))));
+    b_hi = Value::constant(static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint64_t>(v) >> 32)));
+  } else {
+    hi_inputs.push_back(words(2, 0));
+    hi_inputs.push_back(words(2, 1));
+    lo_inputs.push_back(hi_inputs[2]);
+  }
+  const BinaryOp wop = add ? BinaryOp::add : BinaryOp::sub;
+  const auto run_words = [&](const char* what, at::Tensor& dst, const std::vector<at::Tensor>& inputs,
+                             const Steps& steps) {
+    at::TensorIteratorConfig config;
+    config.add_output(dst).resize_outputs(false).check_all_same_dtype(false);
+    for (const at::Tensor& t : inputs) config.add_const_input(t);
+    auto words_iter = config.build();
+    run_pointwise(what, words_iter, steps);
+  };
+  // carry (add): lo + 2^31 offset < a_lo + offset; borrow (sub): a_lo < b_lo, unsigned.
+  const Steps hi_steps{Step::binary(wop, i32, Value::input(0), b_lo),                       // 0: lo
+                       Step::binary(BinaryOp::add, i32, add ? Value::step(0) : Value::input(0), Value::constant(kMin)),
+                       Step::binary(BinaryOp::add, i32, add ? Value::input(0) : b_lo, Value::constant(kMin)),
+                       Step::compare(CompareOp::lt, i32, Value::step(1), Value::step(2)),  // 3: carry / borrow
+                       Step::binary(wop, i32, Value::input(1), b_hi),                       // 4
+                       Step::select(i32, Value::step(3), Value::constant(1), Value::constant(0)),
+                       Step::binary(wop, i32, Value::step(4), Value::step(5))};
+  run_words(name, out_hi, hi_inputs, hi_steps);
+  run_words(name, out_lo, lo_inputs, {Step::binary(wop, i32, Value::input(0), b_lo_in_lo)});
+  return true;
+}
+
 template <class Cpu>
 at::Tensor binary(const char* name, BinaryOp op, bool float_op, at::TensorBase out, const at::Tensor& a,
                   const at::Tensor& b, const c10::Scalar& alpha, Cpu&& cpu_op) {
   auto iter = float_op ? at::TensorIterator::binary_float_op(out, a, b) : at::TensorIterator::binary_op(out, a, b);
   // Checked whatever its value, as PyTorch does (alpha=True or 1.0 on integers is refused).
   at::native::alpha_check(iter.common_dtype(), alpha);
+  if (int64_add(name, iter, op, alpha)) return at::Tensor(iter.output());
   const bool scaled = !alpha.equal(1);
   return finish(
       name, iter, iter.common_dtype(), scaled ? 2 : 1,
@@ -418,6 +495,127 @@ at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& x, const
 at::Tensor& threshold_backward_out(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& threshold,
                                    at::Tensor& out) {
   threshold_grad("aten::threshold_backward.grad_input", out, grad, x, threshold);
+  return out;
+}
+
+// ---- hardswish, hardsigmoid, hardtanh and their gradients ------------------------
+
+// One kernel each, in the CPU kernels' order of operations (Activation.cpp), fp16/bf16
+// computed in fp32 and rounded once: hardswish x min(max(x + 3, 0), 6) / 6, hardsigmoid
+// min(max(x + 3, 0), 6) / 6, hardtanh max(min_val) then min(max_val). Integer and bool
+// inputs run on the CPU, which refuses them with its own error (or computes, hardtanh).
+template <class Make, class Cpu>
+at::Tensor activation(const char* name, at::TensorBase out, const at::Tensor& self, Make&& make, Cpu&& cpu_op) {
+  if (!at::isFloatingType(self.scalar_type())) {
+    count_fallback(name);
+    at::Tensor r = cpu_op(cpu(self)).to(self.device());
+    if (!out.defined()) return r;
+    return deliver(r, at::Tensor(out));
+  }
+  auto iter = at::TensorIterator::unary_op(out, self);
+  const Steps probe = make(isa::DType::fp32);
+  return finish(name, iter, iter.common_dtype(), probe.size(), make, [&] { return cpu_op(cpu(self)); });
+}
+
+Steps hardsigmoid_steps(isa::DType c) {
+  return {Step::binary(BinaryOp::add, c, in(0), k(3)), Step::binary(BinaryOp::max, c, st(0), k(0)),
+          Step::binary(BinaryOp::min, c, st(1), k(6)), Step::binary(BinaryOp::div, c, st(2), k(6))};
+}
+Steps hardswish_steps(isa::DType c) {
+  return {Step::binary(BinaryOp::add, c, in(0), k(3)), Step::binary(BinaryOp::max, c, st(0), k(0)),
+          Step::binary(BinaryOp::min, c, st(1), k(6)), Step::binary(BinaryOp::mul, c, in(0), st(2)),
+          Step::binary(BinaryOp::div, c, st(3), k(6))};
+}
+// x < -3: 0; x >= 3: grad; else grad x (x / 3 + 1/2). (The CPU's vectorised rule; its
+// scalar tail takes x = 3 into the middle case.)
+Steps hardswish_grad_steps(isa::DType c) {
+  return {Step::compare(CompareOp::lt, c, in(1), k(-3)),  Step::compare(CompareOp::ge, c, in(1), k(3)),
+          Step::binary(BinaryOp::div, c, in(1), k(3)),     Step::binary(BinaryOp::add, c, st(2), k(0.5)),
+          Step::binary(BinaryOp::mul, c, in(0), st(3)),    Step::select(c, st(1), in(0), st(4)),
+          Step::select(c, st(0), k(0), st(5))};
+}
+// -3 < x < 3: grad x 1/6 (the fp32 constant); else 0
+Steps hardsigmoid_grad_steps(isa::DType c) {
+  return {Step::compare(CompareOp::gt, c, in(1), k(-3)),
+          Step::compare(CompareOp::lt, c, in(1), k(3)),
+          Step::binary(BinaryOp::min, isa::DType::boolean, st(0), st(1)),
+          Step::binary(BinaryOp::mul, c, in(0), k(static_cast<double>(1.0f / 6.0f))),
+          Step::select(c, st(2), st(3), k(0))};
+}
+
+#define SPYRE_ACTIVATION(fn, steps)                                                                   \
+  at::Tensor fn(const at::Tensor& self) {                                                             \
+    return activation("aten::" #fn, at::TensorBase(), self, steps, [](const at::Tensor& t) { return at::fn(t); }); \
+  }                                                                                                   \
+  at::Tensor& fn##_(at::Tensor& self) {                                                               \
+    activation("aten::" #fn "_", self, self, steps, [](const at::Tensor& t) { return at::fn(t); });   \
+    return self;                                                                                      \
+  }                                                                                                   \
+  at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {                                     \
+    activation("aten::" #fn ".out", out, self, steps, [](const at::Tensor& t) { return at::fn(t); }); \
+    return out;                                                                                       \
+  }
+SPYRE_ACTIVATION(hardswish, hardswish_steps)
+SPYRE_ACTIVATION(hardsigmoid, hardsigmoid_steps)
+#undef SPYRE_ACTIVATION
+
+at::Tensor hardtanh_impl(const char* name, at::TensorBase out, const at::Tensor& self, const c10::Scalar& lo,
+                         const c10::Scalar& hi) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Bool inputs not supported for hardtanh");
+  const double a = lo.toDouble(), b = hi.toDouble();
+  return activation(
+      name, out, self,
+      [&](isa::DType c) { return Steps{Step::binary(BinaryOp::max, c, in(0), k(a)), Step::binary(BinaryOp::min, c, st(0), k(b))}; },
+      [&](const at::Tensor& t) { return at::hardtanh(t, lo, hi); });
+}
+at::Tensor hardtanh(const at::Tensor& self, const c10::Scalar& lo, const c10::Scalar& hi) {
+  return hardtanh_impl("aten::hardtanh", at::TensorBase(), self, lo, hi);
+}
+at::Tensor& hardtanh_(at::Tensor& self, const c10::Scalar& lo, const c10::Scalar& hi) {
+  hardtanh_impl("aten::hardtanh_", self, self, lo, hi);
+  return self;
+}
+at::Tensor& hardtanh_out(const at::Tensor& self, const c10::Scalar& lo, const c10::Scalar& hi, at::Tensor& out) {
+  hardtanh_impl("aten::hardtanh.out", out, self, lo, hi);
+  return out;
+}
+
+at::Tensor hardswish_backward(const at::Tensor& grad, const at::Tensor& x) {
+  return activation_grad("aten::hardswish_backward", at::TensorBase(), grad, x, hardswish_grad_steps,
+                         [](const at::Tensor& g, const at::Tensor& v) { return at::hardswish_backward(g, v); });
+}
+at::Tensor& hardswish_backward_out(const at::Tensor& grad, const at::Tensor& x, at::Tensor& out) {
+  activation_grad("aten::hardswish_backward.out", out, grad, x, hardswish_grad_steps,
+                  [](const at::Tensor& g, const at::Tensor& v) { return at::hardswish_backward(g, v); });
+  return out;
+}
+at::Tensor hardsigmoid_backward(const at::Tensor& grad, const at::Tensor& x) {
+  return activation_grad("aten::hardsigmoid_backward", at::TensorBase(), grad, x, hardsigmoid_grad_steps,
+                         [](const at::Tensor& g, const at::Tensor& v) { return at::hardsigmoid_backward(g, v); });
+}
+at::Tensor& hardsigmoid_backward_out(const at::Tensor& grad, const at::Tensor& x, at::Tensor& out) {
+  activation_grad("aten::hardsigmoid_backward.grad_input", out, grad, x, hardsigmoid_grad_steps,
+                  [](const at::Tensor& g, const at::Tensor& v) { return at::hardsigmoid_backward(g, v); });
+  return out;
+}
+// x <= min_val or x >= max_val: 0; else grad
+at::Tensor hardtanh_grad(const char* name, at::TensorBase out, const at::Tensor& grad, const at::Tensor& x,
+                         const c10::Scalar& lo, const c10::Scalar& hi) {
+  const double a = lo.toDouble(), b = hi.toDouble();
+  return activation_grad(
+      name, out, grad, x,
+      [a, b](isa::DType c) {
+        return Steps{Step::compare(CompareOp::le, c, in(1), k(a)), Step::compare(CompareOp::ge, c, in(1), k(b)),
+                     Step::binary(BinaryOp::max, isa::DType::boolean, st(0), st(1)), Step::select(c, st(2), k(0), in(0))};
+      },
+      [&](const at::Tensor& g, const at::Tensor& v) { return at::hardtanh_backward(g, v, lo, hi); });
+}
+at::Tensor hardtanh_backward(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& lo, const c10::Scalar& hi) {
+  return hardtanh_grad("aten::hardtanh_backward", at::TensorBase(), grad, x, lo, hi);
+}
+at::Tensor& hardtanh_backward_out(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& lo,
+                                  const c10::Scalar& hi, at::Tensor& out) {
+  hardtanh_grad("aten::hardtanh_backward.grad_input", out, grad, x, lo, hi);
   return out;
 }
 
@@ -853,6 +1051,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("tanh_backward.grad_input", tanh_backward_out);
   m.impl("sigmoid_backward", sigmoid_backward);
   m.impl("sigmoid_backward.grad_input", sigmoid_backward_out);
+  m.impl("hardswish", hardswish);
+  m.impl("hardswish_", hardswish_);
+  m.impl("hardswish.out", hardswish_out);
+  m.impl("hardsigmoid", hardsigmoid);
+  m.impl("hardsigmoid_", hardsigmoid_);
+  m.impl("hardsigmoid.out", hardsigmoid_out);
+  m.impl("hardtanh", hardtanh);
+  m.impl("hardtanh_", hardtanh_);
+  m.impl("hardtanh.out", hardtanh_out);
+  m.impl("hardswish_backward", hardswish_backward);
+  m.impl("hardswish_backward.out", hardswish_backward_out);
+  m.impl("hardsigmoid_backward", hardsigmoid_backward);
+  m.impl("hardsigmoid_backward.grad_input", hardsigmoid_backward_out);
+  m.impl("hardtanh_backward", hardtanh_backward);
+  m.impl("hardtanh_backward.grad_input", hardtanh_backward_out);
   m.impl("silu_backward", silu_backward);
   m.impl("silu_backward.grad_input", silu_backward_out);
   m.impl("gelu_backward", gelu_backward);

@@ -1,0 +1,323 @@
+// 2-D pooling on the device: max_pool2d_with_indices (what nn.MaxPool2d and
+// F.max_pool2d call) and avg_pool2d, fp32/fp16/bf16, any kernel, stride, padding,
+// dilation, ceil mode and memory format. Each is a pointwise kernel over the window's
+// taps, the taps being strided views of the input (read by DMA descriptors; nothing is
+// gathered into a new tensor); padding comes from a copy of the input with a border of
+// -inf (max) or zeros (average), made only when the windows reach past the input.
+//   max: the CPU's scan, tap by tap in row-major order from -inf: a tap replaces the
+//        maximum when it is greater or NaN; the index is the tap's input position (a
+//        window that never replaces it keeps its first tap inside the input, as the
+//        CPU's). Values and indices are two kernels (a kernel has one output), the
+//        indices written as int32 into the low words of the int64 result.
+//   average: the taps summed in row-major order in fp32, divided by the CPU's divisor
+//        for that output position (divisor_override; the window clipped to the padded
+//        input when count_include_pad; else its taps inside the input).
+// Per-position tensors (first index, divisor) are made on the host once per shape and
+// kept on the device. Windows of more than 64 taps and other dtypes run on the CPU,
+// counted.
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <ATen/TensorIterator.h>
+#include <ATen/native/Pool.h>
+#include <ATen/ops/avg_pool2d.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/max_pool2d_with_indices.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "aten/cpu_fallback.h"
+#include "aten/kernel_cache.h"
+#include "aten/out.h"
+#include "aten/pointwise.h"
+
+namespace spyre::backend {
+namespace {
+
+using compiler::Step;
+using compiler::Value;
+using isa::BinaryOp;
+using isa::CompareOp;
+
+constexpr std::int64_t kMaxTaps = 64;
+
+struct Window {
+  std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  std::int64_t h = 0, w = 0, ho = 0, wo = 0;
+  bool ceil = false;
+  std::int64_t taps() const { return kh * kw; }
+  // Rows and columns of the padded input the windows read.
+  std::int64_t rows() const { return std::max(h + 2 * ph, (ho - 1) * sh + (kh - 1) * dh + 1); }
+  std::int64_t cols() const { return std::max(w + 2 * pw, (wo - 1) * sw + (kw - 1) * dw + 1); }
+  std::string key() const {
+    std::string k;
+    for (const std::int64_t v : {kh, kw, sh, sw, ph, pw, dh, dw, h, w, ho, wo}) k += std::to_string(v) + ",";
+    return k;
+  }
+};
+
+std::pair<std::int64_t, std::int64_t> pair_of(c10::IntArrayRef v, const char* op, const char* what,
+                                              std::pair<std::int64_t, std::int64_t> omitted) {
+  TORCH_CHECK(v.size() == 1 || v.size() == 2 || (v.empty() && omitted.first > 0), op, ": ", what,
+              " must either be ", v.empty() || omitted.first > 0 ? "omitted, " : "", "a single int, or a tuple of two ints");
+  if (v.empty()) return omitted;
+  return {v[0], v.size() == 1 ? v[0] : v[1]};
+}
+
+// PyTorch's argument checks and output size (ATen/native/Pool.h).
+Window window(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride, c10::IntArrayRef padding,
+              c10::IntArrayRef dilation, bool ceil_mode, const char* op) {
+  Window win;
+  std::tie(win.kh, win.kw) = pair_of(kernel, op, "kernel_size", {0, 0});
+  std::tie(win.sh, win.sw) = pair_of(stride, op, "stride", {win.kh, win.kw});
+  std::tie(win.ph, win.pw) = pair_of(padding, op, "padding", {0, 0});
+  std::tie(win.dh, win.dw) = pair_of(dilation, op, "dilation", {0, 0});
+  TORCH_CHECK(self.dim() == 3 || self.dim() == 4, op, ": expected a 3-D or 4-D input, got ", self.dim(), "-D");
+  win.h = self.size(-2);
+  win.w = self.size(-1);
+  win.ceil = ceil_mode;
+  win.ho = at::native::pooling_output_shape<std::int64_t>(win.h, win.kh, win.ph, win.sh, win.dh, ceil_mode);
+  win.wo = at::native::pooling_output_shape<std::int64_t>(win.w, win.kw, win.pw, win.sw, win.dw, ceil_mode);
+  at::native::pool2d_shape_check(self, win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.dh, win.dw, self.size(-3),
+                                 win.h, win.w, win.ho, win.wo, self.suggest_memory_format());
+  return win;
+}
+
+bool on_device(const at::Tensor& self, const Window& win) {
+  return self.device().type() == c10::DeviceType::PrivateUse1 && device_float_dtype(self.scalar_type()) &&
+         win.taps() <= kMaxTaps && self.numel() > 0;
+}
+
+// The input as the windows read it: with a border of `value` where they reach past it.
+at::Tensor padded(const at::Tensor& x, const Window& win, double value) {
+  if (win.ph == 0 && win.pw == 0 && win.rows() == win.h && win.cols() == win.w) return x;
+  std::vector<std::int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes[sizes.size() - 2] = win.rows();
+  sizes.back() = win.cols();
+  at::Tensor p = at::empty(sizes, x.options().memory_format(x.suggest_memory_format()));
+  p.fill_(value);
+  p.narrow(-2, win.ph, win.h).narrow(-1, win.pw, win.w).copy_(x);
+  return p;
+}
+
+// Tap (ky, kx) of every window: a strided view of the padded input, the output's shape.
+at::Tensor tap(const at::Tensor& p, const Window& win, std::int64_t ky, std::int64_t kx) {
+  return p.slice(-2, ky * win.dh, ky * win.dh + (win.ho - 1) * win.sh + 1, win.sh)
+      .slice(-1, kx * win.dw, kx * win.dw + (win.wo - 1) * win.sw + 1, win.sw);
+}
+
+std::vector<at::Tensor> all_taps(const at::Tensor& p, const Window& win) {
+  std::vector<at::Tensor> taps;
+  for (std::int64_t t = 0; t < win.taps(); ++t) taps.push_back(tap(p, win, t / win.kw, t % win.kw));
+  return taps;
+}
+
+// A per-position [ho, wo] tensor made on the host by `fill(oy, ox)`, uploaded once per
+// device, kind and window, and kept.
+template <class Fill>
+at::Tensor per_position(c10::Device device, const std::string& kind, const Window& win, c10::ScalarType dtype,
+                               Fill&& fill) {
+  static std::mutex mutex;
+  static std::map<std::string, at::Tensor> kept;
+  const std::string key = kind + "|" + std::to_string(device.index()) + "|" + win.key();
+  const std::lock_guard lock(mutex);
+  auto it = kept.find(key);
+  if (it != kept.end()) return it->second;
+  at::Tensor host = at::empty({win.ho, win.wo}, at::TensorOptions().dtype(dtype));
+  for (std::int64_t oy = 0; oy < win.ho; ++oy) {
+    for (std::int64_t ox = 0; ox < win.wo; ++ox) {
+      if (dtype == at::kInt) {
+        host.data_ptr<std::int32_t>()[oy * win.wo + ox] = static_cast<std::int32_t>(fill(oy, ox));
+      } else {
+        host.data_ptr<float>()[oy * win.wo + ox] = static_cast<float>(fill(oy, ox));
+      }
+    }
+  }
+  return kept.emplace(key, host.to(device)).first->second;
+}
+
+// The first tap inside the input of the window at (oy, ox), along one dim.
+std::int64_t first_inside(std::int64_t o, std::int64_t s, std::int64_t p, std::int64_t d) {
+  std::int64_t i = o * s - p;
+  while (i < 0) i += d;
+  return i;
+}
+
+// The least traffic: the input read once, the outputs written once.
+Traffic least(const at::Tensor& x, std::initializer_list<const at::Tensor*> outs) {
+  Traffic t{.read = static_cast<std::uint64_t>(x.numel() * x.element_size()), .written = 0};
+  for (const at::Tensor* o : outs) t.written += static_cast<std::uint64_t>(o->numel() * o->element_size());
+  return t;
+}
+
+std::vector<std::int64_t> out_sizes(const at::Tensor& x, const Window& win) {
+  std::vector<std::int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes[sizes.size() - 2] = win.ho;
+  sizes.back() = win.wo;
+  return sizes;
+}
+
+// ---- max_pool2d_with_indices --------------------------------------------------------
+
+void max_pool_on_device(const at::Tensor& x, const Window& win, at::Tensor& out, at::Tensor& indices) {
+  const c10::DeviceGuard guard(x.device());
+  const at::Tensor p = padded(x, win, -std::numeric_limits<double>::infinity());
+  const isa::DType c = *device_float_dtype(x.scalar_type());
+  constexpr isa::DType i32 = isa::DType::int32;
+  // Each tap: replace when greater or NaN (the CPU's test), tracking the tap's position.
+  std::vector<Step> values, positions;
+  const auto scan = [&](std::vector<Step>& s, bool with_index, std::uint32_t taps) {
+    // Inputs: the taps, then (with_index) each window's base position and first index.
+    // The last step is the result: the maximum, or its index.
+    Value best = Value::constant(-std::numeric_limits<double>::infinity()), index = Value::input(taps + 1);
+    for (std::uint32_t t = 0; t < taps; ++t) {
+      const std::int64_t ky = t / win.kw, kx = t % win.kw;
+      const auto at = static_cast<std::uint32_t>(s.size());
+      s.push_back(Step::compare(CompareOp::gt, c, Value::input(t), best));            // at
+      s.push_back(Step::compare(CompareOp::ne, c, Value::input(t), Value::input(t)));  // at + 1: NaN
+      s.push_back(Step::binary(BinaryOp::max, isa::DType::boolean, Value::step(at), Value::step(at + 1)));
+      s.push_back(Step::select(c, Value::step(at + 2), Value::input(t), best));        // at + 3
+      best = Value::step(at + 3);
+      if (with_index) {
+        s.push_back(Step::binary(BinaryOp::add, i32, Value::input(taps),
+                                 Value::constant(static_cast<double>(ky * win.dh * win.w + kx * win.dw))));
+        s.push_back(Step::select(i32, Value::step(at + 2), Value::step(at + 4), index));
+        index = Value::step(at + 5);
+      }
+    }
+  };
+  const auto taps = static_cast<std::uint32_t>(win.taps());
+  const std::vector<at::Tensor> taps_of = all_taps(p, win);
+  scan(values, false, taps);
+  scan(positions, true, taps);
+  const Traffic traffic = least(x, {&out, &indices});
+  {
+    at::TensorIteratorConfig config;
+    config.check_all_same_dtype(false).add_output(out);
+    for (const at::Tensor& t : taps_of) config.add_const_input(t);
+    auto iter = config.build();
+    run_pointwise_with_traffic("aten::max_pool2d_with_indices", iter, values,
+                               {.read = traffic.read, .written = static_cast<std::uint64_t>(out.numel() * out.element_size())});
+  }
+  // The base of each window's positions (its top-left tap, which may lie in the
+  // padding) and its first tap inside the input.
+  const at::Tensor base = per_position(x.device(), "pool-base", win, at::kInt, [&](std::int64_t oy, std::int64_t ox) {
+    return (oy * win.sh - win.ph) * win.w + (ox * win.sw - win.pw);
+  });
+  const at::Tensor first = per_position(x.device(), "pool-first", win, at::kInt, [&](std::int64_t oy, std::int64_t ox) {
+    return first_inside(oy, win.sh, win.ph, win.dh) * win.w + first_inside(ox, win.sw, win.pw, win.dw);
+  });
+  // indices' low words as int32 (the high words are zero: positions are non-negative).
+  indices.zero_();
+  std::vector<std::int64_t> strides(indices.strides().begin(), indices.strides().end());
+  for (auto& st : strides) st *= 2;
+  at::Tensor low = at::empty({0}, indices.options().dtype(at::kInt));
+  low.set_(indices.storage(), indices.storage_offset() * 2, indices.sizes(), strides);
+  at::TensorIteratorConfig config;
+  config.check_all_same_dtype(false).add_output(low);
+  for (const at::Tensor& t : taps_of) config.add_const_input(t);
+  config.add_const_input(base).add_const_input(first);
+  auto iter = config.build();
+  run_pointwise_with_traffic("aten::max_pool2d_with_indices (indices)", iter, positions,
+                             {.read = traffic.read, .written = static_cast<std::uint64_t>(indices.numel() * 8)});
+}
+
+std::tuple<at::Tensor, at::Tensor> max_pool2d_indices_device(const at::Tensor& self, c10::IntArrayRef kernel,
+                                                           c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                                           c10::IntArrayRef dilation, bool ceil_mode) {
+  const Window win = window(self, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
+  if (!on_device(self, win)) {
+    count_fallback("aten::max_pool2d_with_indices");
+    auto [o, i] = at::max_pool2d_with_indices(self.cpu(), kernel, stride, padding, dilation, ceil_mode);
+    return {o.to(self.device()), i.to(self.device())};
+  }
+  const auto format = self.suggest_memory_format();
+  at::Tensor out = at::empty(out_sizes(self, win), self.options().memory_format(format));
+  at::Tensor indices = at::empty(out_sizes(self, win), self.options().dtype(at::kLong).memory_format(format));
+  max_pool_on_device(self, win, out, indices);
+  return {out, indices};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> max_pool2d_indices_device_out(const at::Tensor& self, c10::IntArrayRef kernel,
+                                                                 c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                                                 c10::IntArrayRef dilation, bool ceil_mode,
+                                                                 at::Tensor& out, at::Tensor& indices) {
+  auto [o, i] = max_pool2d_indices_device(self, kernel, stride, padding, dilation, ceil_mode);
+  deliver(o, out);
+  deliver(i, indices);
+  return {out, indices};
+}
+
+// ---- avg_pool2d ---------------------------------------------------------------------
+
+// The CPU's divisor for the window at (oy, ox).
+double divisor(const Window& win, std::int64_t oy, std::int64_t ox, bool count_include_pad,
+               std::optional<std::int64_t> divisor_override) {
+  if (divisor_override) return static_cast<double>(*divisor_override);
+  std::int64_t y0 = oy * win.sh - win.ph, x0 = ox * win.sw - win.pw;
+  std::int64_t y1 = std::min(y0 + win.kh, win.h + win.ph), x1 = std::min(x0 + win.kw, win.w + win.pw);
+  const std::int64_t padded_size = (y1 - y0) * (x1 - x0);
+  if (count_include_pad) return static_cast<double>(padded_size);
+  y0 = std::max<std::int64_t>(y0, 0), x0 = std::max<std::int64_t>(x0, 0);
+  y1 = std::min(y1, win.h), x1 = std::min(x1, win.w);
+  return static_cast<double>((y1 - y0) * (x1 - x0));
+}
+
+at::Tensor avg_pool2d_device(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride,
+                      c10::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                      std::optional<std::int64_t> divisor_override) {
+  TORCH_CHECK(!divisor_override || *divisor_override != 0, "divisor must be not zero");
+  const Window win = window(self, kernel, stride, padding, {1}, ceil_mode, "avg_pool2d");
+  if (!on_device(self, win)) {
+    count_fallback("aten::avg_pool2d");
+    return at::avg_pool2d(self.cpu(), kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+        .to(self.device());
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty(out_sizes(self, win), self.options().memory_format(self.suggest_memory_format()));
+  const at::Tensor p = padded(self, win, 0);
+  const at::Tensor div = per_position(self.device(),
+                                       "avg-divisor|" + std::to_string(count_include_pad) + "|" +
+                                           std::to_string(divisor_override.value_or(0)),
+                                       win, at::kFloat, [&](std::int64_t oy, std::int64_t ox) {
+                                         return divisor(win, oy, ox, count_include_pad, divisor_override);
+                                       });
+  constexpr isa::DType f32 = isa::DType::fp32;
+  const auto taps = static_cast<std::uint32_t>(win.taps());
+  const std::vector<at::Tensor> taps_of = all_taps(p, win);
+  std::vector<Step> steps;
+  Value sum = Value::input(0);
+  for (std::uint32_t t = 1; t < taps; ++t) {
+    steps.push_back(Step::binary(BinaryOp::add, f32, sum, Value::input(t)));
+    sum = Value::step(static_cast<std::uint32_t>(steps.size() - 1));
+  }
+  steps.push_back(Step::binary(BinaryOp::div, f32, sum, Value::input(taps)));
+  at::TensorIteratorConfig config;
+  config.check_all_same_dtype(false).add_output(out);
+  for (const at::Tensor& t : taps_of) config.add_const_input(t);
+  config.add_const_input(div);
+  auto iter = config.build();
+  run_pointwise_with_traffic("aten::avg_pool2d", iter, steps, least(self, {&out}));
+  return out;
+}
+
+at::Tensor& avg_pool2d_device_out(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride,
+                           c10::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                           std::optional<std::int64_t> divisor_override, at::Tensor& out) {
+  deliver(avg_pool2d_device(self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override), out);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("max_pool2d_with_indices", max_pool2d_indices_device);
+  m.impl("max_pool2d_with_indices.out", max_pool2d_indices_device_out);
+  m.impl("avg_pool2d", avg_pool2d_device);
+  m.impl("avg_pool2d.out", avg_pool2d_device_out);
+}
+
+}  // namespace spyre::backend

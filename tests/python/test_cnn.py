@@ -1,0 +1,188 @@
+"""What CNNs need besides convolutions, on the device: batch norm in training (batch
+statistics, running statistics updated in place, num_batches_tracked's int64 add) and
+evaluation, max and average pooling, hardswish / hardsigmoid / hardtanh and their
+gradients; then torchvision's resnet18 and mobilenet_v3_small end to end, eager and
+compiled, against the CPU, with no fallback."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch.testing import assert_close
+
+from test_pointwise import FLOATS, rand
+
+aten = torch.ops.aten
+
+
+def no_fallback(fn, *args, **kw):
+    torch.spyre.reset_fallback_counts()
+    out = fn(*args, **kw)
+    assert torch.spyre.fallback_counts() == {}
+    return out
+
+
+def close(dtype):
+    return {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float16: dict(atol=4e-3, rtol=4e-3),
+            torch.bfloat16: dict(atol=3e-2, rtol=3e-2)}[dtype]
+
+
+# ---- batch norm ------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("shape,channels_last", [((6, 5), False), ((4, 3, 7), False), ((2, 4, 5, 6), False),
+                                                  ((2, 4, 5, 6), True), ((2, 3, 2, 3, 4), False)])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_batch_norm_matches_the_cpu_and_updates_its_running_statistics(dtype, shape, channels_last, training):
+    c = shape[1]
+    x = rand(shape, dtype, 1) * 3 + 1
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    for param_dtype in {dtype, torch.float32}:  # the CPU's mixed type: fp32 parameters of a half input
+        w, b = rand((c,), param_dtype, 2), rand((c,), param_dtype, 3)
+        rm, rv = rand((c,), param_dtype, 4), rand((c,), param_dtype, 5).abs() + 0.5
+        cpu_rm, cpu_rv = rm.clone(), rv.clone()
+        want = aten.native_batch_norm(x, w, b, cpu_rm, cpu_rv, training, 0.1, 1e-5)
+        dev_rm, dev_rv = rm.to("spyre"), rv.to("spyre")
+        got = no_fallback(aten.native_batch_norm, x.to("spyre"), w.to("spyre"), b.to("spyre"), dev_rm, dev_rv,
+                          training, 0.1, 1e-5)
+        for g, e in zip(got, want):
+            assert g.dtype == e.dtype and g.shape == e.shape
+            assert_close(g.cpu(), e, **close(dtype))
+        assert got[0].is_contiguous(memory_format=torch.channels_last) == channels_last
+        assert_close(dev_rm.cpu(), cpu_rm, **close(param_dtype))  # updated in place in training
+        assert_close(dev_rv.cpu(), cpu_rv, **close(param_dtype))
+
+
+def test_batch_norm_modules_learn_their_running_statistics_on_the_device():
+    # The bug this replaced: training-mode batch norm left the device's running
+    # statistics at their initial values (the CPU run's copies were dropped).
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(4).train()
+    dev = torch.nn.BatchNorm2d(4).train().to("spyre")
+    for step in range(3):
+        x = torch.randn(3, 4, 5, 6) * 2 + step
+        want = bn(x)
+        got = no_fallback(dev, x.to("spyre"))
+        assert_close(got.cpu(), want, atol=1e-5, rtol=1e-5)
+    assert_close(dev.running_mean.cpu(), bn.running_mean, atol=1e-6, rtol=1e-5)
+    assert_close(dev.running_var.cpu(), bn.running_var, atol=1e-6, rtol=1e-5)
+    assert dev.num_batches_tracked.dtype == torch.int64 and int(dev.num_batches_tracked) == 3
+    # F.batch_norm in training mode, and without running statistics or affine parameters.
+    rm, rv = torch.zeros(4, device="spyre"), torch.ones(4, device="spyre")
+    x = torch.randn(3, 4, 5, 6)
+    no_fallback(F.batch_norm, x.to("spyre"), rm, rv, training=True, momentum=0.3)
+    cpu_rm, cpu_rv = torch.zeros(4), torch.ones(4)
+    F.batch_norm(x, cpu_rm, cpu_rv, training=True, momentum=0.3)
+    assert_close(rm.cpu(), cpu_rm), assert_close(rv.cpu(), cpu_rv)
+    assert_close(no_fallback(F.batch_norm, x.to("spyre"), None, None, training=True).cpu(),
+                 F.batch_norm(x, None, None, training=True), atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="running_mean and running_var must be defined"):
+        aten.native_batch_norm(x.to("spyre"), None, None, None, None, False, 0.1, 1e-5)
+
+
+def test_int64_adds_carry_between_the_words():
+    v = torch.tensor([0, 1, -1, 2**31 - 1, 2**31, -2**31, 2**32 - 1, 2**32, -2**32, 2**62, -2**63, 2**63 - 1,
+                      123456789012345], dtype=torch.int64)
+    w = v.flip(0)
+    d, e = v.to("spyre"), w.to("spyre")
+    for got, want in [(d + e, v + w), (d - e, v - w), (d + 1, v + 1), (d - 7, v - 7),
+                      (torch.add(d, 5, alpha=3), torch.add(v, 5, alpha=3)), (d + (2**40 + 3), v + (2**40 + 3)),
+                      (d[:, None] + e[None, ::2], v[:, None] + w[None, ::2])]:  # broadcast, strided
+        assert torch.equal(got.cpu(), want)
+    z = d.clone()
+    no_fallback(z.add_, e)
+    assert torch.equal(z.cpu(), v + w)
+
+
+# ---- pooling ---------------------------------------------------------------------
+
+POOLS = [  # kernel, stride, padding, dilation, ceil_mode
+    (3, 2, 1, 1, False), (2, 2, 0, 1, False), (3, 1, 1, 1, False), ((3, 2), (2, 1), (1, 0), 1, False),
+    (3, 2, 1, 2, False), (3, 2, 0, 1, True), (2, 3, 1, 1, True),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("kernel,stride,padding,dilation,ceil", POOLS)
+def test_max_pool2d_values_and_indices_are_the_cpus(dtype, kernel, stride, padding, dilation, ceil):
+    x = rand((2, 3, 9, 10), dtype, 1)
+    x[0, 0, 0, :4] = float("nan")  # NaN wins, as on the CPU
+    x[1, 2] = float("-inf")        # a window of -inf keeps its first tap inside the input
+    x[0, 1, 3, 3] = x[0, 1, 3, 4]  # ties: the first in the window
+    for layout in (x, x.to(memory_format=torch.channels_last), x[0]):
+        want, want_i = F.max_pool2d(layout, kernel, stride, padding, dilation, ceil, return_indices=True)
+        got, got_i = no_fallback(F.max_pool2d, layout.to("spyre"), kernel, stride, padding, dilation, ceil,
+                                 return_indices=True)
+        assert torch.equal(got_i.cpu(), want_i)
+        assert_close(got.cpu(), want, equal_nan=True, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("kernel,stride,padding,ceil,include_pad,divisor", [
+    (3, 2, 1, False, True, None), (3, 2, 1, False, False, None), (2, 2, 0, False, True, None),
+    (3, 2, 1, True, False, None), (3, 2, 1, True, True, None), ((3, 2), (1, 2), (1, 1), False, True, 5),
+])
+def test_avg_pool2d_matches_the_cpu(dtype, kernel, stride, padding, ceil, include_pad, divisor):
+    x = rand((2, 3, 9, 10), dtype, 1)
+    args = (kernel, stride, padding, ceil, include_pad, divisor)
+    for layout in (x, x.to(memory_format=torch.channels_last)):
+        got = no_fallback(F.avg_pool2d, layout.to("spyre"), *args)
+        assert_close(got.cpu(), F.avg_pool2d(layout.float(), *args).to(dtype), **close(dtype))
+
+
+# ---- activations -----------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_hard_activations_and_their_gradients_run_on_the_device(dtype):
+    # (No x of exactly -3 or 3, nor NaN, in the gradients: there the CPU's own vectorised
+    # and scalar hardswish_backward disagree (x >= 3 against x > 3; NaN, or the
+    # gradient); the device takes the vectorised rule, which most elements of a CPU
+    # tensor get. The forward values are checked there too.)
+    x = torch.cat([torch.linspace(-5, 5, 100), torch.tensor([0.0])]).to(dtype)
+    edges = torch.tensor([-3.0, 3.0, -2.0, 1.5, 0.0, 6.0, float("nan")], dtype=dtype)
+    for f in (F.hardswish, F.hardsigmoid, F.relu6, lambda t: F.hardtanh(t, -2.0, 1.5)):
+        assert_close(no_fallback(f, edges.to("spyre")).cpu(), f(edges), equal_nan=True, **close(dtype))
+        a = x.clone().requires_grad_()
+        d = x.to("spyre").requires_grad_()
+        want = f(a)
+        got = no_fallback(f, d)
+        assert_close(got.cpu(), want, equal_nan=True, **close(dtype))
+        g = torch.linspace(-1, 1, x.numel()).to(dtype)
+        want.backward(g)
+        no_fallback(got.backward, g.to("spyre"))
+        assert_close(d.grad.cpu(), a.grad, equal_nan=True, **close(dtype))
+    y = x.to("spyre")
+    no_fallback(F.hardswish, y, inplace=True)
+    assert_close(y.cpu(), F.hardswish(x), equal_nan=True, **close(dtype))
+    with pytest.raises((RuntimeError, NotImplementedError), match="hardswish"):  # the CPU's own error
+        F.hardswish(torch.arange(4, device="spyre"))
+
+
+# ---- torchvision models ------------------------------------------------------------
+
+def calibrated(name):
+    """A torchvision model with random weights whose batch-norm statistics come from a few
+    training-mode batches (torchvision's initialisation otherwise leaves mobilenet's
+    outputs near 1e-9, below fp16's range), in evaluation mode."""
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(num_classes=10).train()
+    with torch.no_grad():
+        for _ in range(2):
+            model(torch.randn(4, 3, 64, 64))
+    return model.eval()
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small"])
+def test_torchvision_models_run_on_the_device_eager_and_compiled(name):
+    model = calibrated(name)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        want = model.double()(x.double())
+        scale = want.abs().max().item()
+        for dtype, tol in ((torch.float32, 1e-3), (torch.float16, 2e-2)):
+            dev = model.to(dtype).to("spyre")
+            for fn in (dev, torch.compile(dev, backend="spyre")):
+                got = no_fallback(fn, x.to(dtype).to("spyre"))
+                assert (got.cpu().double() - want).abs().max().item() <= tol * scale
+            model = model.double()
