@@ -6,15 +6,20 @@
 // (PyTorch's default NCHW, or any padding) is first copied into a zero-bordered
 // channels-last buffer by device copy kernels; the weights are copied to [out, kh, kw,
 // in] (a view when they are channels-last already). The result is channels-last (NCHW
-// sizes, NHWC strides), as the kernel writes it. Transposed and 3-D convolutions and
-// other dtypes run on the CPU, counted.
+// sizes, NHWC strides), as the kernel writes it. Their gradients are convolutions too
+// (convolution_backward, below). Transposed and 3-D convolutions and other dtypes run
+// on the CPU, counted.
 #include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
 #include "compiler/matmul.h"
+#include "compiler/pointwise.h"
 #include "runtime/launch.h"
 
 namespace spyre::backend {
@@ -32,11 +37,109 @@ at::Tensor on_cpu(const at::Tensor& input, const at::Tensor& weight, const std::
       .to(input.device());
 }
 
-// A convolution parameter for spatial dim `d` (0 = height, 1 = width) of a 2-D
-// convolution; a conv1d's one value is its width's, its height's is `unit`.
+std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+
+std::string list(std::initializer_list<std::int64_t> v) {
+  std::string out;
+  for (const std::int64_t e : v) out += (out.empty() ? "" : ",") + std::to_string(e);
+  return out;
+}
+
+std::uint64_t bytes(const at::Tensor& t) { return t.defined() ? u(t.numel()) * u(t.element_size()) : 0; }
+
+// A 2-D convolution's sizes (a conv1d's height is 1): the input [images, channels, h,
+// w] before padding, the weights [out, group_channels, kh, kw], the output ho x wo.
+struct Geometry {
+  std::int64_t images = 0, channels = 0, h = 0, w = 0, out = 0, group_channels = 0, kh = 1, kw = 1;
+  std::int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, groups = 1, ho = 0, wo = 0;
+  std::int64_t og() const { return out / groups; }
+  std::string key() const {
+    return list({images, channels, h, w}) + "|" + list({out, group_channels, kh, kw}) + "|s" + list({sh, sw}) + "|p" +
+           list({ph, pw}) + "|d" + list({dh, dw}) + "|g" + std::to_string(groups);
+  }
+};
+
+// A conv1d's one value is its width's, its height's is `unit`.
 std::int64_t param(c10::IntArrayRef v, bool one_d, int d, std::int64_t unit) {
   if (one_d) return d == 0 ? unit : v.at(0);
   return v.size() == 1 ? v[0] : v.at(static_cast<std::size_t>(d));
+}
+
+Geometry geometry(const at::Tensor& x, const at::Tensor& w, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                  c10::IntArrayRef dilation, std::int64_t groups, bool one_d) {
+  Geometry g;
+  g.images = x.size(0), g.channels = x.size(1), g.h = x.size(2), g.w = x.size(3);
+  g.out = w.size(0), g.group_channels = w.size(1), g.kh = w.size(2), g.kw = w.size(3);
+  g.sh = param(stride, one_d, 0, 1), g.sw = param(stride, one_d, 1, 1);
+  g.ph = param(padding, one_d, 0, 0), g.pw = param(padding, one_d, 1, 0);
+  g.dh = param(dilation, one_d, 0, 1), g.dw = param(dilation, one_d, 1, 1);
+  g.groups = groups;
+  TORCH_CHECK(groups > 0 && g.channels == g.group_channels * groups && g.out % groups == 0,
+              "aten::convolution: expected an input of groups x weight.size(1) = ", groups, " x ", g.group_channels,
+              " channels and out channels divisible by groups, got ", g.channels, " input and ", g.out,
+              " out channels");
+  TORCH_CHECK(g.sh > 0 && g.sw > 0 && g.dh > 0 && g.dw > 0 && g.ph >= 0 && g.pw >= 0,
+              "aten::convolution: expected positive strides and dilations and non-negative padding");
+  const std::int64_t hp = g.h + 2 * g.ph, wp = g.w + 2 * g.pw;
+  TORCH_CHECK(hp >= g.dh * (g.kh - 1) + 1 && wp >= g.dw * (g.kw - 1) + 1, "aten::convolution: the kernel (", g.kh,
+              "x", g.kw, ", dilation ", g.dh, "x", g.dw, ") is larger than the padded input (", hp, "x", wp, ")");
+  g.ho = (hp - g.dh * (g.kh - 1) - 1) / g.sh + 1;
+  g.wo = (wp - g.dw * (g.kw - 1) - 1) / g.sw + 1;
+  return g;
+}
+
+// x (NCHW sizes, any strides) as the kernel reads it: channels-last with the padding
+// in it. A view when x is channels-last and unpadded, else a zero-bordered copy.
+at::Tensor padded_channels_last(const at::Tensor& x, std::int64_t ph, std::int64_t pw) {
+  const at::Tensor nhwc = x.permute({0, 2, 3, 1});
+  if (ph == 0 && pw == 0 && nhwc.is_contiguous()) return nhwc;
+  at::Tensor xp = at::zeros({x.size(0), x.size(2) + 2 * ph, x.size(3) + 2 * pw, x.size(1)}, x.options());
+  xp.narrow(1, ph, x.size(2)).narrow(2, pw, x.size(3)).copy_(nhwc);
+  return xp;
+}
+
+// The implicit-GEMM kernel: y [images, ho, wo, out] = conv(xp, weights) (+ bias), xp the
+// padded channels-last input [images, hp, wp, channels] (g.h, g.w and the padding are
+// the unpadded input's: the kernel reads xp with no padding), wt the weights as
+// [out, kh, kw, group_channels] contiguous. `traffic` is the op's least.
+at::Tensor run_conv(const char* name, const at::Tensor& xp, const at::Tensor& wt, const at::Tensor& bias,
+                    const Geometry& g, const Traffic& traffic) {
+  at::Tensor y = at::empty({g.images, g.ho, g.wo, g.out}, xp.options());
+  compiler::MatmulShape s;
+  s.m = u(g.images * g.ho * g.wo);
+  s.n = u(g.og());
+  s.k = u(g.kh * g.kw * g.group_channels);
+  s.dtype = *device_float_dtype(xp.scalar_type());
+  s.b_transposed = true;
+  s.batch = u(g.groups);
+  if (g.groups > 1) {
+    s.a_batch_stride = u(g.group_channels);
+    s.b_batch_stride = u(g.og()) * s.k;
+    s.c_batch_stride = u(g.og());
+    s.bias_batch_stride = bias.defined() ? u(g.og()) : 0;
+  }
+  s.ldc = u(g.out);
+  if (bias.defined()) s.bias = *device_float_dtype(bias.scalar_type());
+  s.conv = compiler::MatmulShape::ConvA{.images = u(g.images), .h = u(xp.size(1)), .w = u(xp.size(2)),
+                                        .channels = u(g.channels), .group_channels = u(g.group_channels),
+                                        .kh = u(g.kh), .kw = u(g.kw), .sh = u(g.sh), .sw = u(g.sw), .dh = u(g.dh),
+                                        .dw = u(g.dw), .ho = u(g.ho), .wo = u(g.wo)};
+  const std::string key = std::string(name) + "|" + std::string(isa::to_string(s.dtype)) + "|" + g.key() + "|in" +
+                          list({xp.size(1), xp.size(2)}) +
+                          (bias.defined() ? "|+" + std::string(isa::to_string(*s.bias)) : "");
+  std::vector<std::uint64_t> args{device_address(xp), device_address(wt), device_address(y)};
+  if (bias.defined()) args.push_back(device_address(bias));
+  run_cached(xp.device().index(), key, [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); },
+             args, name, traffic);
+  return y;
+}
+
+// The least traffic of a convolution of x: the input pixels it reads (padding is not
+// read), the weights and the bias once each, the result written.
+std::uint64_t input_bytes_read(const Geometry& g, std::uint64_t element) {
+  const std::uint64_t pixels = compiler::conv_positions_read(u(g.h), u(g.ho), u(g.kh), u(g.sh), u(g.dh), u(g.ph)) *
+                               compiler::conv_positions_read(u(g.w), u(g.wo), u(g.kw), u(g.sw), u(g.dw), u(g.pw));
+  return u(g.images * g.channels) * pixels * element;
 }
 
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias_in,
@@ -59,80 +162,149 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const 
   }
   const bool one_d = input.dim() == 3;
   const at::Tensor x = one_d ? input.unsqueeze(2) : input, w = one_d ? weight.unsqueeze(2) : weight;
-  const std::int64_t images = x.size(0), channels = x.size(1), h = x.size(2), wd = x.size(3);
-  const std::int64_t out_channels = w.size(0), group_channels = w.size(1), kh = w.size(2), kw = w.size(3);
-  const std::int64_t sh = param(stride, one_d, 0, 1), sw = param(stride, one_d, 1, 1);
-  const std::int64_t ph = param(padding, one_d, 0, 0), pw = param(padding, one_d, 1, 0);
-  const std::int64_t dh = param(dilation, one_d, 0, 1), dw = param(dilation, one_d, 1, 1);
-  TORCH_CHECK(groups > 0 && channels == group_channels * groups && out_channels % groups == 0,
-              "aten::convolution: expected an input of groups x weight.size(1) = ", groups, " x ", group_channels,
-              " channels and out channels divisible by groups, got ", channels, " input and ", out_channels,
-              " out channels");
-  TORCH_CHECK(sh > 0 && sw > 0 && dh > 0 && dw > 0 && ph >= 0 && pw >= 0,
-              "aten::convolution: expected positive strides and dilations and non-negative padding");
-  const std::int64_t hp = h + 2 * ph, wp = wd + 2 * pw;
-  const std::int64_t ho = (hp - dh * (kh - 1) - 1) / sh + 1, wo = (wp - dw * (kw - 1) - 1) / sw + 1;
-  TORCH_CHECK(hp >= dh * (kh - 1) + 1 && wp >= dw * (kw - 1) + 1,
-              "aten::convolution: the kernel (", kh, "x", kw, ", dilation ", dh, "x", dw,
-              ") is larger than the padded input (", hp, "x", wp, ")");
+  const Geometry g = geometry(x, w, stride, padding, dilation, groups, one_d);
   const c10::DeviceGuard guard(x.device());
-  // The input as the kernel reads it: channels-last, padding included.
-  const at::Tensor nhwc = x.permute({0, 2, 3, 1});
-  at::Tensor xp = nhwc;
-  if (ph != 0 || pw != 0 || !nhwc.is_contiguous()) {
-    xp = at::zeros({images, hp, wp, channels}, x.options());
-    xp.narrow(1, ph, h).narrow(2, pw, wd).copy_(nhwc);
-  }
+  const at::Tensor xp = padded_channels_last(x, g.ph, g.pw);
   const at::Tensor wt = w.permute({0, 2, 3, 1}).contiguous();  // [out, kh, kw, in / groups]
   const at::Tensor bias = has_bias ? bias_in->reshape({-1}).contiguous() : at::Tensor();
-  at::Tensor y = at::empty({images, ho, wo, out_channels}, x.options());
-  const std::int64_t og = out_channels / groups;
-  compiler::MatmulShape s;
-  s.m = static_cast<std::uint64_t>(images * ho * wo);
-  s.n = static_cast<std::uint64_t>(og);
-  s.k = static_cast<std::uint64_t>(kh * kw * group_channels);
-  s.dtype = *dtype;
-  s.b_transposed = true;
-  s.batch = static_cast<std::uint64_t>(groups);
-  if (groups > 1) {
-    s.a_batch_stride = static_cast<std::uint64_t>(group_channels);
-    s.b_batch_stride = static_cast<std::uint64_t>(og) * s.k;
-    s.c_batch_stride = static_cast<std::uint64_t>(og);
-    s.bias_batch_stride = has_bias ? static_cast<std::uint64_t>(og) : 0;
-  }
-  s.ldc = static_cast<std::uint64_t>(out_channels);
-  if (has_bias) s.bias = *device_float_dtype(bias.scalar_type());
-  const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-  s.conv = compiler::MatmulShape::ConvA{.images = u(images), .h = u(hp), .w = u(wp), .channels = u(channels),
-                                        .group_channels = u(group_channels), .kh = u(kh), .kw = u(kw), .sh = u(sh),
-                                        .sw = u(sw), .dh = u(dh), .dw = u(dw), .ho = u(ho), .wo = u(wo)};
-  const auto list = [](std::initializer_list<std::int64_t> v) {
-    std::string out;
-    for (const std::int64_t e : v) out += (out.empty() ? "" : ",") + std::to_string(e);
-    return out;
-  };
-  const std::string key = "aten::convolution|" + std::string(isa::to_string(s.dtype)) + "|" +
-                          list({images, channels, hp, wp}) + "|" + list({out_channels, group_channels, kh, kw}) + "|s" +
-                          list({sh, sw}) + "|d" + list({dh, dw}) + "|g" + std::to_string(groups) +
-                          (has_bias ? "|+" + std::string(isa::to_string(*s.bias)) : "");
-  std::vector<std::uint64_t> args{device_address(xp), device_address(wt), device_address(y)};
-  if (has_bias) args.push_back(device_address(bias));
-  // The least traffic: the input pixels the convolution reads, the weights and the bias
-  // once each, the result written.
-  const auto bytes = [&](const at::Tensor& t) { return t.defined() ? u(t.numel()) * u(t.element_size()) : 0; };
-  const std::uint64_t pixels_read = compiler::conv_positions_read(u(h), u(ho), u(kh), u(sh), u(dh), u(ph)) *
-                                    compiler::conv_positions_read(u(wd), u(wo), u(kw), u(sw), u(dw), u(pw));
-  const Traffic traffic{.read = u(images * channels) * pixels_read * u(x.element_size()) + bytes(w) + bytes(bias),
-                        .written = bytes(y)};
-  run_cached(x.device().index(), key,
-             [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, "aten::convolution"); }, args,
-             "aten::convolution", traffic);
+  const at::Tensor y = run_conv("aten::convolution", xp, wt, bias, g,
+                                {.read = input_bytes_read(g, u(x.element_size())) + bytes(w) + bytes(bias),
+                                 .written = u(g.images * g.ho * g.wo * g.out) * u(x.element_size())});
   at::Tensor out = y.permute({0, 3, 1, 2});  // NCHW sizes, channels-last strides
   return one_d ? out.squeeze(2) : out;
 }
 
+// The weights of the convolution that gives a convolution's input gradient, as
+// run_conv takes them: wt2[c][ky][kx][og] = w[g x og' + og][cg][kh - 1 - ky][kw - 1 - kx]
+// for c = g x cg' + cg (each group's in and out channels swapped, the taps reversed).
+// One device copy kernel reading w through negative strides.
+at::Tensor flipped_transposed_weights(const at::Tensor& w, const Geometry& g) {
+  at::Tensor out = at::empty({g.channels, g.kh, g.kw, g.og()}, w.options());
+  compiler::PointwiseKernel k;
+  const isa::DType dt = *device_float_dtype(w.scalar_type());
+  // Innermost first: og, kx, ky, cg, group.
+  k.shape = {u(g.og()), u(g.kw), u(g.kh), u(g.group_channels), u(g.groups)};
+  compiler::Operand in{.dtype = dt, .strides = {w.stride(0), -w.stride(3), -w.stride(2), w.stride(1), g.og() * w.stride(0)}};
+  const std::int64_t first = (g.kh - 1) * w.stride(2) + (g.kw - 1) * w.stride(3);  // element (0, 0, kh-1, kw-1)
+  const std::int64_t plane = g.kh * g.kw * g.og();
+  k.output = compiler::Operand{.dtype = dt, .strides = {1, g.og(), g.kw * g.og(), plane, g.group_channels * plane}};
+  k.inputs = {in};
+  const std::int64_t low = compiler::lowest_offset(k.shape, in.strides);
+  const auto size = static_cast<std::int64_t>(isa::dtype_size(dt));
+  const std::vector<std::uint64_t> args{
+      reinterpret_cast<std::uint64_t>(static_cast<const char*>(w.const_data_ptr()) + (first + low) * size),
+      device_address(out)};
+  const std::string name = "aten::convolution_backward (weights flipped)";
+  run_cached(w.device().index(), name + "|" + k.key(),
+             [&](const compiler::Target& t) { return compiler::compile_pointwise(k, t, name); }, args, name,
+             {.read = bytes(w), .written = bytes(out)});
+  return out;
+}
+
+// convolution_backward_overrideable: the gradients of a device convolution on the
+// device, each a convolution kernel or a reduction.
+//   input:  a convolution of the output gradient, dilated by the stride (zeros between
+//           its pixels) and bordered by d (k - 1) - p zeros (plus the rows and columns
+//           the forward's last window did not reach), with each group's weights
+//           transposed and their taps reversed; stride 1, the forward's dilation.
+//   weight: per group, dW[(ky, kx, c)][o] = sum over pixels of A[p][(ky, kx, c)] x
+//           dY[p][o]: the forward's implicit im2col matrix A, transposed, times the output
+//           gradient channels-last; one GEMM whose A^T panels are gathered from the
+//           padded input as the forward's are.
+//   bias:   the output gradient summed over images and pixels.
+// Transposed convolutions, other dtypes, and paddings wider than the kernel's reach
+// (d (k - 1) < p) run on the CPU, counted.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    std::int64_t groups, std::array<bool, 3> output_mask) {
+  const auto dtype = device_float_dtype(input.scalar_type());
+  const bool one_d = input.dim() == 3;
+  bool device_path = !transposed && (input.dim() == 3 || input.dim() == 4) && dtype && is_spyre(input) &&
+                     weight.scalar_type() == input.scalar_type() && grad_output.scalar_type() == input.scalar_type() &&
+                     weight.device() == input.device() && grad_output.device() == input.device() &&
+                     input.numel() > 0 && weight.numel() > 0 && grad_output.numel() > 0;
+  Geometry g;
+  at::Tensor x, w, dy;
+  if (device_path) {
+    x = one_d ? input.unsqueeze(2) : input;
+    w = one_d ? weight.unsqueeze(2) : weight;
+    dy = one_d ? grad_output.unsqueeze(2) : grad_output;
+    g = geometry(x, w, stride, padding, dilation, groups, one_d);
+    device_path = g.dh * (g.kh - 1) >= g.ph && g.dw * (g.kw - 1) >= g.pw && dy.size(2) == g.ho && dy.size(3) == g.wo &&
+                  dy.size(1) == g.out && dy.size(0) == g.images;
+  }
+  if (!device_path) {
+    count_fallback("aten::convolution_backward_overrideable");
+    const std::vector<std::int64_t> bias_sizes{grad_output.size(1)};
+    auto [gi, gw, gb] = at::convolution_backward(grad_output.cpu(), input.cpu(), weight.cpu(), bias_sizes, stride,
+                                                 padding, dilation, transposed, output_padding, groups, output_mask);
+    const auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
+    return {back(gi), back(gw), back(gb)};
+  }
+  const c10::DeviceGuard guard(x.device());
+  const std::uint64_t element = u(x.element_size());
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (output_mask[0]) {
+    // The dilated, bordered output gradient, channels-last: rows (ho - 1) sh + 1 + the
+    // two borders + the rows the forward never reached (so the result has h rows).
+    const std::int64_t bh = g.dh * (g.kh - 1) - g.ph, bw = g.dw * (g.kw - 1) - g.pw;
+    const std::int64_t rh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) % g.sh;
+    const std::int64_t rw = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) % g.sw;
+    const std::int64_t hb = (g.ho - 1) * g.sh + 1 + 2 * bh + rh, wb = (g.wo - 1) * g.sw + 1 + 2 * bw + rw;
+    at::Tensor b = dy.permute({0, 2, 3, 1});
+    if (g.sh != 1 || g.sw != 1 || bh != 0 || bw != 0 || rh != 0 || rw != 0 || !b.is_contiguous()) {
+      b = at::zeros({g.images, hb, wb, g.out}, dy.options());
+      b.slice(1, bh, bh + (g.ho - 1) * g.sh + 1, g.sh).slice(2, bw, bw + (g.wo - 1) * g.sw + 1, g.sw)
+          .copy_(dy.permute({0, 2, 3, 1}));
+    }
+    Geometry t;  // the gradient's convolution, over b with no padding
+    t.images = g.images, t.channels = g.out, t.h = hb, t.w = wb, t.out = g.channels, t.group_channels = g.og();
+    t.kh = g.kh, t.kw = g.kw, t.dh = g.dh, t.dw = g.dw, t.groups = g.groups, t.ho = g.h, t.wo = g.w;
+    const at::Tensor wt2 = flipped_transposed_weights(w, g);
+    const at::Tensor dx = run_conv("aten::convolution_backward (input)", b, wt2, at::Tensor(), t,
+                                   {.read = bytes(dy) + bytes(w), .written = bytes(x)});
+    grad_input = dx.permute({0, 3, 1, 2});
+    if (one_d) grad_input = grad_input.squeeze(2);
+  }
+  if (output_mask[1]) {
+    const at::Tensor xp = padded_channels_last(x, g.ph, g.pw);
+    const at::Tensor dyc = dy.permute({0, 2, 3, 1}).contiguous();  // [pixels, out]
+    at::Tensor dw2 = at::empty({g.groups, g.kh, g.kw, g.group_channels, g.og()}, x.options());
+    compiler::MatmulShape s;
+    s.m = u(g.kh * g.kw * g.group_channels);
+    s.n = u(g.og());
+    s.k = u(g.images * g.ho * g.wo);
+    s.dtype = *dtype;
+    s.a_transposed = true;
+    s.ldb = u(g.out);
+    s.batch = u(g.groups);
+    if (g.groups > 1) {
+      s.a_batch_stride = u(g.group_channels);
+      s.b_batch_stride = u(g.og());
+    }
+    s.conv = compiler::MatmulShape::ConvA{.images = u(g.images), .h = u(xp.size(1)), .w = u(xp.size(2)),
+                                          .channels = u(g.channels), .group_channels = u(g.group_channels),
+                                          .kh = u(g.kh), .kw = u(g.kw), .sh = u(g.sh), .sw = u(g.sw), .dh = u(g.dh),
+                                          .dw = u(g.dw), .ho = u(g.ho), .wo = u(g.wo)};
+    const std::string name = "aten::convolution_backward (weight)";
+    const std::string key = name + "|" + std::string(isa::to_string(s.dtype)) + "|" + g.key();
+    const std::vector<std::uint64_t> args{device_address(xp), device_address(dyc), device_address(dw2)};
+    run_cached(x.device().index(), key, [&](const compiler::Target& tg) { return compiler::compile_matmul(s, tg, name); },
+               args, name, {.read = input_bytes_read(g, element) + bytes(dy), .written = bytes(w)});
+    // [groups, kh, kw, cg, og] -> the weights' [out, cg, kh, kw].
+    grad_weight = dw2.permute({0, 4, 3, 1, 2}).reshape({g.out, g.group_channels, g.kh, g.kw});
+    if (one_d) grad_weight = grad_weight.squeeze(2);
+  }
+  if (output_mask[2]) grad_bias = at::sum(grad_output, one_d ? std::vector<std::int64_t>{0, 2} : std::vector<std::int64_t>{0, 2, 3});
+  return {grad_input, grad_weight, grad_bias};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("convolution_overrideable", convolution); }
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable", convolution);
+  m.impl("convolution_backward_overrideable", convolution_backward);
+}
 
 }  // namespace spyre::backend

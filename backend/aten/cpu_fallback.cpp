@@ -155,21 +155,6 @@ void fallback_counted(const c10::OperatorHandle& op, torch::jit::Stack* stack, b
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { fallback_counted(op, stack, false); }
 
-// Convolution gradients reach non-CPU/CUDA backends as
-// convolution_backward_overrideable, which has no CPU kernel for the boxed fallback to
-// call: run the CPU's on copies. (The forward has device kernels: aten/conv_ops.cpp.)
-std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
-    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
-    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
-    std::int64_t groups, std::array<bool, 3> output_mask) {
-  count("aten::convolution_backward_overrideable", false);
-  const std::vector<std::int64_t> bias_sizes{grad_output.size(1)};
-  auto [gi, gw, gb] = at::convolution_backward(grad_output.cpu(), input.cpu(), weight.cpu(), bias_sizes, stride,
-                                               padding, dilation, transposed, output_padding, groups, output_mask);
-  const auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
-  return {back(gi), back(gw), back(gb)};
-}
-
 }  // namespace
 
 std::map<std::string, std::int64_t> fallback_counts() {
@@ -191,8 +176,5 @@ void reset_fallback_counts() {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution_backward_overrideable", convolution_backward);
-}
 
 }  // namespace spyre::backend

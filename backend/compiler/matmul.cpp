@@ -123,16 +123,19 @@ void check_conv(const MatmulShape& s, const std::string& name) {
                                 c.ho, c.wo}) {
     if (v == 0) throw std::invalid_argument(name + ": a convolution's sizes, strides and dilations must be positive");
   }
-  if (s.a_transposed || !s.b_pieces.empty() || s.gated) {
-    throw std::invalid_argument(name + ": a convolution's A is its implicit im2col matrix: not transposed, and B "
-                                "one matrix");
+  if (!s.b_pieces.empty() || s.gated) {
+    throw std::invalid_argument(name + ": a convolution's A is its implicit im2col matrix, and B one matrix");
   }
-  if (s.m != c.images * c.ho * c.wo || s.k != c.kh * c.kw * c.group_channels) {
+  // A is pixels x taps; transposed (a weight gradient: taps x pixels), m and k swap.
+  const std::uint64_t pixels = s.a_transposed ? s.k : s.m, taps = s.a_transposed ? s.m : s.k;
+  if (pixels != c.images * c.ho * c.wo || taps != c.kh * c.kw * c.group_channels) {
+    const char* mk = s.a_transposed ? "k" : "m";
+    const char* km = s.a_transposed ? "m" : "k";
     throw std::invalid_argument(name + ": a convolution of " + str(c.images) + " images into " + str(c.ho) + "x" +
                                 str(c.wo) + " pixels over " + str(c.kh) + "x" + str(c.kw) + " taps of " +
-                                str(c.group_channels) + " channels is m = " + str(c.images * c.ho * c.wo) +
-                                ", k = " + str(c.kh * c.kw * c.group_channels) + "; got m = " + str(s.m) +
-                                ", k = " + str(s.k));
+                                str(c.group_channels) + " channels is " + mk + " = " + str(c.images * c.ho * c.wo) +
+                                ", " + km + " = " + str(c.kh * c.kw * c.group_channels) + "; got " + mk + " = " +
+                                str(pixels) + ", " + km + " = " + str(taps));
   }
   const std::uint64_t last_y = (c.ho - 1) * c.sh + (c.kh - 1) * c.dh, last_x = (c.wo - 1) * c.sw + (c.kw - 1) * c.dw;
   if (last_y >= c.h || last_x >= c.w) {
@@ -407,7 +410,10 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     const auto a_panel = [&](const Tile& t, std::uint64_t step, std::uint32_t r) {
       const auto [k0, k] = chunks[step];
       const std::uint64_t base = t.batch * s.a_batch_stride;
-      if (s.conv) return Panel{k, t.m[r], base, 0, false, t.i0[r], k0, true};
+      if (s.conv) {  // rows are pixels, columns taps: A's (or, transposed, A^T's K and M)
+        return s.a_transposed ? Panel{t.m[r], k, base, 0, false, k0, t.i0[r], true}
+                              : Panel{k, t.m[r], base, 0, false, t.i0[r], k0, true};
+      }
       return s.a_transposed ? Panel{t.m[r], k, base + k0 * a_ld + t.i0[r], a_ld}
                             : Panel{k, t.m[r], base + t.i0[r] * a_ld + k0, a_ld};
     };

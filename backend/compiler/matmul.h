@@ -81,7 +81,8 @@ struct MatmulShape {
   // channel). A's panels are gathered from the input by DMA, a run of contiguous K
   // (one tap row, kw * channels values, when dw is 1 and a group is every channel;
   // else one tap) by a run of pixels of one output row, or of whole output rows; no
-  // im2col matrix is ever stored. m = images * ho * wo, k = kh * kw * group_channels.
+  // im2col matrix is ever stored. m = images * ho * wo, k = kh * kw * group_channels;
+  // or, with a_transposed, A^T (a weight gradient: taps x pixels), m and k swapped.
   struct ConvA {
     std::uint64_t images = 1, h = 0, w = 0, channels = 0, group_channels = 0;
     std::uint64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ho = 0, wo = 0;

@@ -365,6 +365,14 @@ TEST_CASE("given a convolution, A's panels gather every pixel's taps from the in
   CHECK_THROWS_WITH(compiler::compile_matmul(wrong, target, "x"),
                     ContainsSubstring("x: a convolution of 2 images into 6x5 pixels over 3x3 taps of 8 channels is "
                                       "m = 60, k = 72; got m = 61, k = 72"));
+  wrong = s;  // transposed (a weight gradient's A^T): m is the taps, k the pixels
+  wrong.a_transposed = true;
+  wrong.m = 72;
+  wrong.k = 59;
+  CHECK_THROWS_WITH(compiler::compile_matmul(wrong, target, "x"),
+                    ContainsSubstring("is k = 60, m = 72; got k = 59, m = 72"));
+  wrong.k = 60;
+  CHECK_NOTHROW(compiler::compile_matmul(wrong, target, "x"));
   wrong = s;
   wrong.conv->ho = 7;  // (7 - 1) x 1 + 2 x 2 = 10: row 10 of a 10-row input
   wrong.m = 70;

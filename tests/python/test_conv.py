@@ -1,7 +1,8 @@
 """conv1d and conv2d on the compute arrays (backend/aten/conv_ops.cpp: one implicit-GEMM
-kernel whose A panels are gathered from the input by DMA): strides, padding, dilation,
-groups, bias, channels-last and strided inputs, against the float64 CPU convolution of
-the same values within fp32-accumulation tolerance, and without falling back."""
+kernel whose A panels are gathered from the input by DMA) and their gradients: strides,
+padding, dilation, groups, bias, channels-last and strided inputs, against the float64
+CPU convolution of the same values within fp32-accumulation tolerance, and without
+falling back."""
 
 import pytest
 import torch
@@ -45,6 +46,53 @@ def test_conv2d_matches_the_cpu(dtype, xs, ws, stride, padding, dilation, groups
     args = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     check(F.conv2d, x, w, b, k=k, **args)
     check(F.conv2d, x, w, None, k=k, **args)
+
+
+GRAD_CASES = CASES + [
+    ((2, 4, 10, 10), (3, 4, 3, 3), 3, 1, 1, 1),  # stride 3: rows the last window never reaches
+    ((2, 4, 11, 10), (3, 4, 2, 2), 2, 0, 1, 1),  # an even kernel, one row and column unreached
+]
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", GRAD_CASES)
+def test_conv2d_gradients_are_convolutions_on_the_device(xs, ws, stride, padding, dilation, groups):
+    # The input's, the weight's and the bias's gradients through autograd (fp32) against
+    # float64 on the CPU: the input's is a convolution of the dilated output gradient
+    # with the flipped weights, the weight's a GEMM of the implicit im2col matrix.
+    x, w, b = rand(xs, torch.float64, 1), rand(ws, torch.float64, 2), rand((ws[0],), torch.float64, 3)
+    args = (stride, padding, dilation, groups)
+    ref = [t.clone().requires_grad_() for t in (x, w, b)]
+    y = F.conv2d(*ref, *args)
+    gy = rand(tuple(y.shape), torch.float64, 4)
+    y.backward(gy)
+    dev = [t.float().to("spyre").requires_grad_() for t in (x, w, b)]
+    torch.spyre.reset_fallback_counts()
+    F.conv2d(*dev, *args).backward(gy.float().to("spyre"))
+    assert torch.spyre.fallback_counts() == {}
+    k = ws[1] * ws[2] * ws[3]
+    for d, r, n in zip(dev, ref, (ws[0] * ws[2] * ws[3], y.numel() // ws[0], y.numel() // ws[0])):
+        assert d.grad.shape == r.grad.shape
+        assert_close(d.grad.cpu().double(), r.grad, **tol(torch.float32, max(n, k)))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_conv1d_and_conv2d_gradients_in_every_dtype(dtype):
+    for fn, xs, ws, kw in ((F.conv2d, (2, 6, 9, 8), (4, 3, 3, 3), dict(stride=2, padding=1, groups=2)),
+                           (F.conv1d, (2, 4, 30), (6, 4, 5), dict(stride=2, padding=2))):
+        x, w = rand(xs, dtype, 1), rand(ws, dtype, 2)
+        ref = [t.float().clone().requires_grad_() for t in (x, w)]
+        y = fn(*ref, **kw)
+        gy = rand(tuple(y.shape), dtype, 3)
+        y.backward(gy.float())
+        dev = [t.to("spyre").requires_grad_() for t in (x, w)]
+        torch.spyre.reset_fallback_counts()
+        fn(*dev, **kw).backward(gy.to("spyre"))
+        assert torch.spyre.fallback_counts() == {}
+        for d, r in zip(dev, ref):
+            assert d.grad.dtype == dtype
+            scale = r.grad.abs().max().item()
+            assert (d.grad.cpu().float() - r.grad).abs().max().item() <= {torch.float32: 1e-5, torch.float16: 4e-3,
+                                                                          torch.bfloat16: 3e-2}[dtype] * scale
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -116,4 +164,7 @@ def test_convolution_errors_and_what_still_runs_on_the_cpu():
     torch.spyre.reset_fallback_counts()
     got = F.conv_transpose2d(x.to("spyre"), w.transpose(0, 1).contiguous().to("spyre"))
     assert torch.spyre.fallback_counts() == {"aten::convolution_overrideable": 1}
+    wt = w.transpose(0, 1).contiguous().to("spyre").requires_grad_()
+    F.conv_transpose2d(x.to("spyre"), wt).sum().backward()
+    assert "aten::convolution_backward_overrideable" in torch.spyre.fallback_counts()
     assert_close(got.cpu(), F.conv_transpose2d(x, w.transpose(0, 1).contiguous()), atol=1e-5, rtol=1e-5)

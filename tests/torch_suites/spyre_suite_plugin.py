@@ -34,7 +34,7 @@ import torch
 DEVICE_KERNEL_EXCLUDED = {
     "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "_reshape_alias", "as_strided", "empty",
     "empty_strided", "record_stream", "resize", "set", "unfold", "view", "view_as_complex", "view_as_real",
-    "mode", "kaiser_window", "convolution_backward_overrideable",
+    "mode", "kaiser_window",
 }
 
 # aten kernels that PyTorch's OpInfos reach under another name.
@@ -66,9 +66,9 @@ COVERED_ELSEWHERE = {
     "exponential": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
     "multinomial": ("float16 bfloat16", "tests/python/test_random.py, test_each_random_op_draws_on_the_device_in_half_precision"),
     "_assert_async": ("bool float32", "tests/python/test_sampling.py, multinomial's argument checks (no OpInfo in PyTorch)"),
-    "convolution_overrideable": ("float32 float16 bfloat16",
-                                 "tests/python/test_conv.py (conv1d and conv2d; the CI selection leaves out the "
-                                 "convolution OpInfos, whose CPU half-precision references are slow)"),
+    **{op: ("float32 float16 bfloat16", "tests/python/test_conv.py (conv1d and conv2d and their gradients; the CI "
+                                         "selection leaves out the convolution OpInfos, nn.functional.conv*)")
+       for op in ("convolution_overrideable", "convolution_backward_overrideable")},
     **{op: ("float32 float16 bfloat16", "tests/python/test_cnn.py (the OpInfos reach these as nn.functional.*, "
                                          "which the CI selection leaves out; tools/dev torch-tests runs them)")
        for op in ("native_batch_norm", "_native_batch_norm_legit", "max_pool2d_with_indices", "avg_pool2d",
