@@ -14,6 +14,8 @@
 #include <cstdio>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/native_batch_norm_backward.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/neg.h>
@@ -413,6 +415,96 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_device(
   return {out, save_mean, save_invstd};
 }
 
+// native_batch_norm_backward on the device, in the CPU's formulas
+// (batch_norm_backward_cpu_template), per channel over every dim but the channels, in
+// fp32: dotp = sum (x - mean) dy and sum_dy = sum dy (two reductions); in training
+//   dx = (dy - sum_dy / n - (x - mean) x dotp invstd^2 / n) x invstd x weight
+// (one kernel), mean and invstd the forward's saved statistics; in evaluation
+// dx = dy x invstd x weight with the running statistics (invstd = 1 / sqrt(var + eps));
+// grad_weight = dotp x invstd, grad_bias = sum_dy, in the weight's dtype. Other dtypes
+// run on the CPU, counted.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_backward_device(
+    const at::Tensor& dy, const at::Tensor& input, const std::optional<at::Tensor>& weight_in,
+    const std::optional<at::Tensor>& running_mean_in, const std::optional<at::Tensor>& running_var_in,
+    const std::optional<at::Tensor>& save_mean_in, const std::optional<at::Tensor>& save_invstd_in, bool train,
+    double eps, std::array<bool, 3> mask) {
+  const auto given = [](const std::optional<at::Tensor>& t) { return t && t->defined() ? *t : at::Tensor(); };
+  const at::Tensor weight = given(weight_in), running_mean = given(running_mean_in),
+                   running_var = given(running_var_in), save_mean = given(save_mean_in),
+                   save_invstd = given(save_invstd_in);
+  bool on_device = device_float_dtype(input.scalar_type()) && device_float_dtype(dy.scalar_type()) &&
+                   input.numel() > 0 && dy.device() == input.device();
+  for (const at::Tensor* t : {&weight, &running_mean, &running_var, &save_mean, &save_invstd}) {
+    on_device = on_device && (!t->defined() || (device_float_dtype(t->scalar_type()) && t->device() == input.device()));
+  }
+  on_device = on_device && (train ? save_mean.defined() && save_invstd.defined()
+                                  : running_mean.defined() && running_var.defined());
+  if (!on_device) {
+    count_fallback("aten::native_batch_norm_backward");
+    const auto cpu = [](const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t.cpu()) : std::nullopt; };
+    auto [a, b, c] = at::native_batch_norm_backward(dy.cpu(), input.cpu(), cpu(weight), cpu(running_mean),
+                                                    cpu(running_var), cpu(save_mean), cpu(save_invstd), train, eps, mask);
+    const auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
+    return {back(a), back(b), back(c)};
+  }
+  const c10::DeviceGuard guard(input.device());
+  const std::int64_t channels = input.size(1), n = input.numel() / channels;
+  std::vector<std::int64_t> dims{0}, per_channel(static_cast<std::size_t>(input.dim()), 1);
+  for (std::int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
+  per_channel[1] = channels;
+  const at::Tensor mean = (train ? save_mean : running_mean).to(at::kFloat);
+  const at::Tensor invstd = train ? save_invstd.to(at::kFloat) : at::rsqrt(at::add(running_var.to(at::kFloat), eps));
+  const at::Tensor sum_dy = at::sum(dy, dims, /*keepdim=*/false, at::kFloat);
+  at::Tensor dotp;
+  if (mask[1] || (mask[0] && train)) {
+    dotp = at::sum(at::mul(dy, at::sub(input, mean.view(per_channel))), dims, /*keepdim=*/false, at::kFloat);
+  }
+  at::Tensor dx, dw, db;
+  if (mask[0]) {
+    const at::Tensor scale = weight.defined() ? at::mul(invstd, weight) : invstd;
+    dx = at::empty_like(input);
+    at::TensorBase dx_base = dx;
+    using compiler::Step;
+    using compiler::Value;
+    constexpr auto f32 = isa::DType::fp32;
+    const at::Tensor scale_c = scale.view(per_channel);
+    if (train) {
+      const at::Tensor mean_c = mean.view(per_channel);
+      const at::Tensor k_c = at::div(at::mul(at::mul(dotp, invstd), invstd), static_cast<double>(n)).view(per_channel);
+      const at::Tensor grad_mean_c = at::div(sum_dy, static_cast<double>(n)).view(per_channel);
+      auto iter = at::TensorIteratorConfig()
+                      .check_all_same_dtype(false)
+                      .add_output(dx_base)
+                      .add_const_input(dy)
+                      .add_const_input(input)
+                      .add_const_input(mean_c)
+                      .add_const_input(k_c)
+                      .add_const_input(grad_mean_c)
+                      .add_const_input(scale_c)
+                      .build();
+      run_pointwise("aten::native_batch_norm_backward", iter,
+                    {Step::binary(isa::BinaryOp::sub, f32, Value::input(1), Value::input(2)),   // 0: x - mean
+                     Step::binary(isa::BinaryOp::mul, f32, Value::step(0), Value::input(3)),    // 1: x k
+                     Step::binary(isa::BinaryOp::sub, f32, Value::input(0), Value::input(4)),   // 2: dy - grad_mean
+                     Step::binary(isa::BinaryOp::sub, f32, Value::step(2), Value::step(1)),     // 3
+                     Step::binary(isa::BinaryOp::mul, f32, Value::step(3), Value::input(5))});  // 4: x invstd w
+    } else {
+      auto iter = at::TensorIteratorConfig()
+                      .check_all_same_dtype(false)
+                      .add_output(dx_base)
+                      .add_const_input(dy)
+                      .add_const_input(scale_c)
+                      .build();
+      run_pointwise("aten::native_batch_norm_backward", iter,
+                    {Step::binary(isa::BinaryOp::mul, f32, Value::input(0), Value::input(1))});
+    }
+  }
+  const at::ScalarType param = weight.defined() ? weight.scalar_type() : input.scalar_type();
+  if (mask[1]) dw = at::mul(dotp, invstd).to(param);
+  if (mask[2]) db = sum_dy.to(param);
+  return {dx, dw, db};
+}
+
 // The forms torch.compile's graphs call (AOTAutograd's decompositions): the same
 // kernel, with the running statistics given (updated in training) or not.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_legit(const at::Tensor& input,
@@ -437,6 +529,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_layer_norm", native_layer_norm);
   m.impl("native_layer_norm_backward", native_layer_norm_backward);
   m.impl("native_batch_norm", batch_norm_device);
+  m.impl("native_batch_norm_backward", batch_norm_backward_device);
   m.impl("rms_norm", rms_norm_inference);
 }
 

@@ -26,6 +26,8 @@
 #include <ATen/ops/avg_pool2d.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/max_pool2d_with_indices.h>
+#include <ATen/ops/max_pool2d_with_indices_backward.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -251,6 +253,67 @@ std::tuple<at::Tensor&, at::Tensor&> max_pool2d_indices_device_out(const at::Ten
   return {out, indices};
 }
 
+// max_pool2d_with_indices_backward: the gradient of each window goes to the input
+// position its index names. Tap by tap, the positions the tap covers in every window
+// are a strided view of a (padded) gradient buffer, and one kernel adds to it the
+// output gradient where the window's index is that tap's position: kh x kw kernels
+// into a zeroed buffer, overlapping windows accumulating one tap after another (the
+// CPU adds them in output order: sums of several windows' gradients may differ in the
+// last bit). The buffer's inside is the result.
+at::Tensor max_pool_backward_device(const at::Tensor& grad, const at::Tensor& self, c10::IntArrayRef kernel,
+                                    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                    bool ceil_mode, const at::Tensor& indices) {
+  const Window win = window(self, kernel, stride, padding, dilation, ceil_mode, "max_pool2d_with_indices_backward");
+  const bool fits = on_device(self, win) && grad.device() == self.device() && indices.device() == self.device() &&
+                    grad.scalar_type() == self.scalar_type() && indices.scalar_type() == at::kLong &&
+                    grad.sizes() == indices.sizes() && grad.size(-2) == win.ho && grad.size(-1) == win.wo;
+  if (!fits) {
+    count_fallback("aten::max_pool2d_with_indices_backward");
+    return at::max_pool2d_with_indices_backward(grad.cpu(), self.cpu(), kernel, stride, padding, dilation, ceil_mode,
+                                                indices.cpu())
+        .to(self.device());
+  }
+  const c10::DeviceGuard guard(self.device());
+  std::vector<std::int64_t> sizes(self.sizes().begin(), self.sizes().end());
+  sizes[sizes.size() - 2] = win.rows();
+  sizes.back() = win.cols();
+  at::Tensor buffer = at::zeros(sizes, self.options().memory_format(self.suggest_memory_format()));
+  std::vector<std::int64_t> strides(indices.strides().begin(), indices.strides().end());
+  for (auto& st : strides) st *= 2;
+  at::Tensor low = at::empty({0}, indices.options().dtype(at::kInt));
+  low.set_(indices.storage(), indices.storage_offset() * 2, indices.sizes(), strides);
+  const at::Tensor base = per_position(self.device(), "pool-base", win, at::kInt, [&](std::int64_t oy, std::int64_t ox) {
+    return (oy * win.sh - win.ph) * win.w + (ox * win.sw - win.pw);
+  });
+  const isa::DType c = isa::DType::fp32;
+  for (std::int64_t t = 0; t < win.taps(); ++t) {
+    const std::int64_t ky = t / win.kw, kx = t % win.kw;
+    at::Tensor into = tap(buffer, win, ky, kx);
+    at::TensorIteratorConfig config;
+    config.check_all_same_dtype(false).add_output(into).add_const_input(into).add_const_input(low)
+        .add_const_input(base).add_const_input(grad);
+    auto iter = config.build();
+    // into += (index == base + the tap's offset) ? grad : 0
+    run_pointwise("aten::max_pool2d_with_indices_backward", iter,
+                  {Step::binary(BinaryOp::add, isa::DType::int32, Value::input(2),
+                                Value::constant(static_cast<double>(ky * win.dh * win.w + kx * win.dw))),
+                   Step::compare(CompareOp::eq, isa::DType::int32, Value::input(1), Value::step(0)),
+                   Step::select(c, Value::step(1), Value::input(3), Value::constant(0)),
+                   Step::binary(BinaryOp::add, c, Value::input(0), Value::step(2))});
+  }
+  if (win.ph == 0 && win.pw == 0 && win.rows() == win.h && win.cols() == win.w) return buffer;
+  at::Tensor out = at::empty(self.sizes(), self.options().memory_format(self.suggest_memory_format()));
+  out.copy_(buffer.narrow(-2, win.ph, win.h).narrow(-1, win.pw, win.w));
+  return out;
+}
+
+at::Tensor& max_pool_backward_device_out(const at::Tensor& grad, const at::Tensor& self, c10::IntArrayRef kernel,
+                                         c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                         bool ceil_mode, const at::Tensor& indices, at::Tensor& grad_input) {
+  deliver(max_pool_backward_device(grad, self, kernel, stride, padding, dilation, ceil_mode, indices), grad_input);
+  return grad_input;
+}
+
 // ---- avg_pool2d ---------------------------------------------------------------------
 
 // The CPU's divisor for the window at (oy, ox).
@@ -316,6 +379,8 @@ at::Tensor& avg_pool2d_device_out(const at::Tensor& self, c10::IntArrayRef kerne
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("max_pool2d_with_indices", max_pool2d_indices_device);
   m.impl("max_pool2d_with_indices.out", max_pool2d_indices_device_out);
+  m.impl("max_pool2d_with_indices_backward", max_pool_backward_device);
+  m.impl("max_pool2d_with_indices_backward.grad_input", max_pool_backward_device_out);
   m.impl("avg_pool2d", avg_pool2d_device);
   m.impl("avg_pool2d.out", avg_pool2d_device_out);
 }

@@ -3,7 +3,10 @@
 // permuted last and coalesced into one strided 2-D view when the strides allow (else
 // a device copy makes it contiguous first); compiler/reduce.h does the rest. Results
 // the device cannot hold (int64 sums of integers) run on the CPU, counted.
+#include <ATen/TensorIterator.h>
 #include <ATen/WrapDimUtils.h>
+#include <ATen/ops/_log_softmax_backward_data.h>
+#include <ATen/ops/_softmax_backward_data.h>
 #include <ATen/native/ReduceOpsUtils.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
@@ -11,6 +14,7 @@
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
 #include "aten/out.h"
+#include "aten/pointwise.h"
 #include "compiler/pointwise.h"
 #include "compiler/reduce.h"
 #include "runtime/launch.h"
@@ -356,9 +360,76 @@ at::Tensor& all_all_out(const at::Tensor& self, at::Tensor& out) {
   return out;
 }
 
+// Softmax gradients (what autograd calls after softmax, log_softmax and so
+// cross_entropy), in fp32, the result in the forward input's dtype:
+//   log_softmax: grad - exp(output) x sum(grad)         along dim
+//   softmax:     output x (grad - sum(grad x output))
+// the sum a device reduction (keepdim), the rest one pointwise kernel. Other dtypes run
+// on the CPU, counted.
+at::Tensor softmax_grad(const char* name, bool log, const at::Tensor& grad, const at::Tensor& output, std::int64_t dim,
+                        c10::ScalarType input_dtype, at::Tensor out) {
+  const bool on_device = device_float_dtype(grad.scalar_type()) && device_float_dtype(output.scalar_type()) &&
+                         device_float_dtype(input_dtype) && grad.device() == output.device() && grad.numel() > 0 &&
+                         grad.sizes() == output.sizes();
+  if (!on_device) {
+    count_fallback(name);
+    at::Tensor r = log ? at::_log_softmax_backward_data(grad.cpu(), output.cpu(), dim, input_dtype)
+                       : at::_softmax_backward_data(grad.cpu(), output.cpu(), dim, input_dtype);
+    if (!out.defined()) return r.to(grad.device());
+    return deliver(r.to(grad.device()), out);
+  }
+  const c10::DeviceGuard guard(grad.device());
+  const std::int64_t d = at::maybe_wrap_dim(dim, grad.dim());
+  const at::Tensor sum = log ? at::sum(grad, {d}, /*keepdim=*/true, at::kFloat)
+                             : at::sum(at::mul(grad, output), {d}, /*keepdim=*/true, at::kFloat);
+  if (!out.defined()) out = at::empty_like(grad, grad.options().dtype(input_dtype));
+  at::native::resize_output(out, grad.sizes());
+  at::TensorBase base = out;
+  auto iter = at::TensorIteratorConfig()
+                  .check_all_same_dtype(false)
+                  .add_output(base)
+                  .add_const_input(grad)
+                  .add_const_input(output)
+                  .add_const_input(sum)
+                  .build();
+  using compiler::Step;
+  using compiler::Value;
+  constexpr auto f32 = isa::DType::fp32;
+  const std::vector<Step> steps =
+      log ? std::vector<Step>{Step::unary(isa::UnaryOp::exp, f32, Value::input(1)),
+                              Step::binary(isa::BinaryOp::mul, f32, Value::step(0), Value::input(2)),
+                              Step::binary(isa::BinaryOp::sub, f32, Value::input(0), Value::step(1))}
+          : std::vector<Step>{Step::binary(isa::BinaryOp::sub, f32, Value::input(0), Value::input(2)),
+                              Step::binary(isa::BinaryOp::mul, f32, Value::input(1), Value::step(0))};
+  run_pointwise(name, iter, steps);
+  return out;
+}
+at::Tensor log_softmax_backward(const at::Tensor& grad, const at::Tensor& output, std::int64_t dim,
+                                c10::ScalarType input_dtype) {
+  return softmax_grad("aten::_log_softmax_backward_data", true, grad, output, dim, input_dtype, at::Tensor());
+}
+at::Tensor& log_softmax_backward_out(const at::Tensor& grad, const at::Tensor& output, std::int64_t dim,
+                                     c10::ScalarType input_dtype, at::Tensor& out) {
+  softmax_grad("aten::_log_softmax_backward_data.out", true, grad, output, dim, input_dtype, out);
+  return out;
+}
+at::Tensor softmax_backward(const at::Tensor& grad, const at::Tensor& output, std::int64_t dim,
+                            c10::ScalarType input_dtype) {
+  return softmax_grad("aten::_softmax_backward_data", false, grad, output, dim, input_dtype, at::Tensor());
+}
+at::Tensor& softmax_backward_out(const at::Tensor& grad, const at::Tensor& output, std::int64_t dim,
+                                 c10::ScalarType input_dtype, at::Tensor& out) {
+  softmax_grad("aten::_softmax_backward_data.out", false, grad, output, dim, input_dtype, out);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_log_softmax_backward_data", log_softmax_backward);
+  m.impl("_log_softmax_backward_data.out", log_softmax_backward_out);
+  m.impl("_softmax_backward_data", softmax_backward);
+  m.impl("_softmax_backward_data.out", softmax_backward_out);
   m.impl("sum.dim_IntList", sum_dim);
   m.impl("sum.IntList_out", sum_out);
   m.impl("sum", sum);

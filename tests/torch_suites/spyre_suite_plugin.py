@@ -71,9 +71,10 @@ COVERED_ELSEWHERE = {
        for op in ("convolution_overrideable", "convolution_backward_overrideable")},
     **{op: ("float32 float16 bfloat16", "tests/python/test_cnn.py (the OpInfos reach these as nn.functional.*, "
                                          "which the CI selection leaves out; tools/dev torch-tests runs them)")
-       for op in ("native_batch_norm", "_native_batch_norm_legit", "max_pool2d_with_indices", "avg_pool2d",
-                  "hardswish", "hardsigmoid", "hardtanh", "hardswish_backward", "hardsigmoid_backward",
-                  "hardtanh_backward")},
+       for op in ("native_batch_norm", "_native_batch_norm_legit", "native_batch_norm_backward",
+                  "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "hardswish",
+                  "hardsigmoid", "hardtanh", "hardswish_backward", "hardsigmoid_backward", "hardtanh_backward",
+                  "nll_loss_forward", "nll_loss_backward", "_log_softmax_backward_data", "_softmax_backward_data")},
     "native_layer_norm_backward": ("float32 float16 bfloat16",
                                    "tests/python/test_reductions.py, test_layer_norm_backward_runs_on_the_device "
                                    "(no OpInfo of its own: layer_norm's autograd reaches it)"),
