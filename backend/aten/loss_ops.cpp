@@ -54,15 +54,9 @@ at::Tensor word(const at::Tensor& t, std::int64_t w) {
   return v;
 }
 
-// A pointwise kernel into `out` over `inputs` (kept alive by the caller).
 void pointwise(const char* name, at::Tensor& out, std::initializer_list<at::Tensor> inputs,
                const std::vector<Step>& steps) {
-  at::TensorIteratorConfig config;
-  config.check_all_same_dtype(false).add_output(out);
-  const std::vector<at::Tensor> kept(inputs);
-  for (const at::Tensor& t : kept) config.add_const_input(t);
-  auto iter = config.build();
-  run_pointwise(name, iter, steps);
+  run_pointwise_into(name, out, std::vector<at::Tensor>(inputs), steps);
 }
 
 // Per sample: whether its target is ignored, and its class (0 when ignored), int32.

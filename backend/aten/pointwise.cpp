@@ -136,6 +136,15 @@ void run_pointwise_with_traffic(const char* name, at::TensorIteratorBase& iter, 
   run(name, iter, steps, std::nullopt, nullptr, &least);
 }
 
+void run_pointwise_into(const char* name, at::Tensor& out, const std::vector<at::Tensor>& inputs,
+                        const std::vector<Step>& steps) {
+  at::TensorIteratorConfig config;
+  config.check_all_same_dtype(false).resize_outputs(false).add_output(out);
+  for (const at::Tensor& t : inputs) config.add_const_input(t);
+  auto iter = config.build();
+  run(name, iter, steps, std::nullopt, nullptr);
+}
+
 void run_random_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>& steps,
                           const std::optional<at::Generator>& generator) {
   run(name, iter, steps, std::nullopt, &generator);

@@ -37,6 +37,12 @@ void run_pointwise(const char* name, at::TensorIteratorBase& iter, const std::ve
 void run_pointwise_with_traffic(const char* name, at::TensorIteratorBase& iter, const std::vector<compiler::Step>& steps,
                                 const Traffic& least);
 
+// `steps` into `out` over `inputs` (Value::input(i) = inputs[i], broadcast to out's
+// shape; 0-d device tensors are broadcast operands): the common case of a kernel the
+// caller composes, without PyTorch's type promotion (each step names its dtype).
+void run_pointwise_into(const char* name, at::Tensor& out, const std::vector<at::Tensor>& inputs,
+                        const std::vector<compiler::Step>& steps);
+
 // The same, for steps that draw random numbers (compiler::Value::random): the numbers
 // come from `generator` (a spyre generator; the output device's default when empty),
 // which moves past the counters they use.

@@ -7,6 +7,10 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/ops/_log_softmax_backward_data.h>
 #include <ATen/ops/_softmax_backward_data.h>
+#include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/sqrt.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/amin.h>
 #include <ATen/native/ReduceOpsUtils.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
@@ -360,6 +364,55 @@ at::Tensor& all_all_out(const at::Tensor& self, at::Tensor& out) {
   return out;
 }
 
+// linalg_vector_norm (torch.linalg.vector_norm, Tensor.norm, clip_grad_norm_'s
+// per-tensor norms) of ord 2, 1, inf and -inf for fp32/fp16/bf16 inputs over any dims:
+// |x| (squared for ord 2) in fp32 by one kernel, then a device sum (ord 2: its square
+// root), amax or amin, in the result's dtype (dtype=, else the input's). Other orders
+// and dtypes run on the CPU, counted.
+at::Tensor vector_norm_impl(const char* name, const at::Tensor& self, const c10::Scalar& ord, at::OptionalIntArrayRef dim,
+                            bool keepdim, std::optional<c10::ScalarType> dtype, at::Tensor out) {
+  const double p = ord.toDouble();
+  const bool supported = p == 2 || p == 1 || std::isinf(p);
+  const c10::ScalarType result = dtype.value_or(self.scalar_type());
+  if (!supported || !device_float_dtype(self.scalar_type()) || !device_float_dtype(result) || self.numel() == 0 ||
+      self.device().type() != c10::DeviceType::PrivateUse1) {
+    count_fallback(name);
+    at::Tensor r = at::linalg_vector_norm(self.cpu(), ord, dim, keepdim, dtype).to(self.device());
+    if (!out.defined()) return r;
+    return deliver(r, out);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor magnitude = at::empty(self.sizes(), self.options().dtype(at::kFloat));
+  {
+    at::TensorBase base = magnitude;
+    auto iter = at::TensorIteratorConfig().check_all_same_dtype(false).add_output(base).add_const_input(self).build();
+    using compiler::Step;
+    using compiler::Value;
+    constexpr auto f32 = isa::DType::fp32;
+    run_pointwise(name, iter,
+                  p == 2 ? std::vector<Step>{Step::binary(isa::BinaryOp::mul, f32, Value::input(0), Value::input(0))}
+                         : std::vector<Step>{Step::unary(isa::UnaryOp::abs, f32, Value::input(0))});
+  }
+  const std::vector<std::int64_t> dims = dim ? std::vector<std::int64_t>(dim->begin(), dim->end())
+                                             : std::vector<std::int64_t>{};
+  at::Tensor r = p == 2 || p == 1 ? at::sum(magnitude, dims, keepdim)
+                 : p > 0          ? at::amax(magnitude, dims, keepdim)
+                                  : at::amin(magnitude, dims, keepdim);
+  if (p == 2) r = at::sqrt(r);
+  r = r.to(result);
+  if (!out.defined()) return r;
+  return deliver(r, out);
+}
+at::Tensor vector_norm(const at::Tensor& self, const c10::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
+                       std::optional<c10::ScalarType> dtype) {
+  return vector_norm_impl("aten::linalg_vector_norm", self, ord, dim, keepdim, dtype, at::Tensor());
+}
+at::Tensor& vector_norm_out(const at::Tensor& self, const c10::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
+                            std::optional<c10::ScalarType> dtype, at::Tensor& out) {
+  vector_norm_impl("aten::linalg_vector_norm.out", self, ord, dim, keepdim, dtype, out);
+  return out;
+}
+
 // Softmax gradients (what autograd calls after softmax, log_softmax and so
 // cross_entropy), in fp32, the result in the forward input's dtype:
 //   log_softmax: grad - exp(output) x sum(grad)         along dim
@@ -426,6 +479,8 @@ at::Tensor& softmax_backward_out(const at::Tensor& grad, const at::Tensor& outpu
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("linalg_vector_norm", vector_norm);
+  m.impl("linalg_vector_norm.out", vector_norm_out);
   m.impl("_log_softmax_backward_data", log_softmax_backward);
   m.impl("_log_softmax_backward_data.out", log_softmax_backward_out);
   m.impl("_softmax_backward_data", softmax_backward);
