@@ -37,7 +37,16 @@ using compiler::Value;
 constexpr auto i32 = isa::DType::int32;
 constexpr auto f32 = isa::DType::fp32;
 
+// PyTorch's check of the class weights, before either path.
+void check_weight(const at::Tensor& self, const at::Tensor& weight) {
+  const std::int64_t classes = self.dim() == 0 ? 1 : self.size(-1);
+  TORCH_CHECK(!weight.defined() || (weight.dim() <= 1 && weight.numel() == classes),
+              "weight tensor should be defined either for all ", classes,
+              " classes or no classes but got weight tensor of shape: ", weight.sizes());
+}
+
 bool on_device(const at::Tensor& self, const at::Tensor& target, const at::Tensor& weight) {
+  check_weight(self, weight);
   return self.device().type() == c10::DeviceType::PrivateUse1 && device_float_dtype(self.scalar_type()) &&
          (self.dim() == 1 || self.dim() == 2) && target.scalar_type() == at::kLong &&
          target.device() == self.device() && target.dim() == self.dim() - 1 && self.numel() > 0 &&
@@ -103,8 +112,6 @@ std::tuple<at::Tensor, at::Tensor> nll_loss_forward_device(const at::Tensor& sel
                                        reduction, ignore_index);
     return {o.to(self.device()), t.to(self.device())};
   }
-  TORCH_CHECK(!weight.defined() || weight.numel() == self.size(-1), "weight tensor should be defined either for all ",
-              self.size(-1), " classes or no classes but got weight tensor of shape: ", weight.sizes());
   const c10::DeviceGuard guard(self.device());
   const std::int64_t classes = self.size(-1), n = self.dim() == 2 ? self.size(0) : 1;
   const Targets t = targets(name, target, ignore_index);

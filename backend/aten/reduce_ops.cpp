@@ -433,8 +433,11 @@ at::Tensor softmax_grad(const char* name, bool log, const at::Tensor& grad, cons
   }
   const c10::DeviceGuard guard(grad.device());
   const std::int64_t d = at::maybe_wrap_dim(dim, grad.dim());
-  const at::Tensor sum = log ? at::sum(grad, {d}, /*keepdim=*/true, at::kFloat)
-                             : at::sum(at::mul(grad, output), {d}, /*keepdim=*/true, at::kFloat);
+  // The sum in fp32, rounded to the gradient's dtype before it is used, as the CPU's
+  // kernels do for fp16/bf16 (checked against them over random rows: exactly equal).
+  const at::Tensor sum = (log ? at::sum(grad, {d}, /*keepdim=*/true, at::kFloat)
+                              : at::sum(at::mul(grad, output), {d}, /*keepdim=*/true, at::kFloat))
+                             .to(grad.scalar_type());
   if (!out.defined()) out = at::empty_like(grad, grad.options().dtype(input_dtype));
   at::native::resize_output(out, grad.sizes());
   at::TensorBase base = out;
