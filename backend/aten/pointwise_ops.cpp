@@ -697,6 +697,12 @@ at::Tensor lerp_scalar(const char* name, at::TensorBase out, const at::Tensor& s
                   .build();
   TORCH_CHECK(at::isFloatingType(iter.common_dtype()) || at::isComplexType(iter.common_dtype()),
               "lerp_kernel_scalar not implemented for '", iter.common_dtype(), "'");
+  if (!device_dtype(iter.common_dtype()) || weight.isComplex()) {  // complex, float64: the CPU's
+    count_fallback(name);
+    at::Tensor result(iter.output());
+    result.copy_(at::lerp(cpu(self), cpu(end), weight));
+    return result;
+  }
   const double w = weight.toDouble();
   const bool small = std::abs(w) < 0.5;
   return finish(

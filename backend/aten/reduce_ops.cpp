@@ -433,11 +433,18 @@ at::Tensor softmax_grad(const char* name, bool log, const at::Tensor& grad, cons
   }
   const c10::DeviceGuard guard(grad.device());
   const std::int64_t d = at::maybe_wrap_dim(dim, grad.dim());
-  // The sum in fp32, rounded to the gradient's dtype before it is used, as the CPU's
-  // kernels do for fp16/bf16 (checked against them over random rows: exactly equal).
-  const at::Tensor sum = (log ? at::sum(grad, {d}, /*keepdim=*/true, at::kFloat)
-                              : at::sum(at::mul(grad, output), {d}, /*keepdim=*/true, at::kFloat))
-                             .to(grad.scalar_type());
+  // The sum in fp32; along the last dim rounded to the gradient's dtype before it is
+  // used, as the CPU's last-dim kernels do for fp16/bf16 (its kernel for other dims
+  // keeps it in fp32). Checked against both over random rows: exactly equal.
+  at::Tensor summed = grad;
+  if (!log) {  // grad x output, in fp32 (not rounded to a half-precision dtype)
+    summed = at::empty(grad.sizes(), grad.options().dtype(at::kFloat));
+    run_pointwise_into(name, summed, {grad, output},
+                       {compiler::Step::binary(isa::BinaryOp::mul, isa::DType::fp32, compiler::Value::input(0),
+                                               compiler::Value::input(1))});
+  }
+  at::Tensor sum = at::sum(summed, {d}, /*keepdim=*/true, at::kFloat);
+  if (d == grad.dim() - 1) sum = sum.to(grad.scalar_type());
   if (!out.defined()) out = at::empty_like(grad, grad.options().dtype(input_dtype));
   at::native::resize_output(out, grad.sizes());
   at::TensorBase base = out;
