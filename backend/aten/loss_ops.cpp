@@ -54,15 +54,6 @@ bool on_device(const at::Tensor& self, const at::Tensor& target, const at::Tenso
          self.size(-1) < (1ll << 24) && self.numel() < (1ll << 31);
 }
 
-// An int64 tensor's word (0 low, 1 high) as an int32 view.
-at::Tensor word(const at::Tensor& t, std::int64_t w) {
-  std::vector<std::int64_t> strides(t.strides().begin(), t.strides().end());
-  for (auto& s : strides) s *= 2;
-  at::Tensor v = at::empty({0}, t.options().dtype(at::kInt));
-  v.set_(t.storage(), t.storage_offset() * 2 + w, t.sizes(), strides);
-  return v;
-}
-
 void pointwise(const char* name, at::Tensor& out, std::initializer_list<at::Tensor> inputs,
                const std::vector<Step>& steps) {
   run_pointwise_into(name, out, std::vector<at::Tensor>(inputs), steps);
@@ -74,7 +65,7 @@ struct Targets {
 };
 Targets targets(const char* name, const at::Tensor& target, std::int64_t ignore_index) {
   const at::Tensor t = target.reshape({-1});
-  const at::Tensor lo = word(t, 0), hi = word(t, 1);
+  const at::Tensor lo = int64_word(t, 0), hi = int64_word(t, 1);
   const auto ig = static_cast<std::uint64_t>(ignore_index);
   const auto ig_lo = static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(ig)));
   const auto ig_hi = static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(ig >> 32)));

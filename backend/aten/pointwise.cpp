@@ -164,20 +164,20 @@ bool device_copy(const at::Tensor& dst, const at::Tensor& src) {
   return true;
 }
 
+at::Tensor int64_word(const at::Tensor& t, std::int64_t word) {
+  std::vector<std::int64_t> strides(t.strides().begin(), t.strides().end());
+  for (auto& st : strides) st *= 2;
+  at::Tensor w = at::empty({0}, t.options().dtype(at::kInt));
+  w.set_(t.storage(), t.storage_offset() * 2 + word, t.sizes(), strides);
+  return w;
+}
+
 bool device_copy_from_int64(const at::Tensor& dst, const at::Tensor& src) {
   const c10::ScalarType t = dst.scalar_type();
   if (src.scalar_type() != at::kLong || !(t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kInt)) {
     return false;
   }
-  // The two words as int32 tensors over src's storage (element strides doubled).
-  std::vector<std::int64_t> strides(src.strides().begin(), src.strides().end());
-  for (auto& st : strides) st *= 2;
-  const auto words = [&](std::int64_t word) {
-    at::Tensor w = at::empty({0}, src.options().dtype(at::kInt));
-    w.set_(src.storage(), src.storage_offset() * 2 + word, src.sizes(), strides);
-    return w;
-  };
-  const at::Tensor lo = words(0), hi = words(1);
+  const at::Tensor lo = int64_word(src, 0), hi = int64_word(src, 1);
   using compiler::Step;
   using compiler::Value;
   constexpr auto f32 = isa::DType::fp32, i32 = isa::DType::int32;

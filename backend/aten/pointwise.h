@@ -68,6 +68,11 @@ bool device_copy_from_int64(const at::Tensor& dst, const at::Tensor& src);
 // transposed float64 tensor does not go through the host. False otherwise.
 bool device_copy_words(const at::Tensor& dst, const at::Tensor& src);
 
+// Word `word` (0 low, 1 high) of every element of an int64 tensor, as an int32 tensor
+// over the same storage (element strides doubled): how kernels read and write int64
+// values, which the device stores as two int32 words, low first.
+at::Tensor int64_word(const at::Tensor& t, std::int64_t word);
+
 // The scalar exponents pow(Tensor, Scalar) runs on the device (others on the CPU).
 std::vector<double> pow_device_exponents();
 

@@ -94,12 +94,7 @@ bool int64_add(const char* name, at::TensorIteratorBase& iter, BinaryOp op, cons
   const at::Tensor out(iter.output());
   // An operand's words as int32 tensors of the result's shape (broadcast: stride 0).
   const auto words = [&](int arg, std::int64_t word) {
-    const at::Tensor t = at::Tensor(iter.tensor(arg)).expand(out.sizes());
-    std::vector<std::int64_t> strides(t.strides().begin(), t.strides().end());
-    for (auto& st : strides) st *= 2;
-    at::Tensor w = at::empty({0}, t.options().dtype(at::kInt));
-    w.set_(t.storage(), t.storage_offset() * 2 + word, t.sizes(), strides);
-    return w;
+    return int64_word(at::Tensor(iter.tensor(arg)).expand(out.sizes()), word);
   };
   constexpr isa::DType i32 = isa::DType::int32;
   constexpr double kMin = -2147483648.0;

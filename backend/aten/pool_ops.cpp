@@ -214,10 +214,7 @@ void max_pool_on_device(const at::Tensor& x, const Window& win, at::Tensor& out,
   });
   // indices' low words as int32 (the high words are zero: positions are non-negative).
   indices.zero_();
-  std::vector<std::int64_t> strides(indices.strides().begin(), indices.strides().end());
-  for (auto& st : strides) st *= 2;
-  at::Tensor low = at::empty({0}, indices.options().dtype(at::kInt));
-  low.set_(indices.storage(), indices.storage_offset() * 2, indices.sizes(), strides);
+  at::Tensor low = int64_word(indices, 0);
   at::TensorIteratorConfig config;
   config.check_all_same_dtype(false).add_output(low);
   for (const at::Tensor& t : taps_of) config.add_const_input(t);
@@ -278,10 +275,7 @@ at::Tensor max_pool_backward_device(const at::Tensor& grad, const at::Tensor& se
   sizes[sizes.size() - 2] = win.rows();
   sizes.back() = win.cols();
   at::Tensor buffer = at::zeros(sizes, self.options().memory_format(self.suggest_memory_format()));
-  std::vector<std::int64_t> strides(indices.strides().begin(), indices.strides().end());
-  for (auto& st : strides) st *= 2;
-  at::Tensor low = at::empty({0}, indices.options().dtype(at::kInt));
-  low.set_(indices.storage(), indices.storage_offset() * 2, indices.sizes(), strides);
+  at::Tensor low = int64_word(indices, 0);
   const at::Tensor base = per_position(self.device(), "pool-base", win, at::kInt, [&](std::int64_t oy, std::int64_t ox) {
     return (oy * win.sh - win.ph) * win.w + (ox * win.sw - win.pw);
   });

@@ -60,14 +60,20 @@ spyre_device_properties_t properties() {
   return p;
 }
 
-// The device's record of the last launch named `name` (after synchronizing).
-spyre_launch_record_t last_launch(const std::string& name) {
+// The launch records after the first `from` (after synchronizing).
+std::vector<spyre_launch_record_t> launches_from(std::uint32_t from) {
   spyreDeviceSynchronize(device_handle());
   std::uint32_t count = 0;
   spyreDeviceGetLaunchRecords(device_handle(), &count, nullptr);
   std::vector<spyre_launch_record_t> records(count);
   for (auto& r : records) r.struct_size = sizeof r;
   spyreDeviceGetLaunchRecords(device_handle(), &count, records.data());
+  return {records.begin() + std::min<std::uint32_t>(from, count), records.end()};
+}
+
+// The device's record of the last launch named `name` (after synchronizing).
+spyre_launch_record_t last_launch(const std::string& name) {
+  const std::vector<spyre_launch_record_t> records = launches_from(0);
   for (auto it = records.rbegin(); it != records.rend(); ++it) {
     if (name == it->name) return *it;
   }
@@ -214,17 +220,6 @@ void bandwidth_kernels(bool quick) {
     fmt::print("  {:<28} {:>9.1f} us  {:>7.1f} MB  {:>6.1f} GB/s  {:>5.1f}% of deliverable\n", what,
                seconds(r) * 1e6, bytes * 1e-6, bw * 1e-9, bw / copy * 100);
   }
-}
-
-// The launch records after the first `from` (after synchronizing).
-std::vector<spyre_launch_record_t> launches_from(std::uint32_t from) {
-  spyreDeviceSynchronize(device_handle());
-  std::uint32_t count = 0;
-  spyreDeviceGetLaunchRecords(device_handle(), &count, nullptr);
-  std::vector<spyre_launch_record_t> records(count);
-  for (auto& r : records) r.struct_size = sizeof r;
-  spyreDeviceGetLaunchRecords(device_handle(), &count, records.data());
-  return {records.begin() + std::min<std::uint32_t>(from, count), records.end()};
 }
 
 // ResNet-50's distinct convolutions (torchvision's, stride on the 3x3 of a bottleneck)
