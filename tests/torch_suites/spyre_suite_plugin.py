@@ -70,7 +70,7 @@ COVERED_ELSEWHERE = {
                                          "selection leaves out the convolution OpInfos, nn.functional.conv*)")
        for op in ("convolution_overrideable", "convolution_backward_overrideable")},
     **{op: ("float32 float16 bfloat16", "tests/python/test_cnn.py (the OpInfos reach these as nn.functional.*, "
-                                         "which the CI selection leaves out; tools/dev torch-tests runs them)")
+                                         "which the CI selection leaves out; tools/dev torch-tests --full runs them)")
        for op in ("native_batch_norm", "_native_batch_norm_legit", "native_batch_norm_backward",
                   "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "hardswish",
                   "hardsigmoid", "hardtanh", "hardswish_backward", "hardsigmoid_backward", "hardtanh_backward",
