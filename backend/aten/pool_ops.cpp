@@ -49,7 +49,6 @@ constexpr std::int64_t kMaxTaps = 64;
 struct Window {
   std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
   std::int64_t h = 0, w = 0, ho = 0, wo = 0;
-  bool ceil = false;
   std::int64_t taps() const { return kh * kw; }
   // Rows and columns of the padded input the windows read.
   std::int64_t rows() const { return std::max(h + 2 * ph, (ho - 1) * sh + (kh - 1) * dh + 1); }
@@ -80,7 +79,6 @@ Window window(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef 
   TORCH_CHECK(self.dim() == 3 || self.dim() == 4, op, ": expected a 3-D or 4-D input, got ", self.dim(), "-D");
   win.h = self.size(-2);
   win.w = self.size(-1);
-  win.ceil = ceil_mode;
   win.ho = at::native::pooling_output_shape<std::int64_t>(win.h, win.kh, win.ph, win.sh, win.dh, ceil_mode);
   win.wo = at::native::pooling_output_shape<std::int64_t>(win.w, win.kw, win.pw, win.sw, win.dw, ceil_mode);
   at::native::pool2d_shape_check(self, win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.dh, win.dw, self.size(-3),
