@@ -897,7 +897,12 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     gm = reinplace_input_mutations(gm, example_inputs)
     gm = fuse_matmul_epilogues(drop_layout_preserving_clones(fold_conversions_into_arange(gm)))
     gm = fuse_gated_linears(fuse_matmul_residuals(gm))
-    return merge_sibling_pointwise(fuse_shared_input_linears(fuse_pointwise(gm)))
+    gm = merge_sibling_pointwise(fuse_shared_input_linears(fuse_pointwise(gm)))
+    # AOTAutograd calls compiled graphs with one list of arguments (boxed), which lets it
+    # drop saved activations as soon as the backward graph has taken them.
+    from functorch.compile import make_boxed_func  # noqa: PLC0415
+
+    return make_boxed_func(gm.forward)
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs):

@@ -18,19 +18,20 @@ def no_fallback(fn, *args, **kw):
     return out
 
 
-def train(device, make_optimizer, steps=3):
-    """Three steps of an MLP with LayerNorm and GELU: forward, cross_entropy, backward,
-    clip_grad_norm_, the optimizer's step. Returns the parameters, the last norm and
-    the fallbacks the device steps took."""
+def train(device, make_optimizer, steps=3, compiled=False):
+    """Three steps of an MLP with LayerNorm and GELU: forward (compiled or eager),
+    cross_entropy, backward, clip_grad_norm_, the optimizer's step. Returns the
+    parameters, the last norm and the fallbacks the device steps took."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
                                 torch.nn.Linear(32, 4)).to(device)
+    forward = torch.compile(model, backend="spyre") if compiled else model
     x, t = torch.randn(8, 16).to(device), torch.randint(0, 4, (8,)).to(device)
     opt = make_optimizer(model.parameters())
     torch.spyre.reset_fallback_counts()
     for _ in range(steps):
         opt.zero_grad()
-        F.cross_entropy(model(x), t).backward()
+        F.cross_entropy(forward(x), t).backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
         opt.step()
     return [p.detach().cpu() for p in model.parameters()], norm.cpu(), torch.spyre.fallback_counts()
@@ -55,11 +56,13 @@ OPTIMIZERS = {  # name: (the device's, the CPU's reference: the single-tensor lo
 }
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
-def test_optimizer_steps_run_on_the_device_as_on_the_cpu(name):
+@pytest.mark.parametrize("name,compiled", [(name, False) for name in OPTIMIZERS] +
+                         [(name, True) for name in ("sgd momentum", "adamw", "adamw fused")])
+def test_optimizer_steps_run_on_the_device_as_on_the_cpu(name, compiled):
+    torch._dynamo.reset()
     device_opt, cpu_opt = OPTIMIZERS[name]
     want, want_norm, _ = train("cpu", cpu_opt)
-    got, got_norm, fallbacks = train("spyre", device_opt)
+    got, got_norm, fallbacks = train("spyre", device_opt, compiled=compiled)
     assert fallbacks == {}
     assert_close(got_norm, want_norm, atol=1e-6, rtol=1e-5)
     for g, w in zip(got, want):  # within 1e-4 of the largest, the issue's fp32 tolerance
