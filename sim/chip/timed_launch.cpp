@@ -186,7 +186,7 @@ void Chip::Impl::start_timed(LaunchRequest request, LaunchCallback done, isa::Li
   auto launch = std::make_shared<TimedLaunch>(*this, std::move(request), std::move(done), limits);
   launches.push_back(launch);
   for (std::uint32_t s = 0; s < launch->exec.num_streams(); ++s) {
-    spawn_recycling_name([this, launch, s] { run_stream(launch, s); }, "stream");
+    run_pooled([this, launch, s] { run_stream(launch, s); });
   }
 }
 

@@ -226,9 +226,17 @@ void gather_b_f32(const isa::VBinary& v, const std::uint8_t* b, std::size_t firs
     }
     case Broadcast::row:
     case Broadcast::col:
-      for (std::size_t i = 0; i < m; ++i) {
-        const std::size_t e = first + i;
-        load_f32(v.dtype, b + size * b_index(v.bcast, e / v.cols, e % v.cols, v.cols), scratch + i, 1);
+      // In runs along a row: b's row (row broadcast) or one value of b (column).
+      for (std::size_t i = 0; i < m;) {
+        const std::size_t r = (first + i) / v.cols, c = (first + i) % v.cols;
+        const std::size_t run = std::min<std::size_t>(m - i, v.cols - c);
+        if (v.bcast == Broadcast::row) {
+          load_f32(v.dtype, b + size * c, scratch + i, run);
+        } else {
+          load_f32(v.dtype, b + size * r, scratch + i, 1);
+          std::fill(scratch + i + 1, scratch + i + run, scratch[i]);
+        }
+        i += run;
       }
       std::memcpy(out, scratch, m * sizeof(float));
       return;
@@ -390,17 +398,58 @@ void transpose(const isa::VTranspose& t, std::uint8_t* sp) {
   const std::size_t size = isa::dtype_size(t.dtype);
   const std::uint8_t* src = sp + t.src;
   std::uint8_t* dst = sp + t.dst;
-  // In blocks of 32 x 32 elements, so both sides stay in the host's cache.
-  constexpr std::size_t kBlock = 32;
-  for (std::size_t r0 = 0; r0 < t.rows; r0 += kBlock) {
-    for (std::size_t c0 = 0; c0 < t.cols; c0 += kBlock) {
-      const std::size_t r1 = std::min<std::size_t>(t.rows, r0 + kBlock), c1 = std::min<std::size_t>(t.cols, c0 + kBlock);
-      for (std::size_t r = r0; r < r1; ++r) {
-        for (std::size_t c = c0; c < c1; ++c) std::memcpy(dst + (c * t.rows + r) * size, src + (r * t.cols + c) * size, size);
+  // In blocks of 32 x 32 elements, so both sides stay in the host's cache; elements
+  // copied as a fixed-size type (a memcpy of a run-time size is a call per element).
+  const auto blocks = [&](auto element) {
+    using T = decltype(element);
+    constexpr std::size_t kBlock = 32;
+    for (std::size_t r0 = 0; r0 < t.rows; r0 += kBlock) {
+      for (std::size_t c0 = 0; c0 < t.cols; c0 += kBlock) {
+        const std::size_t r1 = std::min<std::size_t>(t.rows, r0 + kBlock), c1 = std::min<std::size_t>(t.cols, c0 + kBlock);
+        for (std::size_t r = r0; r < r1; ++r) {
+          for (std::size_t c = c0; c < c1; ++c) {
+            T x;
+            std::memcpy(&x, src + (r * t.cols + c) * sizeof(T), sizeof(T));
+            std::memcpy(dst + (c * t.rows + r) * sizeof(T), &x, sizeof(T));
+          }
+        }
       }
     }
+  };
+  if (size == 1) {
+    blocks(std::uint8_t{});
+  } else if (size == 2) {
+    blocks(std::uint16_t{});
+  } else {
+    blocks(std::uint32_t{});  // the 4-byte types, the largest the ISA has
   }
 }
+
+namespace {
+
+// Host staging buffers for the matmul's fp32 copies, one per operand: they grow to the
+// largest tile and stay (a vector per call is allocated, zeroed and page-faulted in
+// again for every tile). The simulation runs on one host thread, its processes taking
+// turns, and a matmul never yields, so one set per thread serves every core.
+float* staging(int operand, std::size_t n) {
+  thread_local std::vector<float> buffers[3];
+  std::vector<float>& buffer = buffers[operand];
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+// `n` values of type `t` at `p` as fp32: in place when they are fp32 already and
+// aligned, else widened into the operand's staging buffer.
+const float* f32_view(DType t, const std::uint8_t* p, std::size_t n, int operand) {
+  if (t == DType::fp32 && reinterpret_cast<std::uintptr_t>(p) % alignof(float) == 0) {
+    return reinterpret_cast<const float*>(p);
+  }
+  float* out = staging(operand, n);
+  load_f32(t, p, out, n);
+  return out;
+}
+
+}  // namespace
 
 void matmul(const isa::Matmul& mm, std::uint8_t* sp) {
   const std::size_t a_rows = mm.trans_a ? mm.k : mm.m, a_cols = mm.trans_a ? mm.m : mm.k;
@@ -429,27 +478,26 @@ void matmul(const isa::Matmul& mm, std::uint8_t* sp) {
     }
     return;
   }
-  // Floats: widen A and B to fp32 (same layout), multiply with OpenBLAS, narrow C.
-  std::vector<float> a(a_extent), b(b_extent);
-  load_f32(mm.in, sp + mm.a, a.data(), a_extent);
-  load_f32(mm.in, sp + mm.b, b.data(), b_extent);
+  // Floats: widen A and B to fp32 (same layout), multiply with OpenBLAS, narrow C. fp32
+  // operands are used where they are.
+  const float* a = f32_view(mm.in, sp + mm.a, a_extent, 0);
+  const float* b = f32_view(mm.in, sp + mm.b, b_extent, 1);
   const auto ta = mm.trans_a ? CblasTrans : CblasNoTrans;
   const auto tb = mm.trans_b ? CblasTrans : CblasNoTrans;
   const int m = static_cast<int>(mm.m), n = static_cast<int>(mm.n), k = static_cast<int>(mm.k);
   if (mm.out == DType::fp32 && mm.c % alignof(float) == 0) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a.data(), static_cast<int>(mm.lda), b.data(),
-                static_cast<int>(mm.ldb), mm.accumulate ? 1.0f : 0.0f, reinterpret_cast<float*>(sp + mm.c),
-                static_cast<int>(mm.ldc));
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, static_cast<int>(mm.lda), b, static_cast<int>(mm.ldb),
+                mm.accumulate ? 1.0f : 0.0f, reinterpret_cast<float*>(sp + mm.c), static_cast<int>(mm.ldc));
     return;
   }
-  std::vector<float> c(c_extent);
-  if (mm.accumulate) load_f32(mm.out, sp + mm.c, c.data(), c_extent);
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a.data(), static_cast<int>(mm.lda), b.data(),
-              static_cast<int>(mm.ldb), mm.accumulate ? 1.0f : 0.0f, c.data(), static_cast<int>(mm.ldc));
+  float* c = staging(2, c_extent);
+  if (mm.accumulate) load_f32(mm.out, sp + mm.c, c, c_extent);
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, static_cast<int>(mm.lda), b, static_cast<int>(mm.ldb),
+              mm.accumulate ? 1.0f : 0.0f, c, static_cast<int>(mm.ldc));
   // Write back only the m x n block, leaving the gaps between rows untouched.
   const std::size_t size = isa::dtype_size(mm.out);
   for (std::size_t i = 0; i < mm.m; ++i) {
-    store_f32(mm.out, c.data() + i * mm.ldc, sp + mm.c + size * i * mm.ldc, mm.n);
+    store_f32(mm.out, c + i * mm.ldc, sp + mm.c + size * i * mm.ldc, mm.n);
   }
 }
 

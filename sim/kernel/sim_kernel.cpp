@@ -29,4 +29,34 @@ void spawn_recycling_name(std::function<void()> body, const std::string& base) {
   sc_core::sc_spawn(std::move(body), names.back().c_str());
 }
 
+namespace {
+
+struct PooledProcess {
+  sc_core::sc_event go;
+  std::function<void()> job;
+};
+
+}  // namespace
+
+void run_pooled(std::function<void()> job) {
+  // Never destroyed, as the name pools above: the processes outlive every chip.
+  static auto& idle = *new std::vector<PooledProcess*>();
+  if (!idle.empty()) {
+    PooledProcess* p = idle.back();
+    idle.pop_back();
+    p->job = std::move(job);
+    p->go.notify();
+    return;
+  }
+  auto* p = new PooledProcess{{}, std::move(job)};
+  spawn_recycling_name([p] {
+    for (;;) {
+      p->job();
+      p->job = nullptr;  // what the job captured (a launch) is released now, not at the next job
+      idle.push_back(p);
+      sc_core::wait(p->go);
+    }
+  }, "pooled");
+}
+
 }  // namespace spyre::sim

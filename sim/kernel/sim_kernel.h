@@ -16,4 +16,13 @@ std::string systemc_version();
 // once, per parent process), so memory stays flat. Simulation context only.
 void spawn_recycling_name(std::function<void()> body, const std::string& base);
 
+// Runs `job` in a simulation process of a pool shared by every chip: a process whose
+// last job has returned takes the next one (made runnable at once, in this evaluation
+// phase, as sc_spawn's new process is), and a new process is spawned only when all are
+// busy. Launches run one process per stream, 32 a launch on the default chip; spawning
+// each would allocate, guard (mprotect) and free a coroutine stack every time, which
+// cost more host time than a small kernel's simulation. The pool grows to the most
+// jobs alive at once and is never freed. Simulation context only.
+void run_pooled(std::function<void()> job);
+
 }  // namespace spyre::sim
