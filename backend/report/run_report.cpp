@@ -220,6 +220,19 @@ std::string report_text(const json& r) {
                        g["cpu_check"].value("equal", 0), g["cpu_check"].value("tokens", 0));
     }
   }
+  if (r.contains("vision") && r["vision"].is_object()) {
+    const json& v = r["vision"];
+    const double total = r["metrics"].value("time_us", 0.0);
+    s += fmt::format("vision               {}: {:.1f} images/s\n", v.value("spec", "?"), v.value("images_per_s", 0.0));
+    s += fmt::format("  {:<22} {:>11} {:>7} {:>8} {:>10} {:>9}\n", "layer", "time us", "share", "kernels", "DRAM MB",
+                     "GMACs");
+    for (const auto& l : v.value("layers", json::array())) {
+      const double t = l.value("time_us", 0.0);
+      s += fmt::format("  {:<22} {:>11.3f} {:>6.1f}% {:>8.0f} {:>10.3f} {:>9.3f}\n", l.value("name", "?"), t,
+                       total > 0 ? 100 * t / total : 0.0, l.value("kernels", 0.0), l.value("dram_bytes", 0.0) / 1e6,
+                       l.value("macs", 0.0) / 1e9);
+    }
+  }
   // Long runs (a generation: thousands of launches) print one row per kernel name.
   const json& all = r["kernels"];
   constexpr std::size_t kMaxRows = 60;

@@ -391,3 +391,71 @@ def test_a_paged_kv_cache_generates_the_tokens_of_the_contiguous_one():
         # The same bytes of K and V move (a gather of each key's row instead of a strided
         # load), so a decode step costs about the same.
         assert paged["llm"]["decode_us_per_token"] == pytest.approx(flat["llm"]["decode_us_per_token"], rel=0.1)
+
+
+def torchvision_macs(name, resolution):
+    """The multiply-accumulates of torchvision's own model at a resolution, batch 1,
+    counted on the CPU: every Conv2d and Linear by forward hooks, and for vit_b_16 the
+    attention that nn.MultiheadAttention computes without calling its modules."""
+    import torch
+    import torchvision
+
+    model = getattr(torchvision.models, name)(**({"image_size": resolution} if name == "vit_b_16" else {})).eval()
+    macs = []
+
+    def hook(module, inputs, out):
+        if isinstance(module, torch.nn.Conv2d):
+            k = module.kernel_size[0] * module.kernel_size[1]
+            macs.append(out.numel() * module.in_channels // module.groups * k)
+        else:
+            macs.append(out.numel() * module.in_features)
+
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+            m.register_forward_hook(hook)
+    with torch.no_grad():
+        model(torch.randn(1, 3, resolution, resolution))
+    total = sum(macs)
+    if name == "vit_b_16":
+        t, d = (resolution // 16) ** 2 + 1, 768
+        total += 12 * (t * d * 3 * d + t * d * d + 2 * t * t * d)  # Q/K/V and out projections, QK^T and PV
+    return total
+
+
+@pytest.mark.parametrize("name,resolution", [("resnet18", 64), ("resnet50", 64), ("mobilenet_v3_small", 64),
+                                             ("vit_b_16", 32)])
+def test_vision_workloads_are_torchvisions_architectures_reported_per_layer(name, resolution):
+    j = report("--workload", f"{name}:1,{resolution}", "--config", CI, "--mode", "no-data")
+    m = j["metrics"]
+    assert m["cpu_fallbacks"] == 0
+    assert m["macs"] == torchvision_macs(name, resolution)  # the same layers and shapes as torchvision's
+    layers = j["vision"]["layers"]
+    assert layers[0]["name"] in ("stem", "patch_embed") and layers[-1]["name"] == "head"
+    # The rows partition the run: their kernels, MACs and traffic add up to the totals.
+    assert sum(r["kernels"] for r in layers) == m["kernels"]
+    assert sum(r["macs"] for r in layers) == m["macs"]
+    assert sum(r["dram_bytes"] for r in layers) == m["dram_read_bytes"] + m["dram_write_bytes"]
+    assert sum(r["time_us"] for r in layers) == pytest.approx(m["time_us"], rel=1e-9)
+    assert m["images_per_s"] == pytest.approx(1 / (m["time_us"] * 1e-6))
+
+
+def test_a_training_step_workload_runs_forward_backward_and_sgd_on_the_device():
+    j = report("--workload", "train:resnet18,2,32,fp32", "--config", CI, "--mode", "no-data")
+    names = [r["name"] for r in j["vision"]["layers"]]
+    assert names[-3:] == ["head", "loss and backward", "sgd step"]
+    assert j["metrics"]["cpu_fallbacks"] == 0
+    rows = {r["name"]: r for r in j["vision"]["layers"]}
+    forward = sum(r["macs"] for r in j["vision"]["layers"][:-2])
+    assert forward == 2 * torchvision_macs("resnet18", 32)
+    # The backward computes each convolution's input and weight gradients, twice the
+    # forward's MACs less the stem's input gradient (not needed), plus the zeros a
+    # strided convolution's input gradient multiplies: it convolves the gradient with
+    # stride - 1 zeros between its values (here 2.25x the forward's MACs).
+    assert 2 * forward < rows["loss and backward"]["macs"] < 2.5 * forward
+    assert rows["sgd step"]["macs"] == 0 and rows["sgd step"]["kernels"] > 0
+    text = spyre_sim("run", "--workload", "train:resnet18,2,32", "--config", CI, "--mode", "no-data").stdout
+    assert "loss and backward" in text and "images/s" in text
+    for bad, message in (("train:alexnet", "unknown model 'alexnet'"), ("vit_b_16:1,100", "not a multiple of 16"),
+                         ("resnet18:1,224,fp16,9", "at most BATCH,RES,dtype"), ("train", "name the model")):
+        r = spyre_sim("run", "--workload", bad, "--config", CI)
+        assert r.returncode == 2 and message in r.stderr, (bad, r.stderr)

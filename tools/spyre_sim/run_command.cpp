@@ -36,6 +36,7 @@
 #include "report/run_report.h"
 #include "spyre_sim/device_session.h"
 #include "spyre_sim/llm_workload.h"
+#include "spyre_sim/vision_workload.h"
 
 namespace spyre::tools {
 namespace {
@@ -68,7 +69,8 @@ struct Workload {
 const char* kWorkloadHelp =
     "gemm:M,N,K[,dtype] | add:N[,dtype] | softmax:ROWS,COLS[,dtype] | mlp[:BATCH,IN,HIDDEN,OUT[,dtype]] | "
     "attention[:BATCH,SEQ,HEADS,HEAD_DIM[,dtype]] | block[:TOKENS,DIM,HEADS,HIDDEN[,dtype]] | "
-    "llm[:layers=,dim=,heads=,kv_heads=,ffn=,vocab=,prompt=,gen=,batch=,dtype=,seed=,warmup=0|1,check=cpu] (dtype fp16 by "
+    "llm[:layers=,dim=,heads=,kv_heads=,ffn=,vocab=,prompt=,gen=,batch=,dtype=,seed=,warmup=0|1,check=cpu] | "
+    "resnet18|resnet50|mobilenet_v3_small|vit_b_16[:BATCH,RES[,dtype]] | train:MODEL[,BATCH,RES[,dtype]] (dtype fp16 by "
     "default)";
 
 Workload make_workload(const std::string& spec) {
@@ -276,7 +278,10 @@ int run(const RunOptions& o) {
     if (o.expect.empty()) throw UsageError("--update-golden needs --expect-json FILE");
     require_writable(o.expect, "--expect-json");
   }
-  const json result = o.model.empty() && parse_workload(o.workload).first == "llm" ? run_llm_workload(o) : run_workload(o);
+  const auto [name, args] = o.model.empty() ? parse_workload(o.workload) : std::pair<std::string, std::vector<std::string>>();
+  const json result = name == "llm"                ? run_llm_workload(o)
+                      : is_vision_workload(name) ? run_vision(VisionSpec::parse(name, args), o.workload, o.trace)
+                                                 : run_workload(o);
   if (o.json_out) {
     fmt::print("{}\n", result.dump(2, ' ', false, json::error_handler_t::replace));
   } else {
