@@ -20,6 +20,6 @@ def pytest_terminal_summary(terminalreporter):
     module = sys.modules.get("test_opinfo")
     if module is None or not module.STATS:
         return
-    terminalreporter.section("OpInfo samples on spyre (run / skipped)")
-    for name, (run, skipped) in sorted(module.STATS.items()):
-        terminalreporter.write_line(f"{name:<36} {run:6d} run {skipped:5d} skipped")
+    terminalreporter.section("OpInfo samples on spyre (run / skipped / run with a CPU fallback)")
+    for name, (run, skipped, fell_back) in sorted(module.STATS.items()):
+        terminalreporter.write_line(f"{name:<36} {run:6d} run {skipped:5d} skipped {fell_back:5d} with a fallback")
