@@ -11,11 +11,16 @@
 // kernel; self[i, t_i] and w[t_i] are then index_select gathers (a target outside
 // [0, C) is a device fault naming the index, as CUDA's assert), the losses one kernel,
 // the sums device reductions; the gradient one kernel comparing each column with the
-// row's target. Other dtypes and shapes (nll_loss2d's) run on the CPU, counted.
+// row's target. nll_loss2d (log-probabilities [N, C, H, W], targets [N, H, W]: a
+// segmentation's cross_entropy) is the same with one sample per pixel, the classes
+// moved last (a copy unless the input is channels-last). Other dtypes and shapes run on
+// the CPU, counted.
 #include <ATen/TensorIterator.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/index_select.h>
+#include <ATen/ops/nll_loss2d_backward.h>
+#include <ATen/ops/nll_loss2d_forward.h>
 #include <ATen/ops/nll_loss_backward.h>
 #include <ATen/ops/nll_loss_forward.h>
 #include <ATen/ops/sum.h>
@@ -184,9 +189,82 @@ at::Tensor& nll_loss_backward_out(const at::Tensor& grad_output, const at::Tenso
   return grad_input;
 }
 
+// nll_loss2d as nll_loss over pixels: [N, C, H, W] -> [N x H x W, C], targets flat;
+// nullopt (the CPU's op, with its shape errors) when the shapes do not pair up or the
+// pixels' problem is not one the device takes.
+struct Pixels {
+  at::Tensor self, target;
+};
+std::optional<Pixels> pixels(const at::Tensor& self, const at::Tensor& target, const at::Tensor& weight) {
+  if (self.dim() != 4 || target.dim() != 3 || target.size(0) != self.size(0) || target.size(1) != self.size(2) ||
+      target.size(2) != self.size(3)) {
+    return std::nullopt;
+  }
+  Pixels p{self.permute({0, 2, 3, 1}).reshape({-1, self.size(1)}), target.reshape({-1})};
+  if (!on_device(p.self, p.target, weight)) return std::nullopt;
+  return p;
+}
+
+std::tuple<at::Tensor, at::Tensor> nll_loss2d_forward_device(const at::Tensor& self, const at::Tensor& target,
+                                                             const std::optional<at::Tensor>& weight_in,
+                                                             std::int64_t reduction, std::int64_t ignore_index) {
+  const at::Tensor weight = weight_in && weight_in->defined() ? *weight_in : at::Tensor();
+  const auto p = self.device() == target.device() ? pixels(self, target, weight) : std::nullopt;
+  if (!p) {
+    count_fallback("aten::nll_loss2d_forward");
+    auto [o, t] = at::nll_loss2d_forward(self.cpu(), target.cpu(),
+                                         weight.defined() ? std::optional(weight.cpu()) : std::nullopt, reduction,
+                                         ignore_index);
+    return {o.to(self.device()), t.to(self.device())};
+  }
+  auto [o, t] = nll_loss_forward_device(p->self, p->target, weight_in, reduction, ignore_index);
+  return {reduction == at::Reduction::None ? o.reshape(target.sizes()) : o, t};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> nll_loss2d_forward_out(const at::Tensor& self, const at::Tensor& target,
+                                                            const std::optional<at::Tensor>& weight,
+                                                            std::int64_t reduction, std::int64_t ignore_index,
+                                                            at::Tensor& output, at::Tensor& total_weight) {
+  auto [o, t] = nll_loss2d_forward_device(self, target, weight, reduction, ignore_index);
+  deliver(o, output);
+  deliver(t, total_weight);
+  return {output, total_weight};
+}
+
+at::Tensor nll_loss2d_backward_device(const at::Tensor& grad_output, const at::Tensor& self, const at::Tensor& target,
+                                      const std::optional<at::Tensor>& weight_in, std::int64_t reduction,
+                                      std::int64_t ignore_index, const at::Tensor& total_weight) {
+  const at::Tensor weight = weight_in && weight_in->defined() ? *weight_in : at::Tensor();
+  const auto p = self.device() == target.device() ? pixels(self, target, weight) : std::nullopt;
+  const bool grad_fits = reduction == at::Reduction::None ? grad_output.sizes() == target.sizes() : grad_output.numel() == 1;
+  if (!p || !grad_fits) {
+    count_fallback("aten::nll_loss2d_backward");
+    return at::nll_loss2d_backward(grad_output.cpu(), self.cpu(), target.cpu(),
+                                   weight.defined() ? std::optional(weight.cpu()) : std::nullopt, reduction,
+                                   ignore_index, total_weight.cpu())
+        .to(self.device());
+  }
+  const at::Tensor g = reduction == at::Reduction::None ? grad_output.reshape({-1}) : grad_output;
+  const at::Tensor grad = nll_loss_backward_device(g, p->self, p->target, weight_in, reduction, ignore_index, total_weight);
+  // [N x H x W, C] back to [N, C, H, W] sizes (channels-last strides).
+  return grad.reshape({self.size(0), self.size(2), self.size(3), self.size(1)}).permute({0, 3, 1, 2});
+}
+
+at::Tensor& nll_loss2d_backward_out(const at::Tensor& grad_output, const at::Tensor& self, const at::Tensor& target,
+                                    const std::optional<at::Tensor>& weight, std::int64_t reduction,
+                                    std::int64_t ignore_index, const at::Tensor& total_weight, at::Tensor& grad_input) {
+  deliver(nll_loss2d_backward_device(grad_output, self, target, weight, reduction, ignore_index, total_weight),
+          grad_input);
+  return grad_input;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("nll_loss2d_forward", nll_loss2d_forward_device);
+  m.impl("nll_loss2d_forward.output", nll_loss2d_forward_out);
+  m.impl("nll_loss2d_backward", nll_loss2d_backward_device);
+  m.impl("nll_loss2d_backward.grad_input", nll_loss2d_backward_out);
   m.impl("nll_loss_forward", nll_loss_forward_device);
   m.impl("nll_loss_forward.output", nll_loss_forward_out);
   m.impl("nll_loss_backward", nll_loss_backward_device);

@@ -712,6 +712,53 @@ at::Tensor lerp_scalar(const char* name, at::TensorBase out, const at::Tensor& s
       },
       [&] { return at::lerp(cpu(self), cpu(end), weight); });
 }
+// lerp with a tensor weight, as the CPU's: the same two formulas, chosen per element
+// by |w| < 0.5 (both computed, then selected). One kernel.
+at::Tensor lerp_tensor(const char* name, at::TensorBase out, const at::Tensor& self, const at::Tensor& end,
+                       const at::Tensor& weight) {
+  TORCH_CHECK(self.dtype() == end.dtype(), "expected dtype ", self.dtype(), " for `end` but got dtype ", end.dtype());
+  TORCH_CHECK(self.dtype() == weight.dtype(), "expected dtype ", self.dtype(), " for `weight` but got dtype ",
+              weight.dtype());
+  auto iter = at::TensorIteratorConfig()
+                  .add_output(out)
+                  .add_const_input(self)
+                  .add_const_input(end)
+                  .add_const_input(weight)
+                  .build();
+  TORCH_CHECK(at::isFloatingType(iter.common_dtype()) || at::isComplexType(iter.common_dtype()),
+              "lerp_kernel_tensor not implemented for '", iter.common_dtype(), "'");
+  if (!device_dtype(iter.common_dtype())) {  // complex, float64: the CPU's
+    count_fallback(name);
+    at::Tensor result(iter.output());
+    result.copy_(at::lerp(cpu(self), cpu(end), cpu(weight)));
+    return result;
+  }
+  return finish(
+      name, iter, iter.common_dtype(), 9,
+      [&](isa::DType c) {
+        return Steps{Step::binary(BinaryOp::sub, c, in(1), in(0)),           // 0: end - self
+                     Step::unary(UnaryOp::abs, c, in(2)),                     // 1: |w|
+                     Step::compare(CompareOp::lt, c, st(1), k(0.5)),          // 2: |w| < 0.5
+                     Step::binary(BinaryOp::mul, c, in(2), st(0)),            // 3: w (end - self)
+                     Step::binary(BinaryOp::add, c, in(0), st(3)),            // 4: self + w (end - self)
+                     Step::binary(BinaryOp::sub, c, k(1), in(2)),             // 5: 1 - w
+                     Step::binary(BinaryOp::mul, c, st(0), st(5)),            // 6: (end - self)(1 - w)
+                     Step::binary(BinaryOp::sub, c, in(1), st(6)),            // 7: end - (end - self)(1 - w)
+                     Step::select(c, st(2), st(4), st(7))};
+      },
+      [&] { return at::lerp(cpu(self), cpu(end), cpu(weight)); });
+}
+at::Tensor lerp_tensor_fn(const at::Tensor& self, const at::Tensor& end, const at::Tensor& weight) {
+  return lerp_tensor("aten::lerp.Tensor", at::TensorBase(), self, end, weight);
+}
+at::Tensor& lerp_tensor_in_place(at::Tensor& self, const at::Tensor& end, const at::Tensor& weight) {
+  lerp_tensor("aten::lerp_.Tensor", self, self, end, weight);
+  return self;
+}
+at::Tensor& lerp_tensor_out(const at::Tensor& self, const at::Tensor& end, const at::Tensor& weight, at::Tensor& out) {
+  lerp_tensor("aten::lerp.Tensor_out", out, self, end, weight);
+  return out;
+}
 at::Tensor lerp_fn(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight) {
   return lerp_scalar("aten::lerp.Scalar", at::TensorBase(), self, end, weight);
 }
@@ -1165,6 +1212,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("lerp.Scalar", lerp_fn);
   m.impl("lerp_.Scalar", lerp_in_place);
   m.impl("lerp.Scalar_out", lerp_out);
+  m.impl("lerp.Tensor", lerp_tensor_fn);
+  m.impl("lerp_.Tensor", lerp_tensor_in_place);
+  m.impl("lerp.Tensor_out", lerp_tensor_out);
   m.impl("hardswish", hardswish);
   m.impl("hardswish_", hardswish_);
   m.impl("hardswish.out", hardswish_out);

@@ -8,6 +8,7 @@
 #include <ATen/ops/_log_softmax_backward_data.h>
 #include <ATen/ops/_softmax_backward_data.h>
 #include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/pow.h>
 #include <ATen/ops/sqrt.h>
 #include <ATen/ops/amax.h>
 #include <ATen/ops/amin.h>
@@ -365,14 +366,14 @@ at::Tensor& all_all_out(const at::Tensor& self, at::Tensor& out) {
 }
 
 // linalg_vector_norm (torch.linalg.vector_norm, Tensor.norm, clip_grad_norm_'s
-// per-tensor norms) of ord 2, 1, inf and -inf for fp32/fp16/bf16 inputs over any dims:
-// |x| (squared for ord 2) in fp32 by one kernel, then a device sum (ord 2: its square
-// root), amax or amin, in the result's dtype (dtype=, else the input's). Other orders
-// and dtypes run on the CPU, counted.
+// per-tensor norms) of any order for fp32/fp16/bf16 inputs over any dims: |x| (squared
+// for ord 2, |x|^p for other finite orders, x != 0 for ord 0) in fp32 by one kernel,
+// then a device sum (and its square root, or its 1/p power), amax (inf) or amin (-inf),
+// in the result's dtype (dtype=, else the input's). Other dtypes run on the CPU, counted.
 at::Tensor vector_norm_impl(const char* name, const at::Tensor& self, const c10::Scalar& ord, at::OptionalIntArrayRef dim,
                             bool keepdim, std::optional<c10::ScalarType> dtype, at::Tensor out) {
   const double p = ord.toDouble();
-  const bool supported = p == 2 || p == 1 || std::isinf(p);
+  const bool supported = std::isfinite(p) || std::isinf(p);  // not NaN
   const c10::ScalarType result = dtype.value_or(self.scalar_type());
   if (!supported || !device_float_dtype(self.scalar_type()) || !device_float_dtype(result) || self.numel() == 0 ||
       self.device().type() != c10::DeviceType::PrivateUse1) {
@@ -389,16 +390,30 @@ at::Tensor vector_norm_impl(const char* name, const at::Tensor& self, const c10:
     using compiler::Step;
     using compiler::Value;
     constexpr auto f32 = isa::DType::fp32;
-    run_pointwise(name, iter,
-                  p == 2 ? std::vector<Step>{Step::binary(isa::BinaryOp::mul, f32, Value::input(0), Value::input(0))}
-                         : std::vector<Step>{Step::unary(isa::UnaryOp::abs, f32, Value::input(0))});
+    std::vector<Step> steps;
+    if (p == 2) {
+      steps = {Step::binary(isa::BinaryOp::mul, f32, Value::input(0), Value::input(0))};
+    } else if (p == 0) {  // the count of non-zeros
+      steps = {Step::compare(isa::CompareOp::ne, f32, Value::input(0), Value::constant(0)),
+               Step::select(f32, Value::step(0), Value::constant(1), Value::constant(0))};
+    } else if (p == 1 || std::isinf(p)) {
+      steps = {Step::unary(isa::UnaryOp::abs, f32, Value::input(0))};
+    } else {  // |x|^p (0^p is inf for p < 0, which the root takes to 0, as the CPU's)
+      steps = {Step::unary(isa::UnaryOp::abs, f32, Value::input(0)),
+               Step::binary(isa::BinaryOp::pow, f32, Value::step(0), Value::constant(p))};
+    }
+    run_pointwise(name, iter, steps);
   }
   const std::vector<std::int64_t> dims = dim ? std::vector<std::int64_t>(dim->begin(), dim->end())
                                              : std::vector<std::int64_t>{};
-  at::Tensor r = p == 2 || p == 1 ? at::sum(magnitude, dims, keepdim)
-                 : p > 0          ? at::amax(magnitude, dims, keepdim)
-                                  : at::amin(magnitude, dims, keepdim);
-  if (p == 2) r = at::sqrt(r);
+  at::Tensor r = !std::isinf(p) ? at::sum(magnitude, dims, keepdim)
+                 : p > 0         ? at::amax(magnitude, dims, keepdim)
+                                 : at::amin(magnitude, dims, keepdim);
+  if (p == 2) {
+    r = at::sqrt(r);
+  } else if (p != 0 && p != 1 && !std::isinf(p)) {
+    r = at::pow(r, 1.0 / p);
+  }
   r = r.to(result);
   if (!out.defined()) return r;
   return deliver(r, out);

@@ -266,3 +266,24 @@ def test_torchvision_models_run_on_the_device_eager_and_compiled(name):
                 got = no_fallback(fn, x.to(dtype).to("spyre"))
                 assert (got.cpu().float() - want).abs().max().item() <= tol * scale, (dtype, fn is dev)
             model = model.float().cpu()
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_a_segmentation_cross_entropy_and_its_gradient_run_on_the_device(dtype, reduction):
+    # [N, C, H, W] scores and [N, H, W] targets: nll_loss2d, with class weights and an
+    # ignored pixel, against the CPU's fp32 loss and gradient.
+    x = rand((2, 5, 3, 4), dtype, 1)
+    t = torch.randint(0, 5, (2, 3, 4), generator=torch.Generator().manual_seed(2))
+    t[0, 1, 2] = -100
+    w = rand((5,), dtype, 3).abs() + 0.5
+    want_x = x.float().clone().requires_grad_()
+    want = F.cross_entropy(want_x, t, weight=w.float(), reduction=reduction)
+    want.backward(torch.ones_like(want))
+    d = x.to("spyre").requires_grad_()
+    torch.spyre.reset_fallback_counts()
+    got = F.cross_entropy(d, t.to("spyre"), weight=w.to("spyre"), reduction=reduction)
+    got.backward(torch.ones_like(got))
+    assert torch.spyre.fallback_counts() == {}
+    assert_close(got.cpu().float(), want.detach(), **close(dtype))
+    assert_close(d.grad.cpu().float(), want_x.grad, **close(dtype))

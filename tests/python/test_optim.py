@@ -114,3 +114,18 @@ def test_vector_norms_and_the_foreach_pointwise_ops(dtype):
     with pytest.raises(RuntimeError, match="Integer division with addcdiv"):
         torch.addcdiv(torch.ones(3, dtype=torch.int32, device="spyre"), torch.ones(3, dtype=torch.int32, device="spyre"),
                       torch.ones(3, dtype=torch.int32, device="spyre"))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_lerp_with_a_tensor_weight_takes_the_cpus_formula_per_element(dtype):
+    # |w| < 0.5: self + w (end - self); else end - (end - self)(1 - w); weights on both
+    # sides of 0.5 and beyond [0, 1].
+    a, b = rand((6, 7), dtype, 1), rand((6, 7), dtype, 2)
+    w = (torch.linspace(-1.5, 2.0, 42).reshape(6, 7)).to(dtype)
+    want = torch.lerp(a.float(), b.float(), w.float()).to(dtype)
+    tol = {torch.float32: dict(atol=1e-6, rtol=1e-6), torch.float16: dict(atol=2e-3, rtol=2e-3),
+           torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}[dtype]
+    assert_close(no_fallback(torch.lerp, a.to("spyre"), b.to("spyre"), w.to("spyre")).cpu(), want, **tol)
+    y = a.to("spyre")
+    no_fallback(y.lerp_, b.to("spyre"), w.to("spyre"))
+    assert_close(y.cpu(), want, **tol)

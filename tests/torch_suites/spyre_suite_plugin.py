@@ -69,12 +69,14 @@ COVERED_ELSEWHERE = {
     **{op: ("float32 float16 bfloat16", "tests/python/test_conv.py (conv1d and conv2d and their gradients; the CI "
                                          "selection leaves out the convolution OpInfos, nn.functional.conv*)")
        for op in ("convolution_overrideable", "convolution_backward_overrideable")},
-    **{op: ("float32 float16 bfloat16", "tests/python/test_cnn.py (the OpInfos reach these as nn.functional.*, "
-                                         "which the CI selection leaves out; tools/dev torch-tests --full runs them)")
+    **{op: ("float32 float16 bfloat16", "tests/python/test_cnn.py, and test_opinfo.py's nn.functional.* OpInfo "
+                                         "samples (which this CI selection leaves out; tools/dev torch-tests --full "
+                                         "runs them)")
        for op in ("native_batch_norm", "_native_batch_norm_legit", "native_batch_norm_backward",
                   "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "hardswish",
                   "hardsigmoid", "hardtanh", "hardswish_backward", "hardsigmoid_backward", "hardtanh_backward",
-                  "nll_loss_forward", "nll_loss_backward", "_log_softmax_backward_data", "_softmax_backward_data")},
+                  "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
+                  "_log_softmax_backward_data", "_softmax_backward_data")},
     **{op: ("float32 float16 bfloat16", "tests/python/test_optim.py (no OpInfo carries the name: "
                                          "torch.linalg.vector_norm's is linalg.vector_norm; the fused optimizer "
                                          "steps have none)")
