@@ -14,11 +14,15 @@
 // row's target. nll_loss2d (log-probabilities [N, C, H, W], targets [N, H, W]: a
 // segmentation's cross_entropy) is the same with one sample per pixel, the classes
 // moved last (a copy unless the input is channels-last). Other dtypes and shapes run on
-// the CPU, counted.
+// the CPU, counted. mse_loss and its backward are below.
 #include <ATen/TensorIterator.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/ops/index_select.h>
+#include <ATen/ops/mean.h>
+#include <ATen/ops/mse_loss.h>
+#include <ATen/ops/mse_loss_backward.h>
 #include <ATen/ops/nll_loss2d_backward.h>
 #include <ATen/ops/nll_loss2d_forward.h>
 #include <ATen/ops/nll_loss_backward.h>
@@ -258,9 +262,74 @@ at::Tensor& nll_loss2d_backward_out(const at::Tensor& grad_output, const at::Ten
   return grad_input;
 }
 
+// ---- mse_loss ------------------------------------------------------------------------
+
+// (input - target)^2 per element (input and target broadcast, as the CPU's), one kernel
+// in fp32 rounded to the dtype; then the device's mean or sum. The gradient is one
+// kernel: (norm x (input - target)) x grad, norm 2 / numel for mean and 2 otherwise, in
+// the CPU kernel's order. Other dtypes and devices run on the CPU, counted.
+bool mse_on_device(std::initializer_list<const at::Tensor*> ts) {
+  const at::Tensor& first = **ts.begin();
+  for (const at::Tensor* t : ts) {
+    if (t->device() != first.device() || t->scalar_type() != first.scalar_type()) return false;
+  }
+  return first.device().type() == c10::DeviceType::PrivateUse1 && device_float_dtype(first.scalar_type()).has_value();
+}
+
+at::Tensor mse_loss_device(const at::Tensor& self, const at::Tensor& target, std::int64_t reduction) {
+  if (!mse_on_device({&self, &target})) {
+    count_fallback("aten::mse_loss");
+    return at::mse_loss(self.cpu(), target.cpu(), reduction).to(self.device());
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor squares = at::empty(at::infer_size(self.sizes(), target.sizes()), self.options());
+  if (squares.numel() > 0) {
+    pointwise("aten::mse_loss", squares, {self, target},
+              {Step::binary(isa::BinaryOp::sub, f32, Value::input(0), Value::input(1)),
+               Step::binary(isa::BinaryOp::mul, f32, Value::step(0), Value::step(0))});
+  }
+  if (reduction == at::Reduction::Mean) return at::mean(squares);
+  if (reduction == at::Reduction::Sum) return at::sum(squares);
+  return squares;
+}
+
+at::Tensor& mse_loss_device_out(const at::Tensor& self, const at::Tensor& target, std::int64_t reduction,
+                                at::Tensor& out) {
+  deliver(mse_loss_device(self, target, reduction), out);
+  return out;
+}
+
+at::Tensor mse_loss_backward_device(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                                    std::int64_t reduction) {
+  if (!mse_on_device({&self, &target, &grad}) || at::infer_size(self.sizes(), target.sizes()) != self.sizes() ||
+      (grad.dim() > 0 && grad.sizes() != self.sizes())) {
+    count_fallback("aten::mse_loss_backward");
+    return at::mse_loss_backward(grad.cpu(), self.cpu(), target.cpu(), reduction).to(self.device());
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty(self.sizes(), self.options().memory_format(self.suggest_memory_format()));
+  if (out.numel() == 0) return out;
+  const double norm = reduction == at::Reduction::Mean ? 2.0 / static_cast<double>(self.numel()) : 2.0;
+  pointwise("aten::mse_loss_backward", out, {self, target, grad},
+            {Step::binary(isa::BinaryOp::sub, f32, Value::input(0), Value::input(1)),
+             Step::binary(isa::BinaryOp::mul, f32, Value::constant(norm), Value::step(0)),
+             Step::binary(isa::BinaryOp::mul, f32, Value::step(1), Value::input(2))});
+  return out;
+}
+
+at::Tensor& mse_loss_backward_device_out(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                                         std::int64_t reduction, at::Tensor& grad_input) {
+  deliver(mse_loss_backward_device(grad, self, target, reduction), grad_input);
+  return grad_input;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mse_loss", mse_loss_device);
+  m.impl("mse_loss.out", mse_loss_device_out);
+  m.impl("mse_loss_backward", mse_loss_backward_device);
+  m.impl("mse_loss_backward.grad_input", mse_loss_backward_device_out);
   m.impl("nll_loss2d_forward", nll_loss2d_forward_device);
   m.impl("nll_loss2d_forward.output", nll_loss2d_forward_out);
   m.impl("nll_loss2d_backward", nll_loss2d_backward_device);

@@ -13,8 +13,10 @@
 //        for that output position (divisor_override; the window clipped to the padded
 //        input when count_include_pad; else its taps inside the input).
 // Per-position tensors (first index, divisor) are made on the host once per shape and
-// kept on the device. Windows of more than 64 taps and other dtypes run on the CPU,
-// counted.
+// kept on the device. avg_pool2d_backward adds each window's share tap by tap (as max
+// pooling's backward); _adaptive_avg_pool2d and its backward with output sizes that
+// divide the input's are these average pools. Windows of more than 64 taps, uneven
+// adaptive windows and other dtypes run on the CPU, counted.
 #include <map>
 #include <mutex>
 #include <string>
@@ -23,7 +25,10 @@
 
 #include <ATen/TensorIterator.h>
 #include <ATen/native/Pool.h>
+#include <ATen/ops/_adaptive_avg_pool2d.h>
+#include <ATen/ops/_adaptive_avg_pool2d_backward.h>
 #include <ATen/ops/avg_pool2d.h>
+#include <ATen/ops/avg_pool2d_backward.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/max_pool2d_with_indices.h>
 #include <ATen/ops/max_pool2d_with_indices_backward.h>
@@ -366,6 +371,95 @@ at::Tensor& avg_pool2d_device_out(const at::Tensor& self, c10::IntArrayRef kerne
   return out;
 }
 
+// avg_pool2d_backward: each window's gradient divided by its divisor goes to every
+// position it covers. Tap by tap, as max pooling's backward: one kernel per tap adds
+// grad / divisor into the tap's strided view of a zeroed (padded) buffer.
+at::Tensor avg_pool_backward_device(const at::Tensor& grad, const at::Tensor& self, c10::IntArrayRef kernel,
+                                    c10::IntArrayRef stride, c10::IntArrayRef padding, bool ceil_mode,
+                                    bool count_include_pad, std::optional<std::int64_t> divisor_override) {
+  TORCH_CHECK(!divisor_override || *divisor_override != 0, "divisor must be not zero");
+  const Window win = window(self, kernel, stride, padding, {1}, ceil_mode, "avg_pool2d_backward");
+  const bool fits = on_device(self, win) && grad.device() == self.device() &&
+                    grad.scalar_type() == self.scalar_type() && grad.dim() == self.dim() &&
+                    grad.size(-2) == win.ho && grad.size(-1) == win.wo;
+  if (!fits) {
+    count_fallback("aten::avg_pool2d_backward");
+    return at::avg_pool2d_backward(grad.cpu(), self.cpu(), kernel, stride, padding, ceil_mode, count_include_pad,
+                                   divisor_override)
+        .to(self.device());
+  }
+  const c10::DeviceGuard guard(self.device());
+  std::vector<std::int64_t> sizes(self.sizes().begin(), self.sizes().end());
+  sizes[sizes.size() - 2] = win.rows();
+  sizes.back() = win.cols();
+  at::Tensor buffer = at::zeros(sizes, self.options().memory_format(self.suggest_memory_format()));
+  const at::Tensor div = per_position(self.device(),
+                                       "avg-divisor|" + std::to_string(count_include_pad) + "|" +
+                                           std::to_string(divisor_override.value_or(0)),
+                                       win, at::kFloat, [&](std::int64_t oy, std::int64_t ox) {
+                                         return divisor(win, oy, ox, count_include_pad, divisor_override);
+                                       });
+  constexpr isa::DType f32 = isa::DType::fp32;
+  for (std::int64_t t = 0; t < win.taps(); ++t) {
+    at::Tensor into = tap(buffer, win, t / win.kw, t % win.kw);
+    at::TensorIteratorConfig config;
+    config.check_all_same_dtype(false).add_output(into).add_const_input(into).add_const_input(grad).add_const_input(div);
+    auto iter = config.build();
+    run_pointwise("aten::avg_pool2d_backward", iter,
+                  {Step::binary(BinaryOp::div, f32, Value::input(1), Value::input(2)),
+                   Step::binary(BinaryOp::add, f32, Value::input(0), Value::step(0))});
+  }
+  if (win.ph == 0 && win.pw == 0 && win.rows() == win.h && win.cols() == win.w) return buffer;
+  at::Tensor out = at::empty(self.sizes(), self.options().memory_format(self.suggest_memory_format()));
+  out.copy_(buffer.narrow(-2, win.ph, win.h).narrow(-1, win.pw, win.w));
+  return out;
+}
+
+at::Tensor& avg_pool_backward_device_out(const at::Tensor& grad, const at::Tensor& self, c10::IntArrayRef kernel,
+                                         c10::IntArrayRef stride, c10::IntArrayRef padding, bool ceil_mode,
+                                         bool count_include_pad, std::optional<std::int64_t> divisor_override,
+                                         at::Tensor& grad_input) {
+  deliver(avg_pool_backward_device(grad, self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override),
+          grad_input);
+  return grad_input;
+}
+
+// ---- adaptive_avg_pool2d ------------------------------------------------------------
+
+// Output sizes that divide the input's make every adaptive window the same
+// (H / oh) x (W / ow) block at that stride: an avg_pool2d, which sums the same taps in the
+// same order as the CPU's adaptive kernel. (A 1x1 output never gets here: PyTorch's
+// adaptive_avg_pool2d takes a mean then.) Uneven windows run on the CPU, counted.
+std::optional<std::pair<std::int64_t, std::int64_t>> even_block(const at::Tensor& self, c10::IntArrayRef output_size) {
+  if (output_size.size() != 2 || (self.dim() != 3 && self.dim() != 4) || output_size[0] <= 0 || output_size[1] <= 0 ||
+      self.size(-2) % output_size[0] != 0 || self.size(-1) % output_size[1] != 0) {
+    return std::nullopt;
+  }
+  return std::pair{self.size(-2) / output_size[0], self.size(-1) / output_size[1]};
+}
+
+at::Tensor adaptive_avg_pool2d_device(const at::Tensor& self, c10::SymIntArrayRef output_size_sym) {
+  const auto output_size = C10_AS_INTARRAYREF_SLOW(output_size_sym);
+  const auto block = even_block(self, output_size);
+  if (!block || block->first * block->second > kMaxTaps || !on_device(self, Window{})) {
+    count_fallback("aten::_adaptive_avg_pool2d");
+    return at::_adaptive_avg_pool2d(self.cpu(), output_size).to(self.device());
+  }
+  const std::int64_t k[2] = {block->first, block->second};
+  return avg_pool2d_device(self, k, k, {0}, false, true, std::nullopt);
+}
+
+at::Tensor adaptive_avg_pool2d_backward_device(const at::Tensor& grad, const at::Tensor& self) {
+  const std::int64_t out[2] = {grad.dim() >= 2 ? grad.size(-2) : 0, grad.dim() >= 2 ? grad.size(-1) : 0};
+  const auto block = even_block(self, out);
+  if (!block || block->first * block->second > kMaxTaps || grad.dim() != self.dim() || !on_device(self, Window{})) {
+    count_fallback("aten::_adaptive_avg_pool2d_backward");
+    return at::_adaptive_avg_pool2d_backward(grad.cpu(), self.cpu()).to(self.device());
+  }
+  const std::int64_t k[2] = {block->first, block->second};
+  return avg_pool_backward_device(grad, self, k, k, {0}, false, true, std::nullopt);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -375,6 +469,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("max_pool2d_with_indices_backward.grad_input", max_pool_backward_device_out);
   m.impl("avg_pool2d", avg_pool2d_device);
   m.impl("avg_pool2d.out", avg_pool2d_device_out);
+  m.impl("avg_pool2d_backward", avg_pool_backward_device);
+  m.impl("avg_pool2d_backward.grad_input", avg_pool_backward_device_out);
+  m.impl("_adaptive_avg_pool2d", adaptive_avg_pool2d_device);
+  m.impl("_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward_device);
 }
 
 }  // namespace spyre::backend

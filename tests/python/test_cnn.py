@@ -130,6 +130,37 @@ def test_avg_pool2d_matches_the_cpu(dtype, kernel, stride, padding, ceil, includ
     for layout in (x, x.to(memory_format=torch.channels_last)):
         got = no_fallback(F.avg_pool2d, layout.to("spyre"), *args)
         assert_close(got.cpu(), F.avg_pool2d(layout.float(), *args).to(dtype), **close(dtype))
+    # The backward: each window's gradient over its divisor, to every position it covers.
+    a = x.float().clone().requires_grad_()
+    g = rand(tuple(F.avg_pool2d(a, *args).shape), torch.float32, 4)
+    F.avg_pool2d(a, *args).backward(g)
+    d = x.to("spyre").requires_grad_()
+    torch.spyre.reset_fallback_counts()
+    F.avg_pool2d(d, *args).backward(g.to(dtype).to("spyre"))
+    assert torch.spyre.fallback_counts() == {}
+    assert_close(d.grad.cpu().float(), a.grad, **close(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("size,out", [((2, 3, 8, 12), (2, 3)), ((3, 6, 6), (3, 6)), ((1, 4, 7, 7), (7, 1))])
+def test_adaptive_avg_pool2d_and_its_gradient_run_on_the_device_when_windows_are_even(dtype, size, out):
+    x = rand(size, dtype, 1)
+    a = x.float().clone().requires_grad_()
+    want = F.adaptive_avg_pool2d(a, out)
+    g = rand(tuple(want.shape), torch.float32, 2)
+    want.backward(g)
+    d = x.to("spyre").requires_grad_()
+    torch.spyre.reset_fallback_counts()
+    got = F.adaptive_avg_pool2d(d, out)
+    got.backward(g.to(dtype).to("spyre"))
+    assert torch.spyre.fallback_counts() == {}
+    assert_close(got.detach().cpu().float(), want.detach(), **close(dtype))
+    assert_close(d.grad.cpu().float(), a.grad, **close(dtype))
+    # Uneven windows (7 rows into 3) run on the CPU, counted, with the CPU's values.
+    y = rand((1, 2, 7, 7), dtype, 3)
+    torch.spyre.reset_fallback_counts()
+    assert_close(F.adaptive_avg_pool2d(y.to("spyre"), (3, 3)).cpu(), F.adaptive_avg_pool2d(y, (3, 3)))
+    assert torch.spyre.fallback_counts() == {"aten::_adaptive_avg_pool2d": 1}
 
 
 # ---- activations -----------------------------------------------------------------
@@ -287,3 +318,20 @@ def test_a_segmentation_cross_entropy_and_its_gradient_run_on_the_device(dtype, 
     assert torch.spyre.fallback_counts() == {}
     assert_close(got.cpu().float(), want.detach(), **close(dtype))
     assert_close(d.grad.cpu().float(), want_x.grad, **close(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mse_loss_and_its_gradient_run_on_the_device(dtype, reduction):
+    x, y = rand((4, 33), dtype, 1), rand((4, 33), dtype, 2)
+    a = x.float().clone().requires_grad_()
+    want = F.mse_loss(a, y.float(), reduction=reduction)
+    g = rand(tuple(want.shape), torch.float32, 3)
+    want.backward(g)
+    d = x.to("spyre").requires_grad_()
+    torch.spyre.reset_fallback_counts()
+    got = F.mse_loss(d, y.to("spyre"), reduction=reduction)
+    got.backward(g.to(dtype).to("spyre"))
+    assert torch.spyre.fallback_counts() == {}
+    assert_close(got.detach().cpu().float(), want.detach(), **close(dtype))
+    assert_close(d.grad.cpu().float(), a.grad, **close(dtype))

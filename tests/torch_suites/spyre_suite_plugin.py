@@ -73,9 +73,11 @@ COVERED_ELSEWHERE = {
                                          "samples (which this CI selection leaves out; tools/dev torch-tests --full "
                                          "runs them)")
        for op in ("native_batch_norm", "_native_batch_norm_legit", "native_batch_norm_backward",
-                  "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "hardswish",
+                  "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward",
+                  "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "hardswish",
                   "hardsigmoid", "hardtanh", "hardswish_backward", "hardsigmoid_backward", "hardtanh_backward",
-                  "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
+                  "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss",
+                  "mse_loss_backward",
                   "_log_softmax_backward_data", "_softmax_backward_data")},
     **{op: ("float32 float16 bfloat16", "tests/python/test_optim.py (no OpInfo carries the name: "
                                          "torch.linalg.vector_norm's is linalg.vector_norm; the fused optimizer "
