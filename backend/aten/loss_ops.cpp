@@ -23,6 +23,7 @@
 #include <ATen/ops/mean.h>
 #include <ATen/ops/mse_loss.h>
 #include <ATen/ops/mse_loss_backward.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/nll_loss2d_backward.h>
 #include <ATen/ops/nll_loss2d_forward.h>
 #include <ATen/ops/nll_loss_backward.h>
@@ -265,9 +266,11 @@ at::Tensor& nll_loss2d_backward_out(const at::Tensor& grad_output, const at::Ten
 // ---- mse_loss ------------------------------------------------------------------------
 
 // (input - target)^2 per element (input and target broadcast, as the CPU's), one kernel
-// in fp32 rounded to the dtype; then the device's mean or sum. The gradient is one
-// kernel: (norm x (input - target)) x grad, norm 2 / numel for mean and 2 otherwise, in
-// the CPU kernel's order. Other dtypes and devices run on the CPU, counted.
+// computing in the dtype as the CPU's kernel does (fp16/bf16: the difference rounded,
+// then its square); then the device's mean or sum. The gradient is one kernel:
+// (norm x (input - target)) x grad, norm 2 / numel for mean and 2 otherwise held in the
+// dtype, in the CPU kernel's order and roundings. Other dtypes and devices run on the
+// CPU, counted.
 bool mse_on_device(std::initializer_list<const at::Tensor*> ts) {
   const at::Tensor& first = **ts.begin();
   for (const at::Tensor* t : ts) {
@@ -283,10 +286,11 @@ at::Tensor mse_loss_device(const at::Tensor& self, const at::Tensor& target, std
   }
   const c10::DeviceGuard guard(self.device());
   at::Tensor squares = at::empty(at::infer_size(self.sizes(), target.sizes()), self.options());
+  const isa::DType c = *device_float_dtype(self.scalar_type());
   if (squares.numel() > 0) {
     pointwise("aten::mse_loss", squares, {self, target},
-              {Step::binary(isa::BinaryOp::sub, f32, Value::input(0), Value::input(1)),
-               Step::binary(isa::BinaryOp::mul, f32, Value::step(0), Value::step(0))});
+              {Step::binary(isa::BinaryOp::sub, c, Value::input(0), Value::input(1)),
+               Step::binary(isa::BinaryOp::mul, c, Value::step(0), Value::step(0))});
   }
   if (reduction == at::Reduction::Mean) return at::mean(squares);
   if (reduction == at::Reduction::Sum) return at::sum(squares);
@@ -309,11 +313,15 @@ at::Tensor mse_loss_backward_device(const at::Tensor& grad, const at::Tensor& se
   const c10::DeviceGuard guard(self.device());
   at::Tensor out = at::empty(self.sizes(), self.options().memory_format(self.suggest_memory_format()));
   if (out.numel() == 0) return out;
-  const double norm = reduction == at::Reduction::Mean ? 2.0 / static_cast<double>(self.numel()) : 2.0;
+  // norm as the CPU kernel holds it: a value of the input's dtype.
+  const double norm = at::scalar_tensor(reduction == at::Reduction::Mean ? 2.0 / static_cast<double>(self.numel()) : 2.0,
+                                        at::TensorOptions().dtype(self.scalar_type()))
+                          .item<double>();
+  const isa::DType c = *device_float_dtype(self.scalar_type());
   pointwise("aten::mse_loss_backward", out, {self, target, grad},
-            {Step::binary(isa::BinaryOp::sub, f32, Value::input(0), Value::input(1)),
-             Step::binary(isa::BinaryOp::mul, f32, Value::constant(norm), Value::step(0)),
-             Step::binary(isa::BinaryOp::mul, f32, Value::step(1), Value::input(2))});
+            {Step::binary(isa::BinaryOp::sub, c, Value::input(0), Value::input(1)),
+             Step::binary(isa::BinaryOp::mul, c, Value::constant(norm), Value::step(0)),
+             Step::binary(isa::BinaryOp::mul, c, Value::step(1), Value::input(2))});
   return out;
 }
 
