@@ -23,6 +23,8 @@
 #include <ATen/ops/native_batch_norm.h>
 #include <ATen/ops/mean.h>
 #include <ATen/ops/mul.h>
+#include <ATen/ops/native_group_norm.h>
+#include <ATen/ops/native_group_norm_backward.h>
 #include <ATen/ops/native_layer_norm.h>
 #include <ATen/ops/native_layer_norm_backward.h>
 #include <ATen/ops/sub.h>
@@ -521,6 +523,106 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_legit_no_stats(const a
   return batch_norm_device(input, weight, bias, std::nullopt, std::nullopt, training, momentum, eps);
 }
 
+// native_group_norm (nn.GroupNorm, F.group_norm): each (sample, group) block of
+// C / group x HxW values is one row of a layer norm without weights (the same device
+// kernel: mean, biased variance, rstd), then one kernel applies the per-channel weight
+// and bias; mean and rstd come back [N, group] in the input's dtype, as the CPU's.
+// native_group_norm_backward: dX is the layer norm's backward over those rows of
+// dY x weight; dweight = sum over samples and pixels of dY x x_hat (x_hat recomputed
+// from mean and rstd) and dbias = sum of dY, device reductions in fp32. Other dtypes
+// run on the CPU, counted.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_device(const at::Tensor& input,
+                                                                const std::optional<at::Tensor>& weight_opt,
+                                                                const std::optional<at::Tensor>& bias_opt,
+                                                                c10::SymInt n_sym, c10::SymInt c_sym, c10::SymInt hw_sym,
+                                                                std::int64_t group, double eps) {
+  const std::int64_t n = n_sym.expect_int(), c = c_sym.expect_int(), hw = hw_sym.expect_int();
+  const at::Tensor weight = weight_opt.value_or(at::Tensor()), bias = bias_opt.value_or(at::Tensor());
+  const auto on_spyre = [&](const at::Tensor& t) {
+    return !t.defined() || (t.device() == input.device() && t.scalar_type() == input.scalar_type());
+  };
+  TORCH_CHECK(group > 0 && c % group == 0, "Expected number of channels in input to be divisible by num_groups, but "
+              "got input of shape ", input.sizes(), " and num_groups=", group);
+  if (input.device().type() != c10::DeviceType::PrivateUse1 || !device_float_dtype(input.scalar_type()) ||
+      !on_spyre(weight) || !on_spyre(bias) || input.numel() == 0 || input.numel() != n * c * hw) {
+    count_fallback("aten::native_group_norm");
+    const auto cpu = [](const at::Tensor& t) { return t.defined() ? std::optional(t.cpu()) : std::nullopt; };
+    auto [y, mean, rstd] = at::native_group_norm(input.cpu(), cpu(weight), cpu(bias), n, c, hw, group, eps);
+    return {y.to(input.device()), mean.to(input.device()), rstd.to(input.device())};
+  }
+  const c10::DeviceGuard guard(input.device());
+  const std::int64_t rows = n * group, row = c / group * hw;
+  // fp16/bf16 normalise in fp32, so the weight and bias apply to unrounded values and
+  // the result is rounded once, as the CPU's kernel does.
+  const bool affine = weight.defined() || bias.defined();
+  at::Tensor x = input.contiguous().reshape({rows, row});
+  if (affine && x.scalar_type() != at::kFloat) x = x.to(at::kFloat);
+  auto [normed, mean, rstd] = at::native_layer_norm(x, {row}, {}, {}, eps);
+  at::Tensor y = normed.reshape({n, c, hw});
+  if (affine) {
+    using compiler::Step;
+    using compiler::Value;
+    constexpr auto f32 = isa::DType::fp32;
+    at::Tensor out = at::empty({n, c, hw}, input.options().memory_format(at::MemoryFormat::Contiguous));
+    std::vector<at::Tensor> inputs{y};
+    std::vector<Step> steps;
+    Value v = Value::input(0);
+    if (weight.defined()) {
+      inputs.push_back(weight.reshape({1, c, 1}));
+      steps.push_back(Step::binary(isa::BinaryOp::mul, f32, v, Value::input(1)));
+      v = Value::step(0);
+    }
+    if (bias.defined()) {
+      inputs.push_back(bias.reshape({1, c, 1}));
+      steps.push_back(Step::binary(isa::BinaryOp::add, f32, v, Value::input(static_cast<std::uint32_t>(inputs.size() - 1))));
+    }
+    run_pointwise_into("aten::native_group_norm", out, inputs, steps);
+    y = out;
+  }
+  return {y.reshape(input.sizes()), mean.reshape({n, group}).to(input.scalar_type()),
+          rstd.reshape({n, group}).to(input.scalar_type())};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_device(
+    const at::Tensor& grad, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
+    const std::optional<at::Tensor>& weight_opt, c10::SymInt n_sym, c10::SymInt c_sym, c10::SymInt hw_sym,
+    std::int64_t group, std::array<bool, 3> output_mask) {
+  const std::int64_t n = n_sym.expect_int(), c = c_sym.expect_int(), hw = hw_sym.expect_int();
+  const at::Tensor weight = weight_opt.value_or(at::Tensor());
+  const auto on_spyre = [&](const at::Tensor& t) {
+    return !t.defined() || (t.device() == input.device() && device_float_dtype(t.scalar_type()).has_value());
+  };
+  if (input.device().type() != c10::DeviceType::PrivateUse1 || !on_spyre(input) || !on_spyre(grad) ||
+      !on_spyre(mean) || !on_spyre(rstd) || !on_spyre(weight) || input.numel() == 0 || group <= 0 || c % group != 0 ||
+      input.numel() != n * c * hw || !grad.sizes().equals(input.sizes())) {
+    count_fallback("aten::native_group_norm_backward");
+    const auto cpu = [](const at::Tensor& t) { return t.defined() ? std::optional(t.cpu()) : std::nullopt; };
+    auto [dx, dw, db] = at::native_group_norm_backward(grad.cpu(), input.cpu(), mean.cpu(), rstd.cpu(), cpu(weight),
+                                                       n, c, hw, group, output_mask);
+    const auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
+    return {back(dx), back(dw), back(db)};
+  }
+  const c10::DeviceGuard guard(input.device());
+  const std::int64_t rows = n * group, row = c / group * hw;
+  const auto f32 = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat); };
+  const at::Tensor dy = f32(grad.contiguous().reshape({n, c, hw}));
+  at::Tensor dx, dw, db;
+  if (output_mask[0]) {
+    const at::Tensor g = weight.defined() ? at::mul(dy, f32(weight).reshape({1, c, 1})) : dy;
+    auto [d, unused_w, unused_b] = at::native_layer_norm_backward(g.reshape({rows, row}), input.contiguous().reshape({rows, row}),
+                                                                  {row}, mean.reshape({rows, 1}), rstd.reshape({rows, 1}),
+                                                                  {}, {}, {true, false, false});
+    dx = d.to(input.scalar_type()).reshape(input.sizes());
+  }
+  if (output_mask[1] && weight.defined()) {
+    const at::Tensor x = f32(input.contiguous().reshape({rows, row}));
+    const at::Tensor x_hat = at::mul(at::sub(x, f32(mean.reshape({rows, 1}))), f32(rstd.reshape({rows, 1})));
+    dw = at::sum(at::mul(dy, x_hat.reshape({n, c, hw})), at::IntArrayRef{0, 2}).to(weight.scalar_type());
+  }
+  if (output_mask[2]) db = at::sum(dy, at::IntArrayRef{0, 2}).to(weight.defined() ? weight.scalar_type() : grad.scalar_type());
+  return {dx, dw, db};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -530,6 +632,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_layer_norm_backward", native_layer_norm_backward);
   m.impl("native_batch_norm", batch_norm_device);
   m.impl("native_batch_norm_backward", batch_norm_backward_device);
+  m.impl("native_group_norm", group_norm_device);
+  m.impl("native_group_norm_backward", group_norm_backward_device);
   m.impl("rms_norm", rms_norm_inference);
 }
 

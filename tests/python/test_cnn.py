@@ -335,3 +335,22 @@ def test_mse_loss_and_its_gradient_run_on_the_device(dtype, reduction):
     assert torch.spyre.fallback_counts() == {}
     assert_close(got.detach().cpu().float(), want.detach(), **close(dtype))
     assert_close(d.grad.cpu().float(), a.grad, **close(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("size,groups,affine", [((2, 6, 5, 4), 3, True), ((3, 8, 7), 2, False), ((2, 4, 3, 3), 4, True)])
+def test_group_norm_and_its_gradients_run_on_the_device(dtype, size, groups, affine):
+    x = rand(size, dtype, 1)
+    w, b = rand((size[1],), dtype, 2) + 1, rand((size[1],), dtype, 3)
+    cpu = [t.float().clone().requires_grad_() for t in (x, w, b)]
+    want = F.group_norm(cpu[0], groups, cpu[1] if affine else None, cpu[2] if affine else None, eps=1e-5)
+    g = rand(tuple(want.shape), torch.float32, 4)
+    want.backward(g)
+    dev = [t.to("spyre").requires_grad_() for t in (x, w, b)]
+    torch.spyre.reset_fallback_counts()
+    got = F.group_norm(dev[0], groups, dev[1] if affine else None, dev[2] if affine else None, eps=1e-5)
+    got.backward(g.to(dtype).to("spyre"))
+    assert torch.spyre.fallback_counts() == {}
+    assert_close(got.detach().cpu().float(), want.detach(), **close(dtype))
+    for d, c in zip(dev if affine else dev[:1], cpu):
+        assert_close(d.grad.cpu().float(), c.grad, **close(dtype))

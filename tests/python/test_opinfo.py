@@ -35,7 +35,7 @@ GENERATION = {"nn.functional.rms_norm", "index_copy", "index_put", "masked_fill"
 # activations, the losses cross_entropy builds on and the optimizers' pointwise ops.
 CNN = {"nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.batch_norm", "nn.functional.max_pool2d",
        "nn.functional.avg_pool2d", "nn.functional.adaptive_avg_pool2d", "nn.functional.hardswish", "nn.functional.hardsigmoid", "nn.functional.hardtanh",
-       "nn.functional.relu6", "nn.functional.nll_loss", "nn.functional.mse_loss", "nn.functional.cross_entropy", "addcmul", "addcdiv", "lerp",
+       "nn.functional.relu6", "nn.functional.nll_loss", "nn.functional.mse_loss", "nn.functional.group_norm", "nn.functional.cross_entropy", "addcmul", "addcdiv", "lerp",
        "linalg.vector_norm"}
 # Ops whose indices may order equal values either way.
 ORDERING = {"topk", "sort", "argsort"}
@@ -44,7 +44,7 @@ GENERATION_OPS = [op for op in op_db if op.name in GENERATION]
 CNN_OPS = [op for op in op_db if op.name in CNN]
 ACCUMULATING = {"mm", "bmm", "addmm", "matmul", "nn.functional.linear", "baddbmm", "addmv", "mv", "sum", "mean",
                 "softmax", "log_softmax", "nn.functional.layer_norm", "nn.functional.conv1d", "nn.functional.conv2d",
-                "nn.functional.batch_norm", "nn.functional.avg_pool2d", "nn.functional.adaptive_avg_pool2d", "nn.functional.nll_loss", "nn.functional.mse_loss", "linalg.vector_norm"}
+                "nn.functional.batch_norm", "nn.functional.avg_pool2d", "nn.functional.adaptive_avg_pool2d", "nn.functional.nll_loss", "nn.functional.mse_loss", "nn.functional.group_norm", "linalg.vector_norm"}
 
 
 def soft_target_error_bound(sample, dtype):

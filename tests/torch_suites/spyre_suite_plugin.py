@@ -77,7 +77,7 @@ COVERED_ELSEWHERE = {
                   "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "hardswish",
                   "hardsigmoid", "hardtanh", "hardswish_backward", "hardsigmoid_backward", "hardtanh_backward",
                   "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss",
-                  "mse_loss_backward",
+                  "mse_loss_backward", "native_group_norm", "native_group_norm_backward",
                   "_log_softmax_backward_data", "_softmax_backward_data")},
     **{op: ("float32 float16 bfloat16", "tests/python/test_optim.py (no OpInfo carries the name: "
                                          "torch.linalg.vector_norm's is linalg.vector_norm; the fused optimizer "
