@@ -165,6 +165,21 @@ std::vector<std::int64_t> out_sizes(const at::Tensor& x, const Window& win) {
   return sizes;
 }
 
+// A backward's zeroed buffer the size of the padded input (the taps' views add into it),
+// and the result: its inside.
+at::Tensor gradient_buffer(const at::Tensor& self, const Window& win) {
+  std::vector<std::int64_t> sizes(self.sizes().begin(), self.sizes().end());
+  sizes[sizes.size() - 2] = win.rows();
+  sizes.back() = win.cols();
+  return at::zeros(sizes, self.options().memory_format(self.suggest_memory_format()));
+}
+at::Tensor inside(const at::Tensor& buffer, const at::Tensor& self, const Window& win) {
+  if (win.ph == 0 && win.pw == 0 && win.rows() == win.h && win.cols() == win.w) return buffer;
+  at::Tensor out = at::empty(self.sizes(), self.options().memory_format(self.suggest_memory_format()));
+  out.copy_(buffer.narrow(-2, win.ph, win.h).narrow(-1, win.pw, win.w));
+  return out;
+}
+
 // ---- max_pool2d_with_indices --------------------------------------------------------
 
 void max_pool_on_device(const at::Tensor& x, const Window& win, at::Tensor& out, at::Tensor& indices) {
@@ -274,10 +289,7 @@ at::Tensor max_pool_backward_device(const at::Tensor& grad, const at::Tensor& se
         .to(self.device());
   }
   const c10::DeviceGuard guard(self.device());
-  std::vector<std::int64_t> sizes(self.sizes().begin(), self.sizes().end());
-  sizes[sizes.size() - 2] = win.rows();
-  sizes.back() = win.cols();
-  at::Tensor buffer = at::zeros(sizes, self.options().memory_format(self.suggest_memory_format()));
+  at::Tensor buffer = gradient_buffer(self, win);
   at::Tensor low = int64_word(indices, 0);
   const at::Tensor base = per_position(self.device(), "pool-base", win, at::kInt, [&](std::int64_t oy, std::int64_t ox) {
     return (oy * win.sh - win.ph) * win.w + (ox * win.sw - win.pw);
@@ -298,10 +310,7 @@ at::Tensor max_pool_backward_device(const at::Tensor& grad, const at::Tensor& se
                    Step::select(c, Value::step(1), Value::input(3), Value::constant(0)),
                    Step::binary(BinaryOp::add, c, Value::input(0), Value::step(2))});
   }
-  if (win.ph == 0 && win.pw == 0 && win.rows() == win.h && win.cols() == win.w) return buffer;
-  at::Tensor out = at::empty(self.sizes(), self.options().memory_format(self.suggest_memory_format()));
-  out.copy_(buffer.narrow(-2, win.ph, win.h).narrow(-1, win.pw, win.w));
-  return out;
+  return inside(buffer, self, win);
 }
 
 at::Tensor& max_pool_backward_device_out(const at::Tensor& grad, const at::Tensor& self, c10::IntArrayRef kernel,
@@ -326,6 +335,16 @@ double divisor(const Window& win, std::int64_t oy, std::int64_t ox, bool count_i
   return static_cast<double>((y1 - y0) * (x1 - x0));
 }
 
+// Every window's divisor, kept on the device.
+at::Tensor divisors(const at::Tensor& self, const Window& win, bool count_include_pad,
+                    std::optional<std::int64_t> divisor_override) {
+  return per_position(self.device(),
+                      "avg-divisor|" + std::to_string(count_include_pad) + "|" + std::to_string(divisor_override.value_or(0)),
+                      win, at::kFloat, [&](std::int64_t oy, std::int64_t ox) {
+                        return divisor(win, oy, ox, count_include_pad, divisor_override);
+                      });
+}
+
 at::Tensor avg_pool2d_device(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride,
                       c10::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
                       std::optional<std::int64_t> divisor_override) {
@@ -339,12 +358,7 @@ at::Tensor avg_pool2d_device(const at::Tensor& self, c10::IntArrayRef kernel, c1
   const c10::DeviceGuard guard(self.device());
   at::Tensor out = at::empty(out_sizes(self, win), self.options().memory_format(self.suggest_memory_format()));
   const at::Tensor p = padded(self, win, 0);
-  const at::Tensor div = per_position(self.device(),
-                                       "avg-divisor|" + std::to_string(count_include_pad) + "|" +
-                                           std::to_string(divisor_override.value_or(0)),
-                                       win, at::kFloat, [&](std::int64_t oy, std::int64_t ox) {
-                                         return divisor(win, oy, ox, count_include_pad, divisor_override);
-                                       });
+  const at::Tensor div = divisors(self, win, count_include_pad, divisor_override);
   constexpr isa::DType f32 = isa::DType::fp32;
   const auto taps = static_cast<std::uint32_t>(win.taps());
   const std::vector<at::Tensor> taps_of = all_taps(p, win);
@@ -389,16 +403,8 @@ at::Tensor avg_pool_backward_device(const at::Tensor& grad, const at::Tensor& se
         .to(self.device());
   }
   const c10::DeviceGuard guard(self.device());
-  std::vector<std::int64_t> sizes(self.sizes().begin(), self.sizes().end());
-  sizes[sizes.size() - 2] = win.rows();
-  sizes.back() = win.cols();
-  at::Tensor buffer = at::zeros(sizes, self.options().memory_format(self.suggest_memory_format()));
-  const at::Tensor div = per_position(self.device(),
-                                       "avg-divisor|" + std::to_string(count_include_pad) + "|" +
-                                           std::to_string(divisor_override.value_or(0)),
-                                       win, at::kFloat, [&](std::int64_t oy, std::int64_t ox) {
-                                         return divisor(win, oy, ox, count_include_pad, divisor_override);
-                                       });
+  at::Tensor buffer = gradient_buffer(self, win);
+  const at::Tensor div = divisors(self, win, count_include_pad, divisor_override);
   constexpr isa::DType f32 = isa::DType::fp32;
   for (std::int64_t t = 0; t < win.taps(); ++t) {
     at::Tensor into = tap(buffer, win, t / win.kw, t % win.kw);
@@ -409,10 +415,7 @@ at::Tensor avg_pool_backward_device(const at::Tensor& grad, const at::Tensor& se
                   {Step::binary(BinaryOp::div, f32, Value::input(1), Value::input(2)),
                    Step::binary(BinaryOp::add, f32, Value::input(0), Value::step(0))});
   }
-  if (win.ph == 0 && win.pw == 0 && win.rows() == win.h && win.cols() == win.w) return buffer;
-  at::Tensor out = at::empty(self.sizes(), self.options().memory_format(self.suggest_memory_format()));
-  out.copy_(buffer.narrow(-2, win.ph, win.h).narrow(-1, win.pw, win.w));
-  return out;
+  return inside(buffer, self, win);
 }
 
 at::Tensor& avg_pool_backward_device_out(const at::Tensor& grad, const at::Tensor& self, c10::IntArrayRef kernel,
