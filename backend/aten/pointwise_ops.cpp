@@ -719,6 +719,10 @@ at::Tensor lerp_tensor(const char* name, at::TensorBase out, const at::Tensor& s
   TORCH_CHECK(self.dtype() == end.dtype(), "expected dtype ", self.dtype(), " for `end` but got dtype ", end.dtype());
   TORCH_CHECK(self.dtype() == weight.dtype(), "expected dtype ", self.dtype(), " for `weight` but got dtype ",
               weight.dtype());
+  // A 0-d weight on the host (as CUDA allows): its value, the scalar form.
+  if (weight.dim() == 0 && weight.device().is_cpu() && !self.device().is_cpu()) {
+    return lerp_scalar(name, out, self, end, weight.item());
+  }
   auto iter = at::TensorIteratorConfig()
                   .add_output(out)
                   .add_const_input(self)

@@ -129,3 +129,7 @@ def test_lerp_with_a_tensor_weight_takes_the_cpus_formula_per_element(dtype):
     y = a.to("spyre")
     no_fallback(y.lerp_, b.to("spyre"), w.to("spyre"))
     assert_close(y.cpu(), want, **tol)
+    # A 0-d weight on the host, as CUDA allows: its value.
+    w0 = torch.tensor(0.7, dtype=dtype)
+    assert_close(no_fallback(torch.lerp, a.to("spyre"), b.to("spyre"), w0).cpu(),
+                 torch.lerp(a.float(), b.float(), w0.float()).to(dtype), **tol)
