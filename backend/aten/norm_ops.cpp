@@ -319,8 +319,9 @@ Result native_layer_norm_backward(const at::Tensor& grad_out, const at::Tensor& 
 // (two passes, as the CPU's), and the running statistics updated in place with the
 // CPU's formulas (momentum x new + (1 - momentum) x old, the variance unbiased by
 // n / (n - 1)); in evaluation the running statistics. Then, as the CPU's transform,
-// alpha = invstd x weight and beta = bias - mean x alpha per channel, and y = x x alpha
-// + beta as one kernel in fp32 with one rounding, keeping x's memory format.
+// alpha = invstd x weight and beta = bias - mean x alpha per channel (in evaluation
+// two small kernels from the running statistics), and y = x x alpha + beta as one
+// kernel in fp32 with one rounding, keeping x's memory format.
 // save_mean and save_invstd are the batch's (empty in evaluation), in fp32 when a
 // half-precision input has fp32 parameters (the CPU's mixed type), else the input's
 // dtype. (The schema does not mark the running statistics as written, so a CPU run
@@ -391,14 +392,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_device(
       const double unbias = n > 1 ? static_cast<double>(n) / static_cast<double>(n - 1) : 1.0;
       running_var.copy_(at::add(at::mul(var, momentum * unbias), running_var, 1 - momentum));
     }
+  }
+  using compiler::Step;
+  using compiler::Value;
+  at::Tensor alpha, beta;
+  if (training) {
+    alpha = weight.defined() ? at::mul(invstd, weight) : invstd;
+    beta = bias.defined() ? at::sub(bias, at::mul(mean, alpha)) : at::neg(at::mul(mean, alpha));
   } else {
-    mean = running_mean.to(at::kFloat);
-    invstd = at::rsqrt(at::add(running_var.to(at::kFloat), eps));
+    // From the running statistics, the same fp32 ops in the same order as two small
+    // kernels (a kernel has one output) rather than five: inputs var, mean, weight, bias.
     save_mean = at::empty({0}, input.options().dtype(stats_dtype));
     save_invstd = at::empty({0}, input.options().dtype(stats_dtype));
+    constexpr auto f32 = isa::DType::fp32;
+    std::vector<at::Tensor> inputs{running_var, running_mean};
+    std::vector<Step> steps{Step::binary(isa::BinaryOp::add, f32, Value::input(0), Value::constant(eps)),
+                            Step::unary(isa::UnaryOp::rsqrt, f32, Value::step(0))};  // invstd
+    if (weight.defined()) {
+      inputs.push_back(weight);
+      steps.push_back(Step::binary(isa::BinaryOp::mul, f32, Value::step(1), Value::input(2)));
+    }
+    alpha = at::empty({channels}, input.options().dtype(at::kFloat));
+    run_pointwise_into("aten::native_batch_norm (scale)", alpha, inputs, steps);
+    const Value a = Value::step(static_cast<std::uint32_t>(steps.size() - 1));
+    steps.push_back(Step::binary(isa::BinaryOp::mul, f32, Value::input(1), a));  // mean x alpha
+    const Value m = Value::step(static_cast<std::uint32_t>(steps.size() - 1));
+    if (bias.defined()) {
+      inputs.push_back(bias);
+      steps.push_back(Step::binary(isa::BinaryOp::sub, f32, Value::input(static_cast<std::uint32_t>(inputs.size() - 1)), m));
+    } else {
+      steps.push_back(Step::unary(isa::UnaryOp::neg, f32, m));
+    }
+    beta = at::empty({channels}, input.options().dtype(at::kFloat));
+    run_pointwise_into("aten::native_batch_norm (shift)", beta, inputs, steps);
   }
-  const at::Tensor alpha = weight.defined() ? at::mul(invstd, weight) : invstd;
-  const at::Tensor beta = bias.defined() ? at::sub(bias, at::mul(mean, alpha)) : at::neg(at::mul(mean, alpha));
   at::Tensor out = at::empty_like(input);
   at::TensorBase out_base = out;
   const at::Tensor alpha_c = alpha.view(per_channel), beta_c = beta.view(per_channel);
@@ -409,8 +436,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_device(
                   .add_const_input(alpha_c)
                   .add_const_input(beta_c)
                   .build();
-  using compiler::Step;
-  using compiler::Value;
   run_pointwise("aten::native_batch_norm", iter,
                 {Step::binary(isa::BinaryOp::mul, isa::DType::fp32, Value::input(0), Value::input(1)),
                  Step::binary(isa::BinaryOp::add, isa::DType::fp32, Value::step(0), Value::input(2))});

@@ -8,14 +8,16 @@
 //        maximum when it is greater or NaN; the index is the tap's input position (a
 //        window that never replaces it keeps its first tap inside the input, as the
 //        CPU's). Values and indices are two kernels (a kernel has one output), the
-//        indices written as int32 into the low words of the int64 result.
+//        indices written as int32 into the low words of the int64 result; the values
+//        kernel is a chain of max ops (the same maxima, a quarter of the steps).
 //   average: the taps summed in row-major order in fp32, divided by the CPU's divisor
 //        for that output position (divisor_override; the window clipped to the padded
 //        input when count_include_pad; else its taps inside the input).
 // Per-position tensors (first index, divisor) are made on the host once per shape and
 // kept on the device. avg_pool2d_backward adds each window's share tap by tap (as max
 // pooling's backward); _adaptive_avg_pool2d and its backward with output sizes that
-// divide the input's are these average pools. Windows of more than 64 taps, uneven
+// divide the input's are these average pools. max_pool2d without a gradient to record
+// runs the values kernel alone (spyre::max_pool2d; no indices kernel). Windows of more than 64 taps, uneven
 // adaptive windows and other dtypes run on the CPU, counted.
 #include <map>
 #include <mutex>
@@ -24,6 +26,8 @@
 #include <vector>
 
 #include <ATen/TensorIterator.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/native/Pool.h>
 #include <ATen/ops/_adaptive_avg_pool2d.h>
 #include <ATen/ops/_adaptive_avg_pool2d_backward.h>
@@ -34,6 +38,7 @@
 #include <ATen/ops/max_pool2d_with_indices_backward.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include "aten/cpu_fallback.h"
@@ -182,46 +187,51 @@ at::Tensor inside(const at::Tensor& buffer, const at::Tensor& self, const Window
 
 // ---- max_pool2d_with_indices --------------------------------------------------------
 
+// The maxima: a chain of NaN-propagating max ops from -inf, max(best, tap) keeping best
+// unless the tap is greater (the CPU's scan: its values, ties and signed zeros alike).
+void max_pool_values(const char* name, const at::Tensor& x, const at::Tensor& p, const Window& win, at::Tensor& out,
+                     const Traffic& traffic) {
+  const isa::DType c = *device_float_dtype(x.scalar_type());
+  std::vector<Step> values;
+  Value best = Value::constant(-std::numeric_limits<double>::infinity());
+  for (std::uint32_t t = 0; t < static_cast<std::uint32_t>(win.taps()); ++t) {
+    values.push_back(Step::binary(BinaryOp::max, c, best, Value::input(t)));
+    best = Value::step(t);
+  }
+  const std::vector<at::Tensor> taps = all_taps(p, win);  // (the iterator borrows them)
+  at::TensorIteratorConfig config;
+  config.check_all_same_dtype(false).add_output(out);
+  for (const at::Tensor& t : taps) config.add_const_input(t);
+  auto iter = config.build();
+  run_pointwise_with_traffic(name, iter, values, traffic);
+}
+
 void max_pool_on_device(const at::Tensor& x, const Window& win, at::Tensor& out, at::Tensor& indices) {
   const c10::DeviceGuard guard(x.device());
   const at::Tensor p = padded(x, win, -std::numeric_limits<double>::infinity());
   const isa::DType c = *device_float_dtype(x.scalar_type());
   constexpr isa::DType i32 = isa::DType::int32;
-  // Each tap: replace when greater or NaN (the CPU's test), tracking the tap's position.
-  std::vector<Step> values, positions;
-  const auto scan = [&](std::vector<Step>& s, bool with_index, std::uint32_t taps) {
-    // Inputs: the taps, then (with_index) each window's base position and first index.
-    // The last step is the result: the maximum, or its index.
-    Value best = Value::constant(-std::numeric_limits<double>::infinity()), index = Value::input(taps + 1);
-    for (std::uint32_t t = 0; t < taps; ++t) {
-      const std::int64_t ky = t / win.kw, kx = t % win.kw;
-      const auto at = static_cast<std::uint32_t>(s.size());
-      s.push_back(Step::compare(CompareOp::gt, c, Value::input(t), best));            // at
-      s.push_back(Step::compare(CompareOp::ne, c, Value::input(t), Value::input(t)));  // at + 1: NaN
-      s.push_back(Step::binary(BinaryOp::max, isa::DType::boolean, Value::step(at), Value::step(at + 1)));
-      s.push_back(Step::select(c, Value::step(at + 2), Value::input(t), best));        // at + 3
-      best = Value::step(at + 3);
-      if (with_index) {
-        s.push_back(Step::binary(BinaryOp::add, i32, Value::input(taps),
-                                 Value::constant(static_cast<double>(ky * win.dh * win.w + kx * win.dw))));
-        s.push_back(Step::select(i32, Value::step(at + 2), Value::step(at + 4), index));
-        index = Value::step(at + 5);
-      }
-    }
-  };
+  // The indices: tap by tap, replace when greater or NaN (the CPU's test), tracking the
+  // tap's position. Inputs: the taps, then each window's base position and first index.
+  std::vector<Step> positions;
   const auto taps = static_cast<std::uint32_t>(win.taps());
-  const std::vector<at::Tensor> taps_of = all_taps(p, win);
-  scan(values, false, taps);
-  scan(positions, true, taps);
-  const Traffic traffic = least(x, {&out, &indices});
-  {
-    at::TensorIteratorConfig config;
-    config.check_all_same_dtype(false).add_output(out);
-    for (const at::Tensor& t : taps_of) config.add_const_input(t);
-    auto iter = config.build();
-    run_pointwise_with_traffic("aten::max_pool2d_with_indices", iter, values,
-                               {.read = traffic.read, .written = static_cast<std::uint64_t>(out.numel() * out.element_size())});
+  Value best = Value::constant(-std::numeric_limits<double>::infinity()), index = Value::input(taps + 1);
+  for (std::uint32_t t = 0; t < taps; ++t) {
+    const std::int64_t ky = t / win.kw, kx = t % win.kw;
+    const auto at = static_cast<std::uint32_t>(positions.size());
+    positions.push_back(Step::compare(CompareOp::gt, c, Value::input(t), best));            // at
+    positions.push_back(Step::compare(CompareOp::ne, c, Value::input(t), Value::input(t)));  // at + 1: NaN
+    positions.push_back(Step::binary(BinaryOp::max, isa::DType::boolean, Value::step(at), Value::step(at + 1)));
+    positions.push_back(Step::select(c, Value::step(at + 2), Value::input(t), best));        // at + 3
+    best = Value::step(at + 3);
+    positions.push_back(Step::binary(BinaryOp::add, i32, Value::input(taps),
+                                     Value::constant(static_cast<double>(ky * win.dh * win.w + kx * win.dw))));
+    positions.push_back(Step::select(i32, Value::step(at + 2), Value::step(at + 4), index));
+    index = Value::step(at + 5);
   }
+  const Traffic traffic = least(x, {&out, &indices});
+  max_pool_values("aten::max_pool2d_with_indices", x, p, win, out,
+                  {.read = traffic.read, .written = static_cast<std::uint64_t>(out.numel() * out.element_size())});
   // The base of each window's positions (its top-left tap, which may lie in the
   // padding) and its first tap inside the input.
   const at::Tensor base = per_position(x.device(), "pool-base", win, at::kInt, [&](std::int64_t oy, std::int64_t ox) {
@@ -233,6 +243,7 @@ void max_pool_on_device(const at::Tensor& x, const Window& win, at::Tensor& out,
   // indices' low words as int32 (the high words are zero: positions are non-negative).
   indices.zero_();
   at::Tensor low = int64_word(indices, 0);
+  const std::vector<at::Tensor> taps_of = all_taps(p, win);  // (the iterator borrows them)
   at::TensorIteratorConfig config;
   config.check_all_same_dtype(false).add_output(low);
   for (const at::Tensor& t : taps_of) config.add_const_input(t);
@@ -266,6 +277,45 @@ std::tuple<at::Tensor&, at::Tensor&> max_pool2d_indices_device_out(const at::Ten
   deliver(o, out);
   deliver(i, indices);
   return {out, indices};
+}
+
+// aten::max_pool2d without a gradient to record: the maxima only (no indices kernel).
+// spyre::max_pool2d is this values-only pool (with a Meta kernel, so torch.compile can
+// trace it); aten::max_pool2d reaches it from the PrivateUse1 and AutogradPrivateUse1
+// keys when no gradient is needed, and max_pool2d_with_indices otherwise (PyTorch's
+// composite does the latter always on non-CPU devices).
+at::Tensor spyre_max_pool2d(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride,
+                            c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  const Window win = window(self, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
+  if (!on_device(self, win)) return std::get<0>(max_pool2d_indices_device(self, kernel, stride, padding, dilation, ceil_mode));
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty(out_sizes(self, win), self.options().memory_format(self.suggest_memory_format()));
+  const at::Tensor p = padded(self, win, -std::numeric_limits<double>::infinity());
+  max_pool_values("aten::max_pool2d", self, p, win, out, least(self, {&out}));
+  return out;
+}
+
+at::Tensor spyre_max_pool2d_meta(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride,
+                                 c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  const Window win = window(self, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
+  return at::empty(out_sizes(self, win), self.options().memory_format(self.suggest_memory_format()));
+}
+
+at::Tensor call_spyre_max_pool2d(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride,
+                                 c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("spyre::max_pool2d", "")
+                             .typed<at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
+                                               c10::IntArrayRef, c10::IntArrayRef, bool)>();
+  return op.call(self, kernel, stride, padding, dilation, ceil_mode);
+}
+
+at::Tensor max_pool2d_autograd(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride,
+                               c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  if (at::GradMode::is_enabled() && self.requires_grad()) {
+    return std::get<0>(at::max_pool2d_with_indices(self, kernel, stride, padding, dilation, ceil_mode));
+  }
+  return call_spyre_max_pool2d(self, kernel, stride, padding, dilation, ceil_mode);
 }
 
 // max_pool2d_with_indices_backward: the gradient of each window goes to the input
@@ -466,6 +516,7 @@ at::Tensor adaptive_avg_pool2d_backward_device(const at::Tensor& grad, const at:
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("max_pool2d", call_spyre_max_pool2d);
   m.impl("max_pool2d_with_indices", max_pool2d_indices_device);
   m.impl("max_pool2d_with_indices.out", max_pool2d_indices_device_out);
   m.impl("max_pool2d_with_indices_backward", max_pool_backward_device);
@@ -477,5 +528,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_adaptive_avg_pool2d", adaptive_avg_pool2d_device);
   m.impl("_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward_device);
 }
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("max_pool2d", max_pool2d_autograd); }
+
+TORCH_LIBRARY_FRAGMENT(spyre, m) {
+  m.def("max_pool2d(Tensor self, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
+        "bool ceil_mode) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) { m.impl("max_pool2d", spyre_max_pool2d); }
+TORCH_LIBRARY_IMPL(spyre, Meta, m) { m.impl("max_pool2d", spyre_max_pool2d_meta); }
+// Not differentiable itself (aten::max_pool2d takes max_pool2d_with_indices when a
+// gradient is needed).
+TORCH_LIBRARY_IMPL(spyre, Autograd, m) { m.impl("max_pool2d", torch::autograd::autogradNotImplementedFallback()); }
 
 }  // namespace spyre::backend

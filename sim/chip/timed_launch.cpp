@@ -139,10 +139,15 @@ struct TimedLaunch final : TimingPolicy, std::enable_shared_from_this<TimedLaunc
       const auto p = topo.path(from, cost.load ? me : mem);
       hops = std::max(hops, p.hops);
       Picoseconds before = stop_end[m];
-      for (Server* link : impl.links(from, p)) {
-        const Picoseconds own = timing::transfer_ps(cost.stop_bytes[m], link->bytes_per_s());
+      // (The links' rates are usually all equal: one division per stop, not per link.)
+      double rate = 0;
+      Picoseconds own = 0;
+      auto& ring = p.clockwise ? impl.ring_cw : impl.ring_ccw;
+      for (std::uint32_t i = 0; i < p.hops; ++i) {
+        Server& link = ring[p.link(from, i, topo.stops())];
+        if (link.bytes_per_s() != rate) rate = link.bytes_per_s(), own = timing::transfer_ps(cost.stop_bytes[m], rate);
         const Picoseconds at = cost.load && before > ready + own ? before - own : ready;
-        before = link->reserve_bytes(now, at, cost.stop_bytes[m]).end;
+        before = link.reserve(now, at, own, cost.stop_bytes[m]).end;
         end = std::max(end, before);
       }
       delivered = std::max(delivered, before);

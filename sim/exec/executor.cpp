@@ -306,20 +306,25 @@ Executor::Outcome Executor::move(std::uint32_t s, std::uint16_t arg, bool load, 
   }
   wait_for_scratchpad(s);
   const Topology& topo = device_.topology;
-  DmaCost cost;
+  DmaCost& cost = dma_cost_;  // (reused: its vectors keep their storage between DMAs)
   cost.load = load;
+  cost.charged = cost.useful = 0;
   cost.channel_bytes.assign(topo.channels(), 0);
-  const std::uint64_t base = device_.memory.base();
-  const std::uint64_t stick = device_.config.dma.stick_bytes;
-  std::uint64_t held_from = 0, held_to = 0;  // the sticks the previous run fetched
-  const std::function<void(std::uint64_t, std::uint64_t)> on_run = [&](std::uint64_t a, std::uint64_t n) {
-    const std::uint64_t off = a - base;
-    const std::uint64_t s0 = off / stick * stick, s1 = (off + n + stick - 1) / stick * stick;
-    if (s0 >= held_from && s1 <= held_to) return;  // all in sticks already fetched
-    const std::uint64_t from = s0 >= held_from && s0 < held_to ? held_to : s0;
-    topo.charge(from, s1 - from, cost.channel_bytes, cost.charged);
-    held_from = s0;
-    held_to = s1;
+  struct Runs {
+    const Topology& topo;
+    DmaCost& cost;
+    std::uint64_t base, stick;
+    std::uint64_t held_from = 0, held_to = 0;  // the sticks the previous run fetched
+  } runs{topo, cost, device_.memory.base(), device_.config.dma.stick_bytes};
+  // (One pointer captured, so the std::function stores it without allocating.)
+  const std::function<void(std::uint64_t, std::uint64_t)> on_run = [r = &runs](std::uint64_t a, std::uint64_t n) {
+    const std::uint64_t off = a - r->base;
+    const std::uint64_t s0 = off / r->stick * r->stick, s1 = (off + n + r->stick - 1) / r->stick * r->stick;
+    if (s0 >= r->held_from && s1 <= r->held_to) return;  // all in sticks already fetched
+    const std::uint64_t from = s0 >= r->held_from && s0 < r->held_to ? r->held_to : s0;
+    r->topo.charge(from, s1 - from, r->cost.channel_bytes, r->cost.charged);
+    r->held_from = s0;
+    r->held_to = s1;
   };
   functional::DmaResult moved;
   if (auto f = mover(args[arg], moved, on_run)) return fault(s, f->reason, f->address);

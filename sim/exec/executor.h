@@ -182,6 +182,7 @@ class Executor {
   isa::Limits limits_;
   TimingPolicy& timing_;
   LaunchRecord record_;
+  DmaCost dma_cost_;  // move()'s, reused (a stream never yields inside it)
   std::vector<Stream> streams_;
   const isa::Instruction* current_ = nullptr;  // for fault records
   // (destination stream, source stream, tag) -> messages in order.

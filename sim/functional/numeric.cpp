@@ -96,7 +96,11 @@ void convert(DType from, DType to, const std::uint8_t* src, std::uint8_t* dst, s
   }
 }
 
-float apply_unary(isa::UnaryOp op, float x) {
+namespace {
+
+// One element; inlined with a constant `op` in the loops below, so each op's loop is
+// free of the switch (and relu of branches: random signs would mispredict half).
+inline float unary_value(isa::UnaryOp op, float x) {
   using isa::UnaryOp;
   switch (op) {
     case UnaryOp::copy: return x;
@@ -110,7 +114,7 @@ float apply_unary(isa::UnaryOp op, float x) {
     case UnaryOp::tanh: return std::tanh(x);
     case UnaryOp::erf: return std::erf(x);
     case UnaryOp::sigmoid: return 1.0f / (1.0f + std::exp(-x));
-    case UnaryOp::relu: return x > 0.0f ? x : (std::isnan(x) ? x : 0.0f);
+    case UnaryOp::relu: return (x > 0.0f || x != x) ? x : 0.0f;  // NaN passes, -0 gives +0
     // Both gelu forms are written without the cancellation of 1 + erf(u) / 1 + tanh(u)
     // for negative inputs: 1 + erf(u) = erfc(-u), 1 + tanh(u) = 2 / (1 + exp(-2u)).
     case UnaryOp::gelu: return 0.5f * x * std::erfc(-x * 0.70710678118654752f);
@@ -125,19 +129,37 @@ float apply_unary(isa::UnaryOp op, float x) {
   return x;
 }
 
-namespace {
+template <isa::UnaryOp Op>
+void unary_loop(float* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = unary_value(Op, x[i]);
+}
 
 void unary_f32(isa::UnaryOp op, float* x, std::size_t n) {
   using isa::UnaryOp;
   switch (op) {
     case UnaryOp::copy: return;
-    case UnaryOp::neg: for (std::size_t i = 0; i < n; ++i) x[i] = -x[i]; return;
-    case UnaryOp::abs: for (std::size_t i = 0; i < n; ++i) x[i] = std::fabs(x[i]); return;
-    default: for (std::size_t i = 0; i < n; ++i) x[i] = apply_unary(op, x[i]); return;
+    case UnaryOp::neg: return unary_loop<UnaryOp::neg>(x, n);
+    case UnaryOp::abs: return unary_loop<UnaryOp::abs>(x, n);
+    case UnaryOp::exp: return unary_loop<UnaryOp::exp>(x, n);
+    case UnaryOp::log: return unary_loop<UnaryOp::log>(x, n);
+    case UnaryOp::sqrt: return unary_loop<UnaryOp::sqrt>(x, n);
+    case UnaryOp::rsqrt: return unary_loop<UnaryOp::rsqrt>(x, n);
+    case UnaryOp::reciprocal: return unary_loop<UnaryOp::reciprocal>(x, n);
+    case UnaryOp::tanh: return unary_loop<UnaryOp::tanh>(x, n);
+    case UnaryOp::erf: return unary_loop<UnaryOp::erf>(x, n);
+    case UnaryOp::sigmoid: return unary_loop<UnaryOp::sigmoid>(x, n);
+    case UnaryOp::relu: return unary_loop<UnaryOp::relu>(x, n);
+    case UnaryOp::gelu: return unary_loop<UnaryOp::gelu>(x, n);
+    case UnaryOp::gelu_tanh: return unary_loop<UnaryOp::gelu_tanh>(x, n);
+    case UnaryOp::silu: return unary_loop<UnaryOp::silu>(x, n);
+    case UnaryOp::sin: return unary_loop<UnaryOp::sin>(x, n);
+    case UnaryOp::cos: return unary_loop<UnaryOp::cos>(x, n);
   }
 }
 
 }  // namespace
+
+float apply_unary(isa::UnaryOp op, float x) { return unary_value(op, x); }
 
 void unary(isa::UnaryOp op, DType t, const std::uint8_t* src, std::uint8_t* dst, std::size_t n) {
   using isa::UnaryOp;
@@ -289,6 +311,26 @@ Fault binary(const isa::VBinary& v, std::uint8_t* sp) {
   return std::nullopt;
 }
 
+namespace {
+
+// The comparison's loop with the op outside it (vectorised; a switch per element is not).
+void compare_f32(isa::CompareOp op, const float* a, const float* b, std::uint8_t* out, std::size_t n) {
+  using isa::CompareOp;
+  const auto each = [&](auto f) {
+    for (std::size_t j = 0; j < n; ++j) out[j] = f(a[j], b[j]) ? 1 : 0;
+  };
+  switch (op) {
+    case CompareOp::eq: return each([](float x, float y) { return x == y; });
+    case CompareOp::ne: return each([](float x, float y) { return x != y; });
+    case CompareOp::lt: return each([](float x, float y) { return x < y; });
+    case CompareOp::le: return each([](float x, float y) { return x <= y; });
+    case CompareOp::gt: return each([](float x, float y) { return x > y; });
+    case CompareOp::ge: return each([](float x, float y) { return x >= y; });
+  }
+}
+
+}  // namespace
+
 void compare(const isa::VCompare& v, std::uint8_t* sp) {
   using isa::CompareOp;
   const std::size_t n = std::size_t{v.rows} * v.cols;
@@ -321,7 +363,7 @@ void compare(const isa::VCompare& v, std::uint8_t* sp) {
     const std::size_t m = std::min(kChunk, n - i);
     load_f32(v.dtype, a + size * i, fa, m);
     gather_b_f32(as_binary, b, i, m, fb, scratch);
-    for (std::size_t j = 0; j < m; ++j) result[j] = apply(fa[j], fb[j]);
+    compare_f32(v.op, fa, fb, result, m);
     std::memcpy(dst + i, result, m);
   }
 }
@@ -329,9 +371,23 @@ void compare(const isa::VCompare& v, std::uint8_t* sp) {
 void select(const isa::VSelect& s, std::uint8_t* sp) {
   const std::size_t size = isa::dtype_size(s.dtype);
   const std::uint8_t* cond = sp + s.cond;
-  for (std::size_t i = 0; i < s.count; ++i) {
-    const std::uint8_t* from = sp + (cond[i] != 0 ? s.a : s.b) + size * i;
-    std::memmove(sp + s.dst + size * i, from, size);
+  // Elements as a fixed-size type (a memmove of a run-time size is a call per element),
+  // read from both sides and picked without a branch; dst may be a or b.
+  const auto each = [&](auto element) {
+    using T = decltype(element);
+    for (std::size_t i = 0; i < s.count; ++i) {
+      T x, y;
+      std::memcpy(&x, sp + s.a + sizeof(T) * i, sizeof(T));
+      std::memcpy(&y, sp + s.b + sizeof(T) * i, sizeof(T));
+      const T r = cond[i] != 0 ? x : y;
+      std::memcpy(sp + s.dst + sizeof(T) * i, &r, sizeof(T));
+    }
+  };
+  switch (size) {
+    case 1: return each(std::uint8_t{});
+    case 2: return each(std::uint16_t{});
+    case 4: return each(std::uint32_t{});
+    default: return each(std::uint32_t{});
   }
 }
 
@@ -390,7 +446,17 @@ void fill(const isa::VFill& f, std::uint8_t* sp) {
   } else {
     store_int(f.dtype, pattern, 0, static_cast<std::int64_t>(f.value));
   }
-  for (std::size_t i = 0; i < f.count; ++i) std::memcpy(dst + size * i, pattern, size);
+  const auto each = [&](auto element) {  // a fixed-size store per element, not a call
+    using T = decltype(element);
+    T v;
+    std::memcpy(&v, pattern, sizeof(T));
+    for (std::size_t i = 0; i < f.count; ++i) std::memcpy(dst + sizeof(T) * i, &v, sizeof(T));
+  };
+  switch (size) {
+    case 1: return each(std::uint8_t{});
+    case 2: return each(std::uint16_t{});
+    default: return each(std::uint32_t{});
+  }
 }
 
 void transpose(const isa::VTranspose& t, std::uint8_t* sp) {

@@ -55,6 +55,22 @@ def test_batch_norm_matches_the_cpu_and_updates_its_running_statistics(dtype, sh
         assert_close(dev_rv.cpu(), cpu_rv, **close(param_dtype))
 
 
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_batch_norm_in_evaluation_is_three_kernels_with_the_cpus_values(affine):
+    import spyre_sim
+    x = rand((2, 5, 6, 7), torch.float32, 1) * 3 + 1
+    w, b = (rand((5,), torch.float32, 2), rand((5,), torch.float32, 3)) if affine else (None, None)
+    rm, rv = rand((5,), torch.float32, 4), rand((5,), torch.float32, 5).abs() + 0.5
+    want = F.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-3)
+    dev = [t.to("spyre") if t is not None else None for t in (x, rm, rv, w, b)]
+    bn = lambda x, rm, rv, w, b: F.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-3)  # noqa: E731
+    got = no_fallback(bn, *dev)
+    assert_close(got.cpu(), want, atol=1e-6, rtol=1e-6)
+    report = spyre_sim.run(bn, *dev)  # the scale and shift from the running statistics, then y
+    assert [k["name"] for k in report["kernels"]] == [
+        "aten::native_batch_norm (scale)", "aten::native_batch_norm (shift)", "aten::native_batch_norm"]
+
+
 def test_batch_norm_modules_learn_their_running_statistics_on_the_device():
     # The bug this replaced: training-mode batch norm left the device's running
     # statistics at their initial values (the CPU run's copies were dropped).
@@ -117,6 +133,35 @@ def test_max_pool2d_values_and_indices_are_the_cpus(dtype, kernel, stride, paddi
                                  return_indices=True)
         assert torch.equal(got_i.cpu(), want_i)
         assert_close(got.cpu(), want, equal_nan=True, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("kernel,stride,padding,dilation,ceil", POOLS[:3] + POOLS[4:6])
+def test_max_pool2d_without_a_gradient_runs_its_values_kernel_alone(kernel, stride, padding, dilation, ceil):
+    import spyre_sim
+    x = rand((2, 3, 9, 10), torch.float32, 1)
+    x[0, 0, 0, :4] = float("nan")
+    x[1, 2] = float("-inf")
+    x[0, 1, 3, 3] = x[0, 1, 3, 4]
+    x[1, 0, :3, :3] = torch.tensor([[0.0, -0.0, 0.0], [-0.0, -0.0, 0.0], [0.0, 0.0, -0.0]])  # signed-zero ties
+    x[1, 0, 3:6, :3] = -x[1, 0, :3, :3]
+    want = F.max_pool2d(x, kernel, stride, padding, dilation, ceil)
+    pool = lambda t: F.max_pool2d(t, kernel, stride, padding, dilation, ceil)  # noqa: E731
+    with torch.no_grad():
+        report = spyre_sim.run(pool, x.to("spyre"))
+        got = no_fallback(pool, x.to("spyre")).cpu()
+        compiled = no_fallback(torch.compile(pool, backend="spyre", fullgraph=True), x.to("spyre")).cpu()
+    names = [k["name"] for k in report["kernels"]]  # (and a padding copy where the windows reach past x)
+    assert "aten::max_pool2d" in names and not [n for n in names if "indices" in n]
+    for result in (got, compiled):
+        assert_close(result, want, equal_nan=True, atol=0, rtol=0)
+        assert torch.equal(torch.signbit(result), torch.signbit(want))  # the first of tied zeros, as the CPU's
+    # With a gradient to record, the indices are made and the gradient reaches the maxima.
+    a, d = x.clone().requires_grad_(), x.to("spyre").requires_grad_()
+    pool(a).nan_to_num(0.0).sum().backward()
+    out = no_fallback(pool, d)
+    assert_close(out.detach().cpu(), want, equal_nan=True, atol=0, rtol=0)
+    out.nan_to_num(0.0).sum().backward()
+    assert torch.equal(d.grad.cpu(), a.grad)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
