@@ -68,7 +68,7 @@ Executor::Step Executor::step(std::uint32_t s) {
     const Outcome outcome = std::visit([&](const auto& inst) { return run(s, inst); }, *current_);
     if (outcome == Outcome::blocked) return Step::blocked;
     if (outcome == Outcome::faulted) break;
-    st.waiting_for.clear();
+    st.waiting = {};
     ++record_.instructions;
     ++stats(s).instructions;
     if (outcome == Outcome::ended) {
@@ -109,12 +109,23 @@ void Executor::abort(const std::string& reason) {
   timing_.wake();
 }
 
+std::string Executor::waiting_for(std::uint32_t stream) const {
+  const Stream::Waiting& w = streams_[stream].waiting;
+  switch (w.kind) {
+    case Stream::Waiting::Kind::message:
+      return fmt::format("a ring message with tag {} from stream {} that is never sent", w.a, w.b);
+    case Stream::Waiting::Kind::barrier: return fmt::format("barrier {} ({} of {} streams arrived)", w.a, w.b, w.c);
+    case Stream::Waiting::Kind::none: break;
+  }
+  return {};
+}
+
 void Executor::abort_deadlocked() {
   if (record_.fault) return;
   for (std::uint32_t s = 0; s < streams_.size(); ++s) {
-    if (streams_[s].done || streams_[s].waiting_for.empty()) continue;
+    if (streams_[s].done || streams_[s].waiting.kind == Stream::Waiting::Kind::none) continue;
     current_ = nullptr;
-    fault(s, "deadlock: the stream waits for " + streams_[s].waiting_for);
+    fault(s, "deadlock: the stream waits for " + waiting_for(s));
     return;
   }
   abort("deadlock: the launch cannot make progress");
@@ -370,8 +381,7 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::RingSend& r) {
 Executor::Outcome Executor::run(std::uint32_t s, const isa::RingRecv& r) {
   auto& queue = mailbox_[std::make_tuple(s, std::uint32_t{r.src_core}, r.tag)];
   if (queue.empty()) {
-    streams_[s].waiting_for =
-        fmt::format("a ring message with tag {} from stream {} that is never sent", r.tag, r.src_core);
+    streams_[s].waiting = {Stream::Waiting::Kind::message, r.tag, r.src_core, 0};
     return Outcome::blocked;
   }
   Message message = std::move(queue.front());
@@ -402,7 +412,7 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::Barrier& b) {
     }
   }
   if (generation == st.barrier_generation) {
-    st.waiting_for = fmt::format("barrier {} ({} of {} streams arrived)", b.id, arrived, b.count);
+    st.waiting = {Stream::Waiting::Kind::barrier, b.id, static_cast<std::uint32_t>(arrived), b.count};
     return Outcome::blocked;
   }
   st.at_barrier = false;

@@ -107,7 +107,7 @@ class Executor {
   bool faulted() const { return record_.fault.has_value(); }
   LaunchRecord& record() { return record_; }
   // What a blocked stream waits for (empty if it does not).
-  const std::string& waiting_for(std::uint32_t stream) const { return streams_[stream].waiting_for; }
+  std::string waiting_for(std::uint32_t stream) const;
 
   // Faults the launch from outside (watchdog): `reason`, at the first stream's pc.
   void abort(const std::string& reason);
@@ -121,7 +121,12 @@ class Executor {
     bool done = false;
     bool at_barrier = false;
     std::uint64_t barrier_generation = 0;
-    std::string waiting_for;
+    // What a blocked stream waits for, formatted only for a deadlock's fault (a stream
+    // blocks on every ring message it waits for: no string is made then).
+    struct Waiting {
+      enum class Kind : std::uint8_t { none, message, barrier } kind = Kind::none;
+      std::uint32_t a = 0, b = 0, c = 0;  // message: tag, source stream; barrier: id, arrived, count
+    } waiting;
     std::array<Picoseconds, isa::kNumTokens> tokens{};
     // The scoreboard: scratchpad bytes the array and vector instructions issued ahead
     // read or write, until when; and when the last of them ends.
