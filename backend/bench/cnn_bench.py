@@ -18,7 +18,8 @@ Two more modes compute the values (timed mode):
 fp32 and fp16 against the CPU's fp32 forward and prints each error as a fraction of the
 reference's largest value, and the fallbacks (the batch-8 form of test_cnn.py's check).
 --host-cost times the same forward on the CPU and on spyre side by side, in one
-process, and prints the medians and their ratio (the host's cost of simulating).
+process, and prints the medians and their ratio (the host's cost of simulating);
+--channels-last makes the model and input channels-last on both sides.
 """
 
 import argparse
@@ -85,10 +86,11 @@ def host_cost(args):
     name = (args.models or ["resnet18"])[0]
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
-    cpu = random_model(name, 64).to(dtype)
-    dev = random_model(name, 64).to(dtype).to("spyre")
-    x = torch.randn(args.batch, 3, args.size, args.size).to(dtype)
-    xd = x.to("spyre")
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    cpu = random_model(name, 64).to(dtype).to(memory_format=fmt)
+    dev = random_model(name, 64).to(dtype).to(memory_format=fmt).to("spyre")
+    x = torch.randn(args.batch, 3, args.size, args.size).to(dtype).contiguous(memory_format=fmt)
+    xd = x.to("spyre").contiguous(memory_format=fmt)
     times = {"cpu": [], "spyre": []}
     with torch.no_grad():
         cpu(x)
@@ -102,6 +104,7 @@ def host_cost(args):
             times["spyre"].append(time.perf_counter() - start)
     c, s = statistics.median(times["cpu"]), statistics.median(times["spyre"])
     print(f"{name} forward, batch {args.batch}, {args.dtype}, {args.size}x{args.size}, eager, "
+          f"{'channels-last' if args.channels_last else 'contiguous (NCHW)'} model and input on both, "
           f"{os.environ['SPYRE_SIM_MODE']} mode, torch threads {torch.get_num_threads()}, "
           f"median of {args.repeats}")
     print(f"cpu   {c * 1e3:9.1f} ms host")
@@ -152,6 +155,8 @@ def main():
     mode.add_argument("--check", action="store_true", help="compute the values and compare them with the CPU's")
     mode.add_argument("--host-cost", action="store_true", help="host wall time of a forward, spyre against the CPU")
     parser.add_argument("--repeats", type=int, default=5, help="--host-cost: timed forwards of each")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="--host-cost: the model and input channels-last on both sides (PyTorch's CNN habit)")
     args = parser.parse_args()
     if args.batch is None:
         args.batch = 1 if args.host_cost else 8
