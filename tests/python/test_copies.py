@@ -282,6 +282,26 @@ def test_transposed_copies_run_the_transpose_kernel_and_match_the_cpu(dtype):
     assert torch.spyre.fallback_counts() == {}
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16], ids=str)
+def test_convolution_weights_permuted_to_taps_then_channels_move_whole_planes(dtype):
+    # w.permute(0, 2, 3, 1).contiguous(), as a convolution's NCHW weights are read:
+    # each output channel's [in][taps] plane is transposed to [taps][in]. The planes
+    # follow one another in both layouts, so a load and a store move several at once
+    # (one DMA each and a transpose a plane), also when `in` is wider than a block
+    # side (512) and when the planes do not divide evenly among the cores (37, 130).
+    import spyre_sim
+    for shape in ((37, 512, 3, 3), (64, 3, 7, 7), (130, 100, 3, 3), (5, 600, 1, 3)):
+        x = sample(dtype, shape)
+        got = x.to("spyre").permute(0, 2, 3, 1).contiguous()
+        assert torch.equal(got.cpu(), x.permute(0, 2, 3, 1).contiguous()), (dtype, shape)
+    w = sample(dtype, (512, 512, 3, 3)).to("spyre")
+    report = spyre_sim.run(lambda t: t.permute(0, 2, 3, 1).contiguous(), w)
+    (row,) = [k for k in report["kernels"] if k["name"] == "aten::copy_"]
+    # A load, a store and a few waits per group of planes, one transpose per plane: a
+    # plane was ten instructions (two 256-row blocks of load, transpose, store, waits).
+    assert 512 <= row["instructions"] < 2 * 512, row
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float64, torch.complex64, torch.complex128], ids=str)
 def test_strided_copies_of_word_dtypes_stay_on_the_device(dtype):
     # The device computes in none of these, but a copy moves words: a column of a
