@@ -17,6 +17,9 @@ using config::MacType;
 
 namespace {
 
+// At most this many spare message buffers are kept (Executor::spare_buffers_).
+constexpr std::size_t kSpareBuffers = 64;
+
 MacType mac_type(isa::DType t) {
   switch (t) {
     case isa::DType::fp32: return MacType::fp32;
@@ -373,8 +376,14 @@ void Executor::send(std::uint32_t s, std::uint32_t dst, std::uint16_t tag, std::
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::RingSend& r) {
   wait_for_scratchpad(s);
-  std::uint8_t* p = sp(s) + r.sp_addr;
-  send(s, r.dst_core, r.tag, std::vector<std::uint8_t>(p, p + r.bytes), r.token);
+  const std::uint8_t* p = sp(s) + r.sp_addr;
+  std::vector<std::uint8_t> data;
+  if (!spare_buffers_.empty()) {
+    data = std::move(spare_buffers_.back());
+    spare_buffers_.pop_back();
+  }
+  data.assign(p, p + r.bytes);
+  send(s, r.dst_core, r.tag, std::move(data), r.token);
   return Outcome::next;
 }
 
@@ -394,7 +403,11 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::RingRecv& r) {
   timing_.wait_until(message.arrival);
   std::memcpy(sp(s) + r.sp_addr, message.data.data(), r.bytes);
   touch(s, r.sp_addr + std::uint64_t{r.bytes});
-  if (r.forward_to != isa::RingRecv::kNoForward) send(s, r.forward_to, r.tag, std::move(message.data), r.token);
+  if (r.forward_to != isa::RingRecv::kNoForward) {
+    send(s, r.forward_to, r.tag, std::move(message.data), r.token);
+  } else if (spare_buffers_.size() < kSpareBuffers) {
+    spare_buffers_.push_back(std::move(message.data));
+  }
   return Outcome::next;
 }
 

@@ -192,6 +192,10 @@ class Executor {
   const isa::Instruction* current_ = nullptr;  // for fault records
   // (destination stream, source stream, tag) -> messages in order.
   std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint16_t>, std::deque<Message>> mailbox_;
+  // Message buffers whose last receiver has copied them out, for the next sends: a
+  // matmul grid sends its panels core to core every step, and a fresh buffer each
+  // time is an allocation (and, for large panels, page faults) per message.
+  std::vector<std::vector<std::uint8_t>> spare_buffers_;
   std::map<std::uint16_t, std::pair<std::uint32_t, std::uint64_t>> barriers_;  // id -> (arrived, generation)
 };
 
