@@ -20,7 +20,9 @@
 #include "aten/kernel_cache.h"
 #include "compiler/matmul.h"
 #include "compiler/pointwise.h"
+#include "runtime/derived.h"
 #include "runtime/launch.h"
+#include "runtime/streams.h"
 
 namespace spyre::backend {
 namespace {
@@ -98,6 +100,23 @@ at::Tensor padded_channels_last(const at::Tensor& x, std::int64_t ph, std::int64
   return xp;
 }
 
+// w [out, in / groups, kh, kw] as the kernel reads it, [out, kh, kw, in / groups]
+// contiguous: a view of channels-last weights; of NCHW ones a device copy, kept
+// (runtime/derived.h) until the weights are written, so a model's forwards permute
+// each weight once, as a device stack that stores weights in its own layout would.
+at::Tensor taps_last_weights(const at::Tensor& w) {
+  const at::Tensor view = w.permute({0, 2, 3, 1});
+  if (view.is_contiguous()) return view;
+  const c10::Stream stream = current_stream(w.device().index());
+  const std::string kind = "conv weights [out, kh, kw, in]|" + list({w.size(0), w.size(1), w.size(2), w.size(3)}) +
+                           "|" + list({w.stride(0), w.stride(1), w.stride(2), w.stride(3)}) + "|" +
+                           std::to_string(w.storage_offset()) + "|" + std::string(c10::toString(w.scalar_type()));
+  if (auto kept = derived::find(w, kind, stream)) return *kept;
+  at::Tensor wt = view.contiguous();
+  derived::keep(w, kind, stream, wt);
+  return wt;
+}
+
 // The implicit-GEMM kernel: y [images, ho, wo, out] = conv(xp, weights) (+ bias), xp the
 // padded channels-last input [images, hp, wp, channels] (g.h, g.w and the padding are
 // the unpadded input's: the kernel reads xp with no padding), wt the weights as
@@ -165,7 +184,7 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const 
   const Geometry g = geometry(x, w, stride, padding, dilation, groups, one_d);
   const c10::DeviceGuard guard(x.device());
   const at::Tensor xp = padded_channels_last(x, g.ph, g.pw);
-  const at::Tensor wt = w.permute({0, 2, 3, 1}).contiguous();  // [out, kh, kw, in / groups]
+  const at::Tensor wt = taps_last_weights(w);
   const at::Tensor bias = has_bias ? bias_in->reshape({-1}).contiguous() : at::Tensor();
   const at::Tensor y = run_conv("aten::convolution", xp, wt, bias, g,
                                 {.read = input_bytes_read(g, u(x.element_size())) + bytes(w) + bytes(bias),

@@ -11,6 +11,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <fmt/format.h>
 
+#include "runtime/derived.h"
 #include "runtime/driver.h"
 #include "runtime/streams.h"
 
@@ -82,11 +83,18 @@ class CachingAllocator final : public c10::Allocator {
     if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &noop, where);
     Block* block;
     std::int64_t allocated = 0, reserved = 0;
-    {
+    const auto take = [&] {
       const std::lock_guard lock(mutex_);
       block = caching_ ? from_pool(device, bytes) : direct(device, bytes);
       allocated = state(device).stats.allocated_bytes.current;
       reserved = state(device).stats.reserved_bytes.current;
+    };
+    try {
+      take();
+    } catch (const c10::OutOfMemoryError&) {
+      // Kept derived copies (runtime/derived.h) are a cache too: released, then retried.
+      if (!derived::clear()) throw;
+      take();
     }
     // torch.profiler(profile_memory=True): each allocation and free, as CUDA's allocator reports them.
     if (c10::memoryProfilingEnabled()) {
@@ -103,7 +111,9 @@ class CachingAllocator final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    if (count > 0) SPYRE_CHECK(spyreMemcpy(dest, src, count));
+    if (count == 0) return;
+    derived::note_write(dest);
+    SPYRE_CHECK(spyreMemcpy(dest, src, count));
   }
 
   void free(Block* block) {
@@ -520,7 +530,10 @@ std::string memory_summary(c10::DeviceIndex device) {
   return out.str();
 }
 
-void empty_cache() { CachingAllocator::allocator().empty_cache(); }
+void empty_cache() {
+  derived::clear();  // (their blocks return to the pools first, and so to the driver below)
+  CachingAllocator::allocator().empty_cache();
+}
 
 void record_stream(const c10::DataPtr& data, c10::Stream stream) {
   CachingAllocator::allocator().record_stream(data.get(), stream);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/caching_allocator.h"
+#include "runtime/derived.h"
 #include "runtime/driver.h"
 #include "runtime/profiler.h"
 #include "runtime/streams.h"
@@ -59,6 +60,8 @@ void launch(c10::DeviceIndex device, spyre_program_t program, const std::vector<
   desc.min_write_bytes = traffic.written;
   const c10::Stream stream = current_stream(device);
   const spyre_queue_t queue = queue_of(stream);
+  // (Which arguments the kernel stores to is in its program, not here: any of them.)
+  for (const std::uint64_t a : args) derived::note_write(reinterpret_cast<const void*>(a));
   const spyre_result_t rc = spyreLaunch(queue, &desc);
   if (rc == SPYRE_ERROR_QUEUE_IN_ERROR_STATE) synchronize_queue(queue, op_name.c_str());
   if (rc != SPYRE_SUCCESS) driver_failure(rc, "spyreLaunch");

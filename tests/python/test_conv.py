@@ -136,6 +136,65 @@ def test_a_padding_free_channels_last_convolution_is_one_kernel_reading_its_inpu
         assert m[key] == mm["metrics"][key], key
 
 
+def test_nchw_weights_are_permuted_once_and_again_after_every_kind_of_write():
+    # A convolution reads its weights as [out, kh, kw, in]; of NCHW weights that is a
+    # device copy, kept while the weights' storage is unwritten (runtime/derived.h).
+    # Every way of writing the weights must drop it, including those that do not bump
+    # the parameter's version counter (p.data), partial writes (a slice, at an address
+    # inside the storage) and weights that are a view into a larger flat storage.
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 9, 9).to("spyre").contiguous(memory_format=torch.channels_last)  # no padding copy
+    flat = torch.randn(3 * 16 * 8 * 3 * 3)
+    conv = torch.nn.Conv2d(8, 16, 3, bias=False).to("spyre")
+    fresh = torch.nn.Conv2d(8, 16, 3, bias=False).to("spyre")
+
+    def copies(module):
+        report = spyre_sim.run(module, x, warmup=0)
+        return [k["name"] for k in report["kernels"]].count("aten::copy_")
+
+    assert copies(fresh) == 1 and copies(fresh) == 0 and copies(fresh) == 0
+
+    def same(w_dev):
+        got = F.conv2d(x, w_dev)
+        want = F.conv2d(x.cpu().double(), w_dev.cpu().double()).float()
+        # (fp32 accumulation of 72 products; stale weights would be off by their change)
+        assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+    w = conv.weight
+    same(w)
+    w.data.mul_(2)                       # a kernel, through .data: no version bump
+    same(w)
+    w.data.fill_(0.25)                   # a fill
+    same(w)
+    with torch.no_grad():
+        w.copy_(torch.randn(16, 8, 3, 3))  # a copy from the host
+    same(w)
+    w.data[5, 3:].zero_()                # a partial write, past the storage's first byte
+    same(w)
+    with torch.no_grad():
+        w[7].copy_(w[2] * 3)             # a device-to-device copy into a slice
+    same(w)
+    opt = torch.optim.SGD([w], lr=0.5, momentum=0.9)
+    for _ in range(2):
+        opt.zero_grad()
+        F.conv2d(x, w).square().sum().backward()
+        opt.step()
+        same(w)
+    # Weights that are the middle third of a flat storage, written from elsewhere in it.
+    base = flat.to("spyre")
+    view = base[16 * 8 * 9:2 * 16 * 8 * 9].view(16, 8, 3, 3)
+    same(view)
+    base[16 * 8 * 9 + 100:16 * 8 * 9 + 300].mul_(-3)
+    same(view)
+    base[:].add_(1)
+    same(view)
+    # A new storage at a freed one's address is not taken for it.
+    for _ in range(3):
+        fresh_w = torch.randn(16, 8, 3, 3).to("spyre")
+        same(fresh_w)
+        del fresh_w
+
+
 def test_a_resnet_basic_block_runs_on_the_device_eager_and_compiled():
     torch.manual_seed(0)
     block = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, stride=2, padding=1), torch.nn.ReLU(),
