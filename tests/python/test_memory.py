@@ -48,6 +48,37 @@ def test_an_allocation_larger_than_the_device_is_a_clear_oom_and_the_next_works(
     assert t.sum().item() == 16
 
 
+def test_kept_convolution_weights_are_memory_that_empty_cache_and_an_oom_take_back():
+    # An NCHW convolution keeps its weights permuted to [out, kh, kw, in] while they are
+    # unwritten (backend/runtime/derived.h): memory in use, as long as the weights live,
+    # unless empty_cache or an allocation that would not fit otherwise releases it.
+    import torch.nn.functional as F
+    w = torch.randn(256, 256, 3, 3).to("spyre")  # 2.25 MiB
+    x = torch.randn(1, 256, 8, 8).to("spyre").contiguous(memory_format=torch.channels_last)
+    torch.spyre.synchronize()
+    start = torch.spyre.memory_allocated()
+    F.conv2d(x, w)
+    torch.spyre.synchronize()
+    assert torch.spyre.memory_allocated() - start == w.numel() * 4
+    torch.spyre.empty_cache()
+    assert torch.spyre.memory_allocated() == start
+    want = F.conv2d(x, w).cpu()  # kept again
+    torch.spyre.synchronize()
+    # A cap 7 MiB above what is reserved now: 8 MiB more fit only without the kept
+    # copy's 2.25 MiB segment.
+    total = torch.spyre.mem_get_info()[1]
+    try:
+        torch.spyre.set_per_process_memory_fraction((torch.spyre.memory_reserved() + (7 << 20)) / total)
+        big = torch.empty(8 << 20, dtype=torch.uint8, device="spyre")
+        assert torch.spyre.memory_allocated() - start == big.numel()
+        del big
+    finally:
+        torch.spyre.set_per_process_memory_fraction(1.0)
+    assert torch.equal(F.conv2d(x, w).cpu(), want)  # permuted again, the same values
+    del w
+    torch.spyre.empty_cache()
+
+
 def test_a_block_used_on_another_stream_is_not_reused_early():
     side = torch.spyre.Stream()
     big_host = torch.ones(32 << 20, dtype=torch.uint8)
