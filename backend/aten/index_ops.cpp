@@ -11,6 +11,14 @@
 // same scatter, negative indices counting from the end; other index_put_ patterns
 // (masks, several index tensors, accumulate) run on the CPU, counted.
 //
+// embedding_dense_backward (nn.Embedding's weight gradient: row v is the sum of the
+// output gradient's rows whose index is v). The device has no scatter-add, so the
+// indices (integers, few) are read on the host, which groups equal ones; the device
+// then sums each group's rows pairwise: a level gathers the unfinished groups' rows in
+// pairs (an odd one out paired with a zero row) and sums each pair, halving every
+// group, and the groups down to one row are scattered into the zeroed gradient.
+// log2(most repeats) levels; every row is read once per level it is still in.
+//
 // gather (torch.gather, take_along_dim: the sampled token's id from its candidate
 // list) picks single elements along a dim, per outer position (compiler/gather.h's
 // compile_gather_along), any dtype of 1 to 8 bytes; arguments PyTorch refuses (and
@@ -21,7 +29,11 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/gather.h>
+#include <ATen/ops/embedding_dense_backward_native.h>
 #include <ATen/ops/index_copy.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/core/List.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/DeviceGuard.h>
@@ -308,9 +320,109 @@ at::Tensor& gather_out(const at::Tensor& self, std::int64_t dim, const at::Tenso
   return out;
 }
 
+at::Tensor embedding_dense_backward(const at::Tensor& grad_output, const at::Tensor& indices, std::int64_t num_weights,
+                                    std::int64_t padding_idx, bool scale_grad_by_freq) {
+  const bool device_path = grad_output.dim() >= 1 && device_float_dtype(grad_output.scalar_type()) &&
+                           (indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt) &&
+                           grad_output.device() == indices.device();
+  if (!device_path) {
+    count_fallback("aten::embedding_dense_backward");
+    return at::native::embedding_dense_backward_cpu(grad_output.cpu(), indices.cpu(), num_weights, padding_idx,
+                                                    scale_grad_by_freq)
+        .to(grad_output.device());
+  }
+  const c10::DeviceGuard guard(grad_output.device());
+  const std::int64_t n = indices.numel(), d = grad_output.size(-1);
+  TORCH_CHECK(grad_output.numel() == n * d, "embedding_dense_backward: expected a gradient of ", n, " rows of ", d,
+              " (one per index), got sizes ", grad_output.sizes());
+  at::Tensor grad_weight = at::zeros({num_weights, d}, grad_output.options());
+  if (n == 0 || d == 0) return grad_weight;
+
+  // The groups: each index value, the rows where it occurs (in the current source).
+  const at::Tensor host = indices.reshape({-1}).to(c10::kCPU, at::kLong).contiguous();
+  const std::int64_t* idx = host.const_data_ptr<std::int64_t>();
+  std::vector<std::pair<std::int64_t, std::int64_t>> order;  // (value, row)
+  order.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK_INDEX(idx[i] >= 0 && idx[i] < num_weights, "embedding_dense_backward: index ", idx[i], " at ", i,
+                      " is out of range for ", num_weights, " rows");
+    if (idx[i] != padding_idx) order.emplace_back(idx[i], i);
+  }
+  std::sort(order.begin(), order.end());
+  struct Group {
+    std::int64_t value, count;
+    std::vector<std::int64_t> rows;
+  };
+  std::vector<Group> groups;
+  for (const auto& [value, row] : order) {
+    if (groups.empty() || groups.back().value != value) groups.push_back({value, 0, {}});
+    groups.back().rows.push_back(row);
+    ++groups.back().count;
+  }
+  const auto long_tensor = [&](const std::vector<std::int64_t>& v) {
+    return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(grad_output.device());
+  };
+  // The groups down to one row of `source`: scaled by 1 / count when asked, then
+  // scattered into their rows of the gradient.
+  const auto finish = [&](const at::Tensor& source, std::vector<Group*>& done) {
+    if (done.empty()) return;
+    std::vector<std::int64_t> rows, values;
+    std::vector<double> scale;
+    for (const Group* g : done) {
+      rows.push_back(g->rows[0]);
+      values.push_back(g->value);
+      scale.push_back(1.0 / static_cast<double>(g->count));
+    }
+    at::Tensor picked = at::index_select(source, 0, long_tensor(rows));
+    if (scale_grad_by_freq) {
+      picked = picked * at::tensor(scale, at::TensorOptions().dtype(at::kFloat)).to(picked.options()).unsqueeze(1);
+    }
+    grad_weight.index_copy_(0, long_tensor(values), picked);
+    done.clear();
+  };
+
+  // Each level's source has a zero row after its rows, the partner of an odd one out.
+  at::Tensor source = grad_output.reshape({n, d});
+  std::vector<Group*> open, done;
+  for (Group& g : groups) (g.rows.size() == 1 ? done : open).push_back(&g);
+  finish(source, done);
+  if (!open.empty()) {
+    at::Tensor padded = at::empty({n + 1, d}, grad_output.options());
+    padded.narrow(0, 0, n).copy_(source);
+    padded.narrow(0, n, 1).zero_();
+    source = padded;
+  }
+  while (!open.empty()) {
+    // This level's pairs; every open group's rows become its pairs'.
+    const std::int64_t zero = source.size(0) - 1;
+    std::vector<std::int64_t> pairs;
+    for (Group* g : open) {
+      std::vector<std::int64_t> next;
+      for (std::size_t i = 0; i < g->rows.size(); i += 2) {
+        pairs.push_back(g->rows[i]);
+        pairs.push_back(i + 1 < g->rows.size() ? g->rows[i + 1] : zero);
+        next.push_back(static_cast<std::int64_t>(pairs.size() / 2 - 1));
+      }
+      g->rows = std::move(next);
+    }
+    const auto count = static_cast<std::int64_t>(pairs.size() / 2);
+    at::Tensor next = at::empty({count + 1, d}, grad_output.options());
+    at::Tensor rows = next.narrow(0, 0, count);
+    at::sum_out(rows, at::index_select(source, 0, long_tensor(pairs)).view({count, 2, d}), 1);
+    next.narrow(0, count, 1).zero_();
+    source = next;
+    std::vector<Group*> still;
+    for (Group* g : open) (g->rows.size() == 1 ? done : still).push_back(g);
+    open = std::move(still);
+    finish(source, done);
+  }
+  return grad_weight;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("embedding_dense_backward", embedding_dense_backward);
   m.impl("gather", gather);
   m.impl("gather.out", gather_out);
   m.impl("index_select", index_select);

@@ -83,6 +83,13 @@ COVERED_ELSEWHERE = {
                                          "torch.linalg.vector_norm's is linalg.vector_norm; the fused optimizer "
                                          "steps have none)")
        for op in ("linalg_vector_norm", "_fused_adamw_", "_fused_adam_", "_fused_sgd_")},
+    "max_pool2d": ("float32 float16 bfloat16",
+                   "tests/python/test_cnn.py, test_max_pool2d_without_a_gradient_runs_its_values_kernel_alone "
+                   "(the CI selection leaves out nn.functional.max_pool2d; tools/dev torch-tests --full runs it)"),
+    "embedding_dense_backward": ("float32 float16 bfloat16",
+                                 "tests/python/test_indexing.py, test_embedding_gradients_sum_the_rows_of_each_index_"
+                                 "on_the_device (no OpInfo carries the name: nn.functional.embedding's autograd "
+                                 "reaches it)"),
     "native_layer_norm_backward": ("float32 float16 bfloat16",
                                    "tests/python/test_reductions.py, test_layer_norm_backward_runs_on_the_device "
                                    "(no OpInfo of its own: layer_norm's autograd reaches it)"),
