@@ -2,6 +2,7 @@
 // (generators, pinned memory, device of a pointer, torch.accelerator).
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
+#include "runtime/derived.h"
 #include "runtime/driver.h"
 #include "runtime/generator.h"
 
@@ -62,6 +63,9 @@ struct SpyreHooks final : public at::PrivateUse1HooksInterface {
   void resizePrivateUse1Bytes(const c10::Storage& storage, std::size_t new_bytes) const override {
     auto* impl = storage.unsafeGetStorageImpl();
     TORCH_CHECK(impl->resizable(), "spyre: trying to resize a storage that is not resizable");
+    // What was derived from the old bytes goes with them (the storage could come back
+    // to their address later, written meanwhile at the new one).
+    derived::note_write(impl->data());
     c10::DataPtr fresh = impl->allocator()->allocate(new_bytes);
     const std::size_t keep = std::min(new_bytes, impl->nbytes());
     if (keep > 0) impl->allocator()->copy_data(fresh.get(), impl->data(), keep);

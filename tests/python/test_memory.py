@@ -75,6 +75,12 @@ def test_kept_convolution_weights_are_memory_that_empty_cache_and_an_oom_take_ba
     finally:
         torch.spyre.set_per_process_memory_fraction(1.0)
     assert torch.equal(F.conv2d(x, w).cpu(), want)  # permuted again, the same values
+    # A storage resize moves the weights to new memory: the copy derived from the old
+    # bytes goes (the storage could come back to their address, written meanwhile).
+    torch.spyre.synchronize()
+    before, nbytes = torch.spyre.memory_allocated(), w.untyped_storage().nbytes()
+    w.untyped_storage().resize_(nbytes + 512)
+    assert torch.spyre.memory_allocated() == before - nbytes + 512  # old storage and the copy freed
     del w
     torch.spyre.empty_cache()
 
