@@ -43,7 +43,9 @@ def run_file(tree: pathlib.Path, entry: suites.Entry, full: bool, expectations: 
     # The fallback's once-per-op warnings would break tests that count warnings. PyTorch's
     # tests expect a GPU's memory (some allocate GiBs; a failed test's traceback keeps its
     # tensors until the next failure replaces it): the chip gets 12 GiB (sparse on the host).
-    memory = "memory.capacity_bytes=16 GiB;memory.usable_bytes=12 GiB"
+    # Their GPU-sized tensors also outlast the CI chip's 0.1 s watchdog (4 cores compare
+    # test_pooling's 80 Mi-element gradients in more than that): 10 s, as the default chip.
+    memory = "memory.capacity_bytes=16 GiB;memory.usable_bytes=12 GiB;firmware.watchdog_cycles=15000000000"
     chip = ";".join(x for x in (os.environ.get("SPYRE_SIM_SET", ""), memory) if x)
     env = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="spyre", SPYRE_FALLBACK_WARN="0", SPYRE_SIM_SET=chip,
                SPYRE_SUITE_LOG=str(log),
