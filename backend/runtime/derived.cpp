@@ -109,6 +109,4 @@ bool clear() {
   return !all.empty();
 }
 
-std::size_t kept() { return g_count.load(); }
-
 }  // namespace spyre::backend::derived

@@ -38,7 +38,4 @@ void note_write(const void* address);
 // memory before it retries); whether there was any.
 bool clear();
 
-// How many copies are kept (for tests).
-std::size_t kept();
-
 }  // namespace spyre::backend::derived
