@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "compiler/dma.h"
+#include "compiler/group.h"
 #include "compiler/transpose.h"
 #include "spyre/isa/program.h"
 
@@ -645,6 +646,18 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
     for (const auto& inst : code) b.add(core, inst);
   }
   return b.build();
+}
+
+std::vector<std::uint8_t> compile_pointwise_group(const std::vector<PointwiseKernel>& kernels, const Target& target,
+                                                  const std::string& name) {
+  std::vector<GroupMember> members;
+  members.reserve(kernels.size());
+  for (std::size_t m = 0; m < kernels.size(); ++m) {
+    const PointwiseKernel& k = kernels[m];
+    members.push_back({compile_pointwise(k, target, name + " (member " + std::to_string(m) + ")"),
+                       static_cast<std::uint32_t>(k.inputs.size() + 1 + (k.random() ? 1 : 0))});
+  }
+  return compile_group(members, std::max<std::uint32_t>(1, target.cores), name);
 }
 
 }  // namespace spyre::compiler

@@ -100,4 +100,10 @@ std::int64_t lowest_offset(const std::vector<std::uint64_t>& shape, const std::v
 std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const Target& target,
                                             const std::string& name);
 
+// Independent kernels in one launch (compiler/group.h): each compiled as above, kernel
+// m's launch arguments (inputs, output, random state) following kernel m-1's. No kernel
+// may read what another writes.
+std::vector<std::uint8_t> compile_pointwise_group(const std::vector<PointwiseKernel>& kernels, const Target& target,
+                                                  const std::string& name);
+
 }  // namespace spyre::compiler

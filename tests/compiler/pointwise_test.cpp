@@ -3,12 +3,15 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "compiler/cost.h"
+#include "compiler/group.h"
 #include "compiler/pointwise.h"
 #include "compiler/elementwise.h"
 #include "spyre/isa/program.h"
@@ -116,4 +119,71 @@ TEST_CASE("given a broadcast row, each core loads it once per buffer slot, not o
   }
   CHECK(full_loads > 2);
   CHECK(row_loads == 2);  // slots 0 and 1, however many tiles
+}
+
+namespace {
+
+compiler::PointwiseKernel contiguous_add(std::uint64_t n) {
+  compiler::PointwiseKernel k;
+  k.shape = {n};
+  k.inputs = {{isa::DType::fp32, {1}}, {isa::DType::fp32, {1}}};
+  k.output = {isa::DType::fp32, {1}};
+  k.steps = {compiler::Step::binary(isa::BinaryOp::add, isa::DType::fp32, compiler::Value::input(0),
+                                    compiler::Value::input(1))};
+  return k;
+}
+
+// The launch arguments each stream's DMAs use.
+std::vector<std::set<std::uint16_t>> args_by_stream(const isa::Program& p) {
+  std::vector<std::set<std::uint16_t>> out(p.num_streams());
+  for (std::uint32_t s = 0; s < p.num_streams(); ++s) {
+    for (std::uint32_t pc = 0; pc < p.stream_length(s); ++pc) {
+      const isa::Decoded d = p.decode_at(s, pc);
+      if (const auto* l = std::get_if<isa::DmaLoad>(&*d.inst)) out[s].insert(l->arg);
+      if (const auto* st = std::get_if<isa::DmaStore>(&*d.inst)) out[s].insert(st->arg);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("given a group of kernels, each keeps its code with its arguments renumbered, small ones on idle cores") {
+  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1 << 20, .stick_bytes = 128};
+  // A 4096-element add splits 1024 elements per core; three 32-element adds are one tile
+  // each. Arguments: the big add 0..2 (a, b, out), then 3..5, 6..8, 9..11.
+  const std::vector<compiler::PointwiseKernel> kernels{contiguous_add(4096), contiguous_add(32), contiguous_add(32),
+                                                       contiguous_add(32)};
+  const isa::Program p(compiler::compile_pointwise_group(kernels, target, "aten::_foreach_add_.List"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1 << 20, .num_streams = 4}));
+  REQUIRE(p.num_streams() == 4);
+  const auto args = args_by_stream(p);
+  // The big add on every core; every core loads 1024 x 8 bytes of it, so the small ones
+  // go to the first cores with the least work: one each on cores 0, 1 and 2.
+  for (std::uint32_t s = 0; s < 4; ++s) CHECK(args[s].count(0) == 1);
+  CHECK(args[0] == std::set<std::uint16_t>{0, 1, 2, 3, 4, 5});
+  CHECK(args[1] == std::set<std::uint16_t>{0, 1, 2, 6, 7, 8});
+  CHECK(args[2] == std::set<std::uint16_t>{0, 1, 2, 9, 10, 11});
+  CHECK(args[3] == std::set<std::uint16_t>{0, 1, 2});
+  // Each stream ends once, after all of its members.
+  for (std::uint32_t s = 0; s < 4; ++s) {
+    std::uint32_t ends = 0;
+    for (std::uint32_t pc = 0; pc < p.stream_length(s); ++pc) {
+      ends += std::holds_alternative<isa::End>(*p.decode_at(s, pc).inst) ? 1 : 0;
+    }
+    CHECK(ends == 1);
+  }
+}
+
+TEST_CASE("given members that synchronise their cores or too many arguments, a group is refused, naming why") {
+  isa::ProgramBuilder ring("ring", 2);
+  ring.add(0, isa::RingSend{.dst_core = 1, .tag = 1, .sp_addr = 0, .bytes = 64});
+  ring.add(1, isa::RingRecv{.src_core = 0, .tag = 1, .sp_addr = 0, .bytes = 64});
+  const compiler::GroupMember coupled{ring.build(), 0};
+  CHECK_THROWS_WITH(compiler::compile_group({coupled}, 2, "g"), ContainsSubstring("member 0 synchronises its cores"));
+  const compiler::Target target{.cores = 2, .scratchpad_bytes = 1 << 20, .stick_bytes = 128};
+  // 86 three-argument adds take 258 arguments, past the launch's 256.
+  const std::vector<compiler::PointwiseKernel> many(86, contiguous_add(32));
+  CHECK_THROWS_WITH(compiler::compile_pointwise_group(many, target, "g"),
+                    ContainsSubstring("take 258 launch arguments, a launch has at most 256"));
 }
