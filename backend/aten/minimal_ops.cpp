@@ -20,6 +20,7 @@
 #include "runtime/caching_allocator.h"
 #include "runtime/derived.h"
 #include "runtime/driver.h"
+#include "runtime/launch.h"
 #include "runtime/streams.h"
 
 namespace spyre::backend {
@@ -88,6 +89,7 @@ spyre_queue_t queue_for(const at::Tensor& device_tensor) {
 // on the current stream of the spyre side; waits when a host destination needs it.
 void raw_copy(void* dst, const void* src, std::size_t bytes, spyre_queue_t queue, bool wait) {
   if (bytes == 0) return;
+  flush_deferred();
   derived::note_write(dst);
   SPYRE_CHECK(spyreMemcpyAsync(queue, dst, src, bytes));
   if (wait) synchronize_queue(queue, "copy");
@@ -247,6 +249,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
     // The value in the tensor's dtype, as a 1-, 2- or 4-byte pattern.
     const auto one = at::scalar_tensor(value, self.options().device(c10::kCPU));
     const c10::DeviceGuard guard(self.device());
+    flush_deferred();
     derived::note_write(self.data_ptr());
     SPYRE_CHECK(spyreMemFillAsync(queue_for(self), self.data_ptr(), one.data_ptr(), size,
                                   static_cast<std::size_t>(self.numel()) * size));

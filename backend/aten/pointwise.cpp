@@ -11,6 +11,7 @@
 #include "aten/kernel_cache.h"
 #include "runtime/generator.h"
 #include "runtime/launch.h"
+#include "runtime/streams.h"
 
 namespace spyre::backend {
 
@@ -55,6 +56,132 @@ double rounded(double v, c10::ScalarType t) {
 }
 
 }  // namespace
+
+// ---- groups -------------------------------------------------------------------
+
+struct PointwiseGroup::Pending {
+  struct Member {
+    std::string key;
+    compiler::PointwiseKernel kernel;
+    std::vector<std::uint64_t> args;
+    Traffic traffic;
+    // The device bytes it reads and writes, [lo, hi) each.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> reads;
+    std::pair<std::uint64_t, std::uint64_t> write;
+  };
+  std::string name;
+  c10::DeviceIndex device = -1;
+  std::optional<c10::Stream> stream;
+  std::vector<Member> members;
+  std::size_t args = 0;
+};
+
+namespace {
+
+thread_local PointwiseGroup::Pending* open_group = nullptr;
+
+bool overlap(const std::pair<std::uint64_t, std::uint64_t>& a, const std::pair<std::uint64_t, std::uint64_t>& b) {
+  return a.first < b.second && b.first < a.second;
+}
+
+// The bytes an operand at `address` (its lowest element) spans.
+std::pair<std::uint64_t, std::uint64_t> span(std::uint64_t address, const std::vector<std::uint64_t>& shape,
+                                             const compiler::Operand& o) {
+  std::uint64_t last = 0;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    last += (shape[d] - 1) * static_cast<std::uint64_t>(std::abs(o.strides[d]));
+  }
+  return {address, address + (last + 1) * isa::dtype_size(o.dtype)};
+}
+
+// Launches the open group's kernels (runtime/launch.h's deferred flush).
+void flush_open_group() {
+  PointwiseGroup::Pending* g = open_group;
+  if (g == nullptr || g->members.empty()) return;
+  std::vector<PointwiseGroup::Pending::Member> members = std::move(g->members);
+  g->members.clear();
+  g->args = 0;
+  const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, g->device));
+  if (members.size() == 1) {
+    const auto& m = members.front();
+    run_cached(g->device, m.key, [&](const compiler::Target& t) { return compiler::compile_pointwise(m.kernel, t, g->name); },
+               m.args, g->name, m.traffic);
+    return;
+  }
+  std::string key = "group|" + g->name;
+  std::vector<std::uint64_t> args;
+  Traffic traffic;
+  for (const auto& m : members) {
+    key += "#" + m.key;
+    args.insert(args.end(), m.args.begin(), m.args.end());
+    traffic.read += m.traffic.read;
+    traffic.written += m.traffic.written;
+  }
+  run_cached(
+      g->device, key,
+      [&](const compiler::Target& t) {
+        std::vector<compiler::PointwiseKernel> kernels;
+        kernels.reserve(members.size());
+        for (const auto& m : members) kernels.push_back(m.kernel);
+        return compiler::compile_pointwise_group(kernels, t, g->name);
+      },
+      args, g->name + " (" + std::to_string(members.size()) + " kernels)", traffic);
+}
+
+// Hands a kernel to the open group (launching what it holds first when the kernel
+// cannot join them).
+void add_to_group(c10::DeviceIndex device, std::string key, compiler::PointwiseKernel kernel,
+                  std::vector<std::uint64_t> args, Traffic traffic) {
+  PointwiseGroup::Pending& g = *open_group;
+  PointwiseGroup::Pending::Member m;
+  for (std::size_t i = 0; i < kernel.inputs.size(); ++i) m.reads.push_back(span(args[i], kernel.shape, kernel.inputs[i]));
+  m.write = span(args[kernel.inputs.size()], kernel.shape, kernel.output);
+  const c10::Stream stream = current_stream(device);
+  bool joins = g.device == device && g.stream == stream && g.args + args.size() <= isa::kMaxArgs;
+  for (std::size_t j = 0; joins && j < g.members.size(); ++j) {
+    const auto& other = g.members[j];
+    if (overlap(m.write, other.write)) joins = false;
+    for (const auto& r : other.reads) joins = joins && !overlap(m.write, r);
+    for (const auto& r : m.reads) joins = joins && !overlap(r, other.write);
+  }
+  if (!joins) flush_open_group();
+  g.device = device;
+  g.stream = stream;
+  g.args += args.size();
+  m.key = std::move(key);
+  m.kernel = std::move(kernel);
+  m.args = std::move(args);
+  m.traffic = traffic;
+  g.members.push_back(std::move(m));
+}
+
+}  // namespace
+
+PointwiseGroup::PointwiseGroup(std::string name) {
+  if (open_group != nullptr) return;  // inside another: its kernels join the outer one
+  pending_ = std::make_unique<Pending>();
+  pending_->name = std::move(name);
+  open_group = pending_.get();
+  set_deferred_flush(&flush_open_group);
+}
+
+void PointwiseGroup::close() {
+  if (pending_ == nullptr) return;
+  flush_open_group();
+  set_deferred_flush(nullptr);
+  open_group = nullptr;
+  pending_.reset();
+}
+
+PointwiseGroup::~PointwiseGroup() {
+  if (pending_ == nullptr) return;
+  try {
+    flush_open_group();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): only while another exception unwinds (close() reports)
+  }
+  set_deferred_flush(nullptr);
+  open_group = nullptr;
+}
 
 namespace {
 
@@ -119,9 +246,14 @@ void run(const char* name, at::TensorIteratorBase& iter, const std::vector<Step>
     state.copy_(host);
     addresses.push_back(reinterpret_cast<std::uint64_t>(state.data_ptr()));
   }
+  const Traffic traffic =
+      least != nullptr ? *least : Traffic{.read = compiler::min_read_bytes(k), .written = compiler::min_write_bytes(k)};
+  if (open_group != nullptr && !k.random()) {
+    add_to_group(device.index(), key, std::move(k), std::move(addresses), traffic);
+    return;
+  }
   run_cached(device.index(), key, [&](const compiler::Target& t) { return compiler::compile_pointwise(k, t, name); },
-             addresses, name,
-             least != nullptr ? *least : Traffic{.read = compiler::min_read_bytes(k), .written = compiler::min_write_bytes(k)});
+             addresses, name, traffic);
 }
 
 }  // namespace

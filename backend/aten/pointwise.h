@@ -4,7 +4,9 @@
 // IR, so broadcast and strided operands are read by DMA descriptors (no copies).
 #pragma once
 
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <ATen/TensorIterator.h>
@@ -48,6 +50,33 @@ void run_pointwise_into(const char* name, at::Tensor& out, const std::vector<at:
 // which moves past the counters they use.
 void run_random_pointwise(const char* name, at::TensorIteratorBase& iter, const std::vector<compiler::Step>& steps,
                           const std::optional<at::Generator>& generator);
+
+// Pointwise kernels given to the device together (what the _foreach ops use: one
+// launch for a list of tensors). While a group is open on this thread, run_pointwise*
+// hand it their kernels (random ones excepted) instead of launching them. It launches
+// what it holds as one program (compiler::compile_pointwise_group) when it closes, and
+// sooner: when the next kernel depends on one it holds (reads bytes one writes, or
+// writes bytes one reads or writes: members run at once, on different cores), is for
+// another device or stream, or would take the launch past its argument table; and
+// before any other work this thread gives the device (runtime/launch.h), so the device
+// sees the thread's work in order. A group holding one kernel launches it as run_pointwise
+// would have. A group opened inside another adds to the outer one.
+class PointwiseGroup {
+ public:
+  explicit PointwiseGroup(std::string name);  // the launch's name (the foreach op's)
+  PointwiseGroup(const PointwiseGroup&) = delete;
+  PointwiseGroup& operator=(const PointwiseGroup&) = delete;
+  // Launches what is left; during an exception's unwinding too (a launch error then is
+  // dropped: the exception in flight is the one reported).
+  ~PointwiseGroup();
+  // Launches what is left; errors propagate.
+  void close();
+
+  struct Pending;
+
+ private:
+  std::unique_ptr<Pending> pending_;  // null for a group inside another
+};
 
 // dst = src on dst's device, with dtype conversion, any strides on both sides and src
 // broadcast to dst's shape. Both on the same spyre device; false if a dtype is not a

@@ -4,6 +4,7 @@
 
 #include "runtime/caching_allocator.h"
 #include "runtime/driver.h"
+#include "runtime/launch.h"
 #include "runtime/streams.h"
 
 namespace spyre::backend {
@@ -52,6 +53,7 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 static_cast<int>(stream.device_index()));
     auto** e = reinterpret_cast<spyre_event_t*>(event);
     if (*e == nullptr) SPYRE_CHECK(spyreEventCreate(driver_device(stream.device_index()), e));
+    flush_deferred();
     SPYRE_CHECK(spyreEventRecord(*e, queue_of(stream)));
   }
   void block(void* event, const c10::Stream& stream) const override {
@@ -93,6 +95,7 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     // One wait for the whole device (each driver wait is a round trip to the simulation
     // thread); on a fault, the faulted stream's queue reports it with its record.
+    flush_deferred();
     const spyre_result_t rc = spyreDeviceSynchronize(driver_device(device_index));
     if (rc == SPYRE_ERROR_DEVICE_FAULT) {
       for (const spyre_queue_t q : created_queues(device_index)) synchronize_queue(q, "device synchronize");

@@ -21,6 +21,16 @@ bool launch_blocking() {
   return blocking;
 }
 
+namespace {
+thread_local DeferredFlush deferred_flush = nullptr;
+}  // namespace
+
+void set_deferred_flush(DeferredFlush flush) { deferred_flush = flush; }
+
+void flush_deferred() {
+  if (deferred_flush != nullptr) deferred_flush();
+}
+
 spyre_program_t load_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& blob, const std::string& name) {
   spyre_program_t program = nullptr;
   spyre_result_t rc = spyreProgramLoad(driver_device(device), blob.data(), blob.size(), name.c_str(), &program);
@@ -50,6 +60,7 @@ void launch_program(c10::DeviceIndex device, const std::vector<std::uint8_t>& bl
 
 void launch(c10::DeviceIndex device, spyre_program_t program, const std::vector<std::uint64_t>& args,
             const std::string& op_name, Traffic traffic) {
+  flush_deferred();
   spyre_launch_desc_t desc{};
   desc.struct_size = sizeof desc;
   desc.program = program;

@@ -36,4 +36,13 @@ void launch(c10::DeviceIndex device, spyre_program_t program, const std::vector<
 
 bool launch_blocking();
 
+// Launches a thread holds back to give the device together (aten/pointwise.h,
+// PointwiseGroup): while a flush function is set, every other launch, copy, fill and
+// synchronisation this thread asks for runs it first, so the device still sees the
+// thread's work in the order it was asked for. Set and cleared by the group.
+using DeferredFlush = void (*)();
+void set_deferred_flush(DeferredFlush flush);
+// Runs the current thread's flush function, if any.
+void flush_deferred();
+
 }  // namespace spyre::backend

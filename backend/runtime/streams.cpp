@@ -5,6 +5,8 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/launch.h"
+
 namespace spyre::backend {
 namespace {
 
@@ -81,6 +83,7 @@ std::vector<spyre_queue_t> created_queues(c10::DeviceIndex device) {
 }
 
 void synchronize_queue(spyre_queue_t queue, const char* what) {
+  flush_deferred();
   const spyre_result_t rc = spyreQueueSynchronize(queue);
   if (rc == SPYRE_ERROR_DEVICE_FAULT) {
     const std::string fault = describe_fault(queue);

@@ -4,6 +4,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include "aten/cpu_fallback.h"
+#include "aten/pointwise.h"
 #include "runtime/caching_allocator.h"
 
 using Catch::Matchers::ContainsSubstring;
@@ -64,4 +65,21 @@ TEST_CASE("given an allocation larger than the device, the error says what was a
     CHECK_THAT(std::string(e.what()), ContainsSubstring("tried to allocate 2.00 GiB"));
   }
   CHECK(at::ones({4}, at::TensorOptions().device(kSpyre)).sum().item<float>() == 4.0f);
+}
+
+TEST_CASE("given a pointwise group, a kernel that depends on one it holds and other device work see them done") {
+  const auto x = at::arange(3000, at::kFloat);
+  const auto a = x.to(kSpyre);
+  auto b = at::empty_like(a), c = at::empty_like(a), d = at::empty_like(a);
+  {
+    spyre::backend::PointwiseGroup group("test group");
+    at::mul_out(b, a, 2);  // held
+    at::add_out(c, b, 1);  // reads b: the group launches the multiply first, then holds this
+    // A copy to the host is other device work: what the group holds is launched first.
+    CHECK(at::equal(c.cpu(), x * 2 + 1));
+    at::neg_out(d, a);  // held until the group closes
+    group.close();
+  }
+  CHECK(at::equal(d.cpu(), -x));
+  CHECK(at::equal(b.cpu(), x * 2));
 }
