@@ -3,6 +3,8 @@
 pointwise ops the foreach fallbacks call (addcmul, addcdiv, lerp), against the CPU's
 single-tensor implementations, with no fallback."""
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -133,3 +135,115 @@ def test_lerp_with_a_tensor_weight_takes_the_cpus_formula_per_element(dtype):
     w0 = torch.tensor(0.7, dtype=dtype)
     assert_close(no_fallback(torch.lerp, a.to("spyre"), b.to("spyre"), w0).cpu(),
                  torch.lerp(a.float(), b.float(), w0.float()).to(dtype), **tol)
+
+
+def kernels(fn, *args, **kw):
+    """fn's result and the (name, launches) of the kernels it ran, with no fallback."""
+    torch.spyre.synchronize()
+    torch.ops.spyre.reset_device_stats(0)
+    out = no_fallback(fn, *args, **kw)
+    torch.spyre.synchronize()
+    report = json.loads(torch.ops.spyre.run_report(0, "foreach", 0.0))
+    return out, [(k["name"], int(k["launches"])) for k in report["kernels"]]
+
+
+# Lists of five tensors of different shapes: a 0-d one, a transposed (non-contiguous)
+# one, one with a single element and two of many tiles.
+SHAPES = [(), (40, 3), (1,), (5000,), (33, 65)]
+
+
+def tensors(dtype, seed, positive=False):
+    out = [rand(s, dtype, seed + i, positive) for i, s in enumerate(SHAPES)]
+    out[1] = out[1].t()
+    return out
+
+
+S = [0.5, -1, 2, 3.25, 0]  # one scalar per tensor of the lists
+
+FOREACH = {  # name: (fn(xs, ys, zs, sel, s0), in place); sel picks the scalars of the tensors
+    # run, s0 is a 0-d spyre tensor
+    "add.List": (lambda x, y, z, sel, s0: torch._foreach_add(x, y, alpha=0.5), False),
+    "add_.Scalar": (lambda x, y, z, sel, s0: torch._foreach_add_(x, 1.5), True),
+    "add_.Tensor": (lambda x, y, z, sel, s0: torch._foreach_add_(x, s0, alpha=2), True),
+    "sub.ScalarList": (lambda x, y, z, sel, s0: torch._foreach_sub(x, sel(S)), False),
+    "mul_.ScalarList": (lambda x, y, z, sel, s0: torch._foreach_mul_(x, sel(S)), True),
+    "mul.Tensor": (lambda x, y, z, sel, s0: torch._foreach_mul(x, s0), False),
+    "div_.List": (lambda x, y, z, sel, s0: torch._foreach_div_(x, z), True),
+    "addcmul_.Scalar": (lambda x, y, z, sel, s0: torch._foreach_addcmul_(x, y, z, value=-0.3), True),
+    "addcdiv.ScalarList": (lambda x, y, z, sel, s0: torch._foreach_addcdiv(x, y, z, sel(S)), False),
+    "addcdiv_.Tensor": (lambda x, y, z, sel, s0: torch._foreach_addcdiv_(x, y, z, torch.tensor(sel(S))), True),
+    "lerp_.Scalar": (lambda x, y, z, sel, s0: torch._foreach_lerp_(x, y, 0.3), True),
+    "lerp.List": (lambda x, y, z, sel, s0: torch._foreach_lerp(x, y, z), False),
+    "sqrt": (lambda x, y, z, sel, s0: torch._foreach_sqrt(z), False),
+    "neg_": (lambda x, y, z, sel, s0: torch._foreach_neg_(x), True),
+    "sigmoid": (lambda x, y, z, sel, s0: torch._foreach_sigmoid(x), False),
+}
+
+
+@pytest.mark.parametrize("name", FOREACH)
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_a_foreach_op_is_one_launch_with_the_per_tensor_ops_results(name, dtype):
+    # What PyTorch's own loop gives, one tensor (and one launch) at a time, bit for bit;
+    # and the CPU's, within the dtype's rounding.
+    fn, in_place = FOREACH[name]
+    xs, ys, zs = tensors(dtype, 10), tensors(dtype, 20), tensors(dtype, 30, positive=True)
+    s0 = torch.tensor(1.25, dtype=dtype)
+    dev = [[t.to("spyre") for t in ts] for ts in (xs, ys, zs)]
+    loop = [[t.clone() for t in ts] for ts in dev]
+    out, launched = kernels(fn, *dev, lambda v: v, s0.to("spyre"))
+    assert launched == [(f"aten::_foreach_{name} (5 kernels)", 1)]
+    got = dev[0] if in_place else out
+    for i in range(len(SHAPES)):
+        one = fn(*[[ts[i]] for ts in loop], lambda v: [v[i]], s0.to("spyre"))
+        assert torch.equal(got[i].cpu(), (loop[0][i] if in_place else one[0]).cpu())
+    tol = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=4e-3, rtol=4e-3),
+           torch.bfloat16: dict(atol=3e-2, rtol=3e-2)}[dtype]
+    cpu = [[t.float() for t in ts] for ts in (xs, ys, zs)]
+    cpu_out = fn(*cpu, lambda v: v, s0.float())
+    for g, w in zip(got, cpu[0] if in_place else cpu_out):
+        assert_close(g.cpu().float(), w, **tol)
+
+
+def test_foreach_lists_whose_tensors_share_memory_split_the_launch_and_give_the_loops_results():
+    # The kernels of one launch run at once on different cores: a tensor written twice,
+    # or overlapping views, must not share one.
+    a, b = torch.randn(10), torch.randn(10)
+    da, db = a.to("spyre"), b.to("spyre")
+    _, launched = kernels(torch._foreach_add_, [da, da], [db, db])
+    assert launched == [("aten::_foreach_add_.List", 1), ("aten::_foreach_add_.List", 1)]
+    assert_close(da.cpu(), a + 2 * b)
+    x = torch.randn(12)
+    dx = x.to("spyre")
+    _, launched = kernels(torch._foreach_mul_, [dx[:6], dx[3:9], dx[9:]], 2.0)
+    assert launched == [("aten::_foreach_mul_.Scalar", 1), ("aten::_foreach_mul_.Scalar (2 kernels)", 1)]
+    x[:6] *= 2
+    x[3:9] *= 2
+    x[9:] *= 2
+    assert_close(dx.cpu(), x)
+
+
+def test_foreach_lists_the_device_cannot_group_run_tensor_by_tensor_as_before():
+    # int64 tensors (two int32 words each on the device), and a list with a CPU tensor.
+    ints = [torch.arange(5), torch.arange(3)]
+    out, _ = kernels(torch._foreach_add, [t.to("spyre") for t in ints], 2)
+    assert [o.cpu().tolist() for o in out] == [[2, 3, 4, 5, 6], [2, 3, 4]]
+    # PyTorch's loop takes each tensor where it is, as it does for CUDA.
+    out, _ = kernels(torch._foreach_add, [torch.ones(2, device="spyre"), torch.ones(2)], 1.0)
+    assert [o.device.type for o in out] == ["spyre", "cpu"]
+    assert [o.cpu().tolist() for o in out] == [[2, 2], [2, 2]]
+
+
+@pytest.mark.parametrize("name,launches", [("sgd momentum", 4), ("sgd fused", 2), ("adamw", 8), ("adamw fused", 3)])
+def test_an_optimizer_step_takes_a_few_launches_whatever_the_number_of_parameters(name, launches):
+    # 20 parameters: PyTorch's foreach step is one launch per _foreach op; the fused
+    # steps one per phase (the step counts' increment, SGD's buffers, Adam's moments,
+    # the parameters).
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(10)]).to("spyre")
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt = OPTIMIZERS[name][0](model.parameters())
+    opt.step()  # (SGD's first step makes its buffers)
+    _, launched = kernels(opt.step)
+    assert sum(n for _, n in launched) == launches
+    assert all(k.endswith("(20 kernels)") or k.endswith("(40 kernels)") for k, _ in launched)

@@ -107,8 +107,8 @@ def device_kernel_ops():
     for reg in torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1"):
         if reg.startswith("aten::"):
             base = reg[len("aten::"):].split(".")[0]
-            if base.endswith("_") and not base.startswith("_"):
-                base = base[:-1]
+            if base.endswith("_") and (not base.startswith("_") or base.startswith("_foreach_")):
+                base = base[:-1]  # (the in-place form: one OpInfo tests both; _foreach_add_ is _foreach_add's)
             names.add(base)
     return {OPINFO_NAME.get(n, n) for n in names - DEVICE_KERNEL_EXCLUDED}
 
