@@ -1,9 +1,11 @@
 // The fused optimizer steps PyTorch 2.6 offers a PrivateUse1 device (`fused=True`):
 // _fused_adamw_, _fused_adam_ and _fused_sgd_, on the device in the formulas of
-// PyTorch's CUDA kernels (fused_adam_utils.cuh, FusedSgdKernel.cu), a few pointwise
-// kernels per parameter, each updating one state tensor in place. Nothing is read back
-// to the host: a step count is a device tensor, so the bias corrections 1 - beta^step
-// are device kernels too; grad_scale divides the gradients and a nonzero found_inf
+// PyTorch's CUDA kernels (fused_adam_utils.cuh, FusedSgdKernel.cu): a few pointwise
+// kernels per parameter, each updating one state tensor in place, launched phase by
+// phase with every parameter's kernel of a phase in one launch (aten/pointwise.h,
+// PointwiseGroup): SGD two launches a step, Adam(W) two (three with amsgrad). Nothing
+// is read back to the host: a step count is a device tensor, so the bias corrections
+// 1 - beta^step are computed in the parameter's kernel; grad_scale divides the gradients and a nonzero found_inf
 // leaves every tensor as it was (an AMP step whose gradients overflowed), both as 0-d
 // device operands of every kernel. Tensors of other dtypes or devices are refused
 // (NotImplementedError naming the default implementation to use); the tensor-lr
@@ -19,8 +21,6 @@
 //             p -= lr g'
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
-#include <ATen/ops/pow.h>
-#include <ATen/ops/rsub.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -79,62 +79,74 @@ void adam_on_device(const char* name, bool adamw, at::TensorList params, at::Ten
                     at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs, at::TensorList steps, double lr,
                     double beta1, double beta2, double weight_decay, double eps, bool amsgrad, bool maximize,
                     const Amp& amp) {
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    at::Tensor p = params[i], m = exp_avgs[i], v = exp_avg_sqs[i];
-    const at::Tensor& g = grads[i];
-    // Bias corrections from the device step count (already incremented): 0-d tensors.
-    const at::Tensor step = steps[i].reshape({}).to(at::kFloat);
-    const at::Tensor bc1 = at::rsub(at::pow(beta1, step), 1), bc2 = at::rsub(at::pow(beta2, step), 1);
-    // Inputs: 0 the state, 1 grad, 2 scale, 3 found_inf, 4 param.
-    const auto moment = [&](at::Tensor& state, double beta, bool squared) {
-      std::vector<Step> s;
-      Value gg = scaled_grad(s, maximize, 1, 2);
-      if (!adamw && weight_decay != 0) {
-        s.push_back(Step::binary(BinaryOp::mul, f32, in(4), k(weight_decay)));
-        s.push_back(Step::binary(BinaryOp::add, f32, gg, st(static_cast<std::uint32_t>(s.size() - 1))));
-        gg = st(static_cast<std::uint32_t>(s.size() - 1));
-      }
-      if (squared) {
-        s.push_back(Step::binary(BinaryOp::mul, f32, gg, gg));
-        gg = st(static_cast<std::uint32_t>(s.size() - 1));
-      }
-      s.push_back(Step::binary(BinaryOp::mul, f32, k(beta), in(0)));
-      const auto a = static_cast<std::uint32_t>(s.size() - 1);
-      s.push_back(Step::binary(BinaryOp::mul, f32, k(1 - beta), gg));
-      s.push_back(Step::binary(BinaryOp::add, f32, st(a), st(a + 1)));
-      unless_inf(s, 3, 0);
-      run_pointwise_into(name, state, {state, g, amp.scale, amp.found_inf, p}, s);
-    };
-    moment(m, beta1, false);
-    moment(v, beta2, true);
-    at::Tensor denom_source = v;
-    if (amsgrad) {
+  const std::size_t n = params.size();
+  // The device step counts (already incremented) as 0-d fp32 tensors.
+  std::vector<at::Tensor> step(n);
+  for (std::size_t i = 0; i < n; ++i) step[i] = steps[i].reshape({}).to(at::kFloat);
+  // Phase by phase, every parameter's kernel of a phase in one launch (the group
+  // launches a phase when the next reads what it wrote): the moments, then amsgrad's
+  // maxima, then the parameters.
+  PointwiseGroup group(name);
+  // Inputs: 0 the state, 1 grad, 2 scale, 3 found_inf, 4 param.
+  const auto moment = [&](std::size_t i, at::Tensor state, double beta, bool squared) {
+    std::vector<Step> s;
+    Value gg = scaled_grad(s, maximize, 1, 2);
+    if (!adamw && weight_decay != 0) {
+      s.push_back(Step::binary(BinaryOp::mul, f32, in(4), k(weight_decay)));
+      s.push_back(Step::binary(BinaryOp::add, f32, gg, st(static_cast<std::uint32_t>(s.size() - 1))));
+      gg = st(static_cast<std::uint32_t>(s.size() - 1));
+    }
+    if (squared) {
+      s.push_back(Step::binary(BinaryOp::mul, f32, gg, gg));
+      gg = st(static_cast<std::uint32_t>(s.size() - 1));
+    }
+    s.push_back(Step::binary(BinaryOp::mul, f32, k(beta), in(0)));
+    const auto a = static_cast<std::uint32_t>(s.size() - 1);
+    s.push_back(Step::binary(BinaryOp::mul, f32, k(1 - beta), gg));
+    s.push_back(Step::binary(BinaryOp::add, f32, st(a), st(a + 1)));
+    unless_inf(s, 3, 0);
+    run_pointwise_into(name, state, {state, grads[i], amp.scale, amp.found_inf, params[i]}, s);
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    moment(i, exp_avgs[i], beta1, false);
+    moment(i, exp_avg_sqs[i], beta2, true);
+  }
+  if (amsgrad) {
+    for (std::size_t i = 0; i < n; ++i) {
       at::Tensor vmax = max_exp_avg_sqs[i];
       std::vector<Step> s{Step::binary(BinaryOp::max, f32, in(0), in(1))};
       unless_inf(s, 2, 0);
-      run_pointwise_into(name, vmax, {vmax, v, amp.found_inf}, s);
-      denom_source = vmax;
+      run_pointwise_into(name, vmax, {vmax, exp_avg_sqs[i], amp.found_inf}, s);
     }
-    // Inputs: 0 param, 1 m, 2 v', 3 bc1, 4 bc2, 5 found_inf.
-    std::vector<Step> s;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    at::Tensor p = params[i];
+    // Inputs: 0 param, 1 m, 2 v', 3 step, 4 found_inf. The bias corrections
+    // 1 - beta^step come from the step count in the kernel (scalar steps).
+    std::vector<Step> s{Step::binary(BinaryOp::pow, f32, k(beta1), in(3)),  // 0
+                        Step::binary(BinaryOp::sub, f32, k(1), st(0)),      // 1: bc1
+                        Step::binary(BinaryOp::pow, f32, k(beta2), in(3)),  // 2
+                        Step::binary(BinaryOp::sub, f32, k(1), st(2))};     // 3: bc2
     Value param = in(0);
     if (adamw && weight_decay != 0) {
       s.push_back(Step::binary(BinaryOp::mul, f32, k(lr * weight_decay), in(0)));
-      s.push_back(Step::binary(BinaryOp::sub, f32, in(0), st(0)));
-      param = st(1);
+      s.push_back(Step::binary(BinaryOp::sub, f32, in(0), st(4)));
+      param = st(5);
     }
     const auto at = static_cast<std::uint32_t>(s.size());
     s.push_back(Step::unary(isa::UnaryOp::sqrt, f32, in(2)));            // at: sqrt(v')
-    s.push_back(Step::unary(isa::UnaryOp::sqrt, f32, in(4)));            // at + 1: sqrt(bc2)
+    s.push_back(Step::unary(isa::UnaryOp::sqrt, f32, st(3)));            // at + 1: sqrt(bc2)
     s.push_back(Step::binary(BinaryOp::div, f32, st(at), st(at + 1)));
     s.push_back(Step::binary(BinaryOp::add, f32, st(at + 2), k(eps)));  // at + 3: the denominator
-    s.push_back(Step::binary(BinaryOp::div, f32, k(lr), in(3)));          // at + 4: the step size
+    s.push_back(Step::binary(BinaryOp::div, f32, k(lr), st(1)));          // at + 4: the step size
     s.push_back(Step::binary(BinaryOp::mul, f32, st(at + 4), in(1)));
     s.push_back(Step::binary(BinaryOp::div, f32, st(at + 5), st(at + 3)));
     s.push_back(Step::binary(BinaryOp::sub, f32, param, st(at + 6)));
-    unless_inf(s, 5, 0);
-    run_pointwise_into(name, p, {p, m, denom_source, bc1, bc2, amp.found_inf}, s);
+    unless_inf(s, 4, 0);
+    run_pointwise_into(name, p, {p, exp_avgs[i], amsgrad ? max_exp_avg_sqs[i] : exp_avg_sqs[i], step[i], amp.found_inf},
+                       s);
   }
+  group.close();
 }
 
 template <bool AdamW>
@@ -175,35 +187,36 @@ void fused_sgd(at::TensorList params, at::TensorList grads, at::TensorList momen
                               "optimizer's default (foreach) implementation for these");
   const c10::DeviceGuard guard(device);
   const Amp amp = amp_operands(grad_scale, found_inf, device);
-  for (std::size_t i = 0; i < params.size(); ++i) {
+  // g' = (maximize ? -g : g) / scale + wd p; inputs 0 grad, 1 scale, 2 param.
+  const auto gradient = [&](std::vector<Step>& s) {
+    Value gg = scaled_grad(s, maximize, 0, 1);
+    if (weight_decay != 0) {
+      s.push_back(Step::binary(BinaryOp::mul, f32, k(weight_decay), in(2)));
+      s.push_back(Step::binary(BinaryOp::add, f32, gg, st(static_cast<std::uint32_t>(s.size() - 1))));
+      gg = st(static_cast<std::uint32_t>(s.size() - 1));
+    }
+    return gg;
+  };
+  // The momentum buffer: inputs 0 grad, 1 scale, 2 param, 3 buffer, 4 found_inf.
+  const auto buffer = [&](std::size_t i) {
+    at::Tensor b = momentum_buffers[i];
+    std::vector<Step> s;
+    const Value gg = gradient(s);
+    if (is_first_step) {
+      s.push_back(Step::binary(BinaryOp::mul, f32, gg, k(1)));
+    } else {
+      s.push_back(Step::binary(BinaryOp::mul, f32, k(momentum), in(3)));
+      const auto a = static_cast<std::uint32_t>(s.size() - 1);
+      s.push_back(Step::binary(BinaryOp::mul, f32, k(1 - dampening), gg));
+      s.push_back(Step::binary(BinaryOp::add, f32, st(a), st(a + 1)));
+    }
+    unless_inf(s, 4, 3);
+    run_pointwise_into(name, b, {grads[i], amp.scale, params[i], b, amp.found_inf}, s);
+  };
+  const auto parameter = [&](std::size_t i) {
     at::Tensor p = params[i];
-    const at::Tensor& g = grads[i];
-    // g' = (maximize ? -g : g) / scale + wd p; inputs 0 grad, 1 scale, 2 param.
-    const auto gradient = [&](std::vector<Step>& s) {
-      Value gg = scaled_grad(s, maximize, 0, 1);
-      if (weight_decay != 0) {
-        s.push_back(Step::binary(BinaryOp::mul, f32, k(weight_decay), in(2)));
-        s.push_back(Step::binary(BinaryOp::add, f32, gg, st(static_cast<std::uint32_t>(s.size() - 1))));
-        gg = st(static_cast<std::uint32_t>(s.size() - 1));
-      }
-      return gg;
-    };
     if (momentum != 0) {
-      at::Tensor b = momentum_buffers[i];
-      // Inputs 0 grad, 1 scale, 2 param, 3 buffer, 4 found_inf.
-      std::vector<Step> s;
-      const Value gg = gradient(s);
-      if (is_first_step) {
-        s.push_back(Step::binary(BinaryOp::mul, f32, gg, k(1)));
-      } else {
-        s.push_back(Step::binary(BinaryOp::mul, f32, k(momentum), in(3)));
-        const auto a = static_cast<std::uint32_t>(s.size() - 1);
-        s.push_back(Step::binary(BinaryOp::mul, f32, k(1 - dampening), gg));
-        s.push_back(Step::binary(BinaryOp::add, f32, st(a), st(a + 1)));
-      }
-      unless_inf(s, 4, 3);
-      run_pointwise_into(name, b, {g, amp.scale, p, b, amp.found_inf}, s);
-      // The parameter from the new buffer: inputs 0 grad, 1 scale, 2 param, 3 buffer, 4 found_inf.
+      // From the new buffer: inputs 0 grad, 1 scale, 2 param, 3 buffer, 4 found_inf.
       std::vector<Step> u;
       Value d = in(3);
       if (nesterov) {
@@ -215,17 +228,25 @@ void fused_sgd(at::TensorList params, at::TensorList grads, at::TensorList momen
       u.push_back(Step::binary(BinaryOp::mul, f32, k(lr), d));
       u.push_back(Step::binary(BinaryOp::sub, f32, in(2), st(static_cast<std::uint32_t>(u.size() - 1))));
       unless_inf(u, 4, 2);
-      run_pointwise_into(name, p, {g, amp.scale, p, b, amp.found_inf}, u);
-    } else {
-      std::vector<Step> s;
-      const Value gg = gradient(s);
-      s.push_back(Step::binary(BinaryOp::mul, f32, k(lr), gg));
-      s.push_back(Step::binary(BinaryOp::sub, f32, in(2), st(static_cast<std::uint32_t>(s.size() - 1))));
-      // Inputs 0 grad, 1 scale, 2 param, 3 found_inf.
-      unless_inf(s, 3, 2);
-      run_pointwise_into(name, p, {g, amp.scale, p, amp.found_inf}, s);
+      run_pointwise_into(name, p, {grads[i], amp.scale, p, momentum_buffers[i], amp.found_inf}, u);
+      return;
     }
+    // Inputs 0 grad, 1 scale, 2 param, 3 found_inf.
+    std::vector<Step> s;
+    const Value gg = gradient(s);
+    s.push_back(Step::binary(BinaryOp::mul, f32, k(lr), gg));
+    s.push_back(Step::binary(BinaryOp::sub, f32, in(2), st(static_cast<std::uint32_t>(s.size() - 1))));
+    unless_inf(s, 3, 2);
+    run_pointwise_into(name, p, {grads[i], amp.scale, p, amp.found_inf}, s);
+  };
+  // Every buffer in one launch, then every parameter in another (the group launches
+  // the buffers when the first parameter's kernel reads one).
+  PointwiseGroup group(name);
+  if (momentum != 0) {
+    for (std::size_t i = 0; i < params.size(); ++i) buffer(i);
   }
+  for (std::size_t i = 0; i < params.size(); ++i) parameter(i);
+  group.close();
 }
 
 }  // namespace
