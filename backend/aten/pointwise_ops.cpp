@@ -306,6 +306,53 @@ at::Tensor& clamp_t_out(const at::Tensor& self, const std::optional<at::Tensor>&
   return out;
 }
 
+// clamp_min / clamp_max: clamp with one bound (what _foreach_maximum / _foreach_minimum
+// call per tensor).
+at::Tensor clamp_min(const at::Tensor& self, const c10::Scalar& lo) {
+  return clamp_scalar("aten::clamp_min", at::Tensor(), self, lo, std::nullopt);
+}
+at::Tensor& clamp_min_(at::Tensor& self, const c10::Scalar& lo) {
+  clamp_scalar("aten::clamp_min_", self, self, lo, std::nullopt);
+  return self;
+}
+at::Tensor& clamp_min_out(const at::Tensor& self, const c10::Scalar& lo, at::Tensor& out) {
+  clamp_scalar("aten::clamp_min.out", out, self, lo, std::nullopt);
+  return out;
+}
+at::Tensor clamp_min_t(const at::Tensor& self, const at::Tensor& lo) {
+  return clamp_tensor("aten::clamp_min.Tensor", at::Tensor(), self, lo, std::nullopt);
+}
+at::Tensor& clamp_min_t_(at::Tensor& self, const at::Tensor& lo) {
+  clamp_tensor("aten::clamp_min_.Tensor", self, self, lo, std::nullopt);
+  return self;
+}
+at::Tensor& clamp_min_t_out(const at::Tensor& self, const at::Tensor& lo, at::Tensor& out) {
+  clamp_tensor("aten::clamp_min.Tensor_out", out, self, lo, std::nullopt);
+  return out;
+}
+at::Tensor clamp_max(const at::Tensor& self, const c10::Scalar& hi) {
+  return clamp_scalar("aten::clamp_max", at::Tensor(), self, std::nullopt, hi);
+}
+at::Tensor& clamp_max_(at::Tensor& self, const c10::Scalar& hi) {
+  clamp_scalar("aten::clamp_max_", self, self, std::nullopt, hi);
+  return self;
+}
+at::Tensor& clamp_max_out(const at::Tensor& self, const c10::Scalar& hi, at::Tensor& out) {
+  clamp_scalar("aten::clamp_max.out", out, self, std::nullopt, hi);
+  return out;
+}
+at::Tensor clamp_max_t(const at::Tensor& self, const at::Tensor& hi) {
+  return clamp_tensor("aten::clamp_max.Tensor", at::Tensor(), self, std::nullopt, hi);
+}
+at::Tensor& clamp_max_t_(at::Tensor& self, const at::Tensor& hi) {
+  clamp_tensor("aten::clamp_max_.Tensor", self, self, std::nullopt, hi);
+  return self;
+}
+at::Tensor& clamp_max_t_out(const at::Tensor& self, const at::Tensor& hi, at::Tensor& out) {
+  clamp_tensor("aten::clamp_max.Tensor_out", out, self, std::nullopt, hi);
+  return out;
+}
+
 // ---- unary ---------------------------------------------------------------------
 
 template <class Cpu>
@@ -1200,6 +1247,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("clamp.Tensor", clamp_t);
   m.impl("clamp_.Tensor", clamp_t_);
   m.impl("clamp.Tensor_out", clamp_t_out);
+  m.impl("clamp_min", clamp_min);
+  m.impl("clamp_min_", clamp_min_);
+  m.impl("clamp_min.out", clamp_min_out);
+  m.impl("clamp_min.Tensor", clamp_min_t);
+  m.impl("clamp_min_.Tensor", clamp_min_t_);
+  m.impl("clamp_min.Tensor_out", clamp_min_t_out);
+  m.impl("clamp_max", clamp_max);
+  m.impl("clamp_max_", clamp_max_);
+  m.impl("clamp_max.out", clamp_max_out);
+  m.impl("clamp_max.Tensor", clamp_max_t);
+  m.impl("clamp_max_.Tensor", clamp_max_t_);
+  m.impl("clamp_max.Tensor_out", clamp_max_t_out);
   m.impl("gelu", gelu);
   m.impl("gelu_", gelu_);
   m.impl("gelu.out", gelu_out);

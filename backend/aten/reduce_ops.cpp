@@ -375,7 +375,17 @@ at::Tensor vector_norm_impl(const char* name, const at::Tensor& self, const c10:
   const double p = ord.toDouble();
   const bool supported = std::isfinite(p) || std::isinf(p);  // not NaN
   const c10::ScalarType result = dtype.value_or(self.scalar_type());
-  if (!supported || !device_float_dtype(self.scalar_type()) || !device_float_dtype(result) || self.numel() == 0 ||
+  if (self.numel() == 0 && self.device().type() == c10::DeviceType::PrivateUse1) {
+    // No values to read: PyTorch's result (zeros, or its error for the orders with no
+    // identity) from an empty CPU tensor of the same shape; nothing is copied.
+    const c10::DeviceGuard guard(self.device());
+    at::Tensor r = at::linalg_vector_norm(at::empty(self.sizes(), self.options().device(c10::kCPU)), ord, dim, keepdim,
+                                          dtype)
+                       .to(self.device());
+    if (!out.defined()) return r;
+    return deliver(r, out);
+  }
+  if (!supported || !device_float_dtype(self.scalar_type()) || !device_float_dtype(result) ||
       self.device().type() != c10::DeviceType::PrivateUse1) {
     count_fallback(name);
     at::Tensor r = at::linalg_vector_norm(self.cpu(), ord, dim, keepdim, dtype).to(self.device());

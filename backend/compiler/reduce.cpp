@@ -3,6 +3,7 @@
 #include "compiler/arena.h"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdlib>
 #include <limits>
@@ -467,6 +468,203 @@ std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& s, const Targ
     }
     b.add(core, isa::Wait{.token_mask = 0x1ff});
   }
+  return b.build();
+}
+
+}  // namespace spyre::compiler
+
+namespace spyre::compiler {
+namespace {
+
+// A piece of the tensors' elements end to end: `len` elements of tensor `tensor` from
+// its element `at`.
+struct NormPiece {
+  std::size_t tensor;
+  std::uint64_t at, len;
+};
+
+// Fewer elements than this per core cost more in a core's setup than they save.
+constexpr std::uint64_t kNormElementsPerCore = 8192;
+
+std::uint32_t norm_cores(const ForeachNormShape& s, const Target& target) {
+  std::uint64_t total = 0;
+  for (const auto n : s.sizes) total += n;
+  return static_cast<std::uint32_t>(
+      std::clamp<std::uint64_t>((total + kNormElementsPerCore - 1) / kNormElementsPerCore, 1, target.cores));
+}
+
+// Core `core`'s pieces: its even share of the elements end to end, cut at tensor ends
+// and every `tile` elements.
+std::vector<NormPiece> norm_pieces(const ForeachNormShape& s, std::uint64_t tile, std::uint32_t cores,
+                                   std::uint32_t core) {
+  std::uint64_t total = 0;
+  for (const auto n : s.sizes) total += n;
+  const auto [lo, hi] = share(total, cores, core);
+  std::vector<NormPiece> pieces;
+  std::uint64_t start = 0;  // tensor i's first element, end to end
+  for (std::size_t i = 0; i < s.sizes.size(); start += s.sizes[i], ++i) {
+    const std::uint64_t from = std::max(lo, start), to = std::min(hi, start + s.sizes[i]);
+    for (std::uint64_t e = from; e < to; e += tile) pieces.push_back({i, e - start, std::min(tile, to - e)});
+  }
+  return pieces;
+}
+
+}  // namespace
+
+ForeachNormPlan plan_foreach_norm(const ForeachNormShape& s, const Target& target) {
+  if (s.ord != 1 && s.ord != 2 && !std::isinf(s.ord)) {
+    throw std::invalid_argument("_foreach_norm: the device computes orders 1, 2 and inf, found " +
+                                std::to_string(s.ord));
+  }
+  if (s.sizes.empty() || s.sizes.size() != s.dtypes.size()) {
+    throw std::invalid_argument("_foreach_norm: expected one dtype per tensor and at least one tensor, found " +
+                                std::to_string(s.sizes.size()) + " sizes and " + std::to_string(s.dtypes.size()) +
+                                " dtypes");
+  }
+  if (s.sizes.size() + 1 > isa::kMaxArgs) {
+    throw std::invalid_argument("_foreach_norm: " + std::to_string(s.sizes.size()) + " tensors take " +
+                                std::to_string(s.sizes.size() + 1) + " launch arguments, a launch has at most " +
+                                std::to_string(isa::kMaxArgs));
+  }
+  std::uint64_t in_size = 0;
+  for (std::size_t i = 0; i < s.sizes.size(); ++i) {
+    if (!isa::is_float(s.dtypes[i]) || s.sizes[i] == 0) {
+      throw std::invalid_argument("_foreach_norm: tensor " + std::to_string(i) +
+                                  " must be a non-empty fp32, fp16 or bf16 tensor, found " +
+                                  std::to_string(s.sizes[i]) + " " + std::string(isa::to_string(s.dtypes[i])));
+    }
+    in_size = std::max<std::uint64_t>(in_size, isa::dtype_size(s.dtypes[i]));
+  }
+  if (!isa::is_float(s.out)) throw std::invalid_argument("_foreach_norm: the result dtype must be a float");
+  ForeachNormPlan plan;
+  // Two input buffers and an fp32 work buffer per element, four 64-byte scalars:
+  // 64 K elements (fp32: 768 KiB), fewer on a smaller scratchpad, a multiple of 64.
+  const std::uint64_t per_element = 2 * in_size + 4, fixed = 4 * 64;
+  if (target.scratchpad_bytes < fixed + 64 * per_element) {
+    throw DoesNotFit("_foreach_norm: needs at least " + std::to_string(fixed + 64 * per_element) +
+                     " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
+  }
+  plan.tile = std::min<std::uint64_t>(64 * 1024, (target.scratchpad_bytes - fixed) / per_element / 64 * 64);
+  plan.slots.resize(s.sizes.size());
+  const std::uint32_t cores = norm_cores(s, target);
+  // Slots in tensor order, then core order: a tensor's partials are adjacent.
+  std::vector<std::vector<std::uint32_t>> reached(s.sizes.size());
+  for (std::uint32_t core = 0; core < cores; ++core) {
+    for (const NormPiece& p : norm_pieces(s, plan.tile, cores, core)) {
+      if (reached[p.tensor].empty() || reached[p.tensor].back() != core) reached[p.tensor].push_back(core);
+    }
+  }
+  for (std::size_t i = 0; i < s.sizes.size(); ++i) {
+    plan.slots[i] = {plan.partials, reached[i].size()};
+    plan.partials += reached[i].size();
+  }
+  return plan;
+}
+
+std::vector<std::uint8_t> compile_foreach_norm_partials(const ForeachNormShape& s, const Target& target,
+                                                        const std::string& name) {
+  const ForeachNormPlan plan = plan_foreach_norm(s, target);
+  const std::uint32_t cores = norm_cores(s, target);
+  const auto n = static_cast<std::uint16_t>(s.sizes.size());
+  const bool sum = !std::isinf(s.ord);
+  const isa::DType f32 = isa::DType::fp32;
+  std::uint64_t in_size = 0;
+  for (const auto d : s.dtypes) in_size = std::max<std::uint64_t>(in_size, isa::dtype_size(d));
+  Arena alloc;
+  const std::uint32_t sp_in[2] = {alloc(plan.tile * in_size), alloc(plan.tile * in_size)};
+  const std::uint32_t sp_x = alloc(plan.tile * 4), sp_acc = alloc(4), sp_tmp = alloc(4);
+  const std::uint32_t sp_out[2] = {alloc(4), alloc(4)};
+  // The next slot of each tensor's partials (cores store theirs in core order).
+  std::vector<std::uint64_t> next_slot(s.sizes.size());
+  for (std::size_t i = 0; i < s.sizes.size(); ++i) next_slot[i] = plan.slots[i].first;
+  isa::ProgramBuilder b(name, cores);
+  for (std::uint32_t core = 0; core < cores; ++core) {
+    const std::vector<NormPiece> pieces = norm_pieces(s, plan.tile, cores, core);
+    const auto load = [&](std::size_t u, std::uint32_t slot) {
+      const NormPiece& p = pieces[u];
+      const isa::DType t = s.dtypes[p.tensor];
+      b.add(core, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), t, static_cast<std::uint16_t>(p.tensor),
+                                         p.at * isa::dtype_size(t), sp_in[slot], {static_cast<std::uint32_t>(p.len), 1, 1},
+                                         {1, 0, 0}));
+    };
+    std::uint64_t stores = 0;
+    if (!pieces.empty()) load(0, 0);
+    for (std::size_t u = 0; u < pieces.size(); ++u) {
+      const auto slot = static_cast<std::uint32_t>(u % 2);
+      if (u + 1 < pieces.size()) load(u + 1, 1 - slot);
+      b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
+      const NormPiece& p = pieces[u];
+      const auto len = static_cast<std::uint32_t>(p.len);
+      const isa::DType t = s.dtypes[p.tensor];
+      std::uint32_t x = sp_in[slot];
+      if (t != f32) {
+        b.add(core, isa::VConvert{.from = t, .to = f32, .src = x, .dst = sp_x, .count = len});
+        x = sp_x;
+      }
+      if (s.ord == 2) {
+        b.add(core, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::none, .a = x, .b = x,
+                                 .dst = sp_x, .rows = 1, .cols = len});
+      } else {
+        b.add(core, isa::VUnary{.op = isa::UnaryOp::abs, .dtype = f32, .src = x, .dst = sp_x, .count = len});
+      }
+      const bool first = u == 0 || pieces[u - 1].tensor != p.tensor;
+      const bool last = u + 1 == pieces.size() || pieces[u + 1].tensor != p.tensor;
+      const isa::ReduceOp op = sum ? isa::ReduceOp::sum : isa::ReduceOp::max;
+      b.add(core, isa::VReduce{.op = op, .in = f32, .out = f32, .axis = 1, .src = sp_x, .dst = first ? sp_acc : sp_tmp,
+                               .rows = 1, .cols = len});
+      if (!first) {
+        b.add(core, isa::VBinary{.op = combine(op), .dtype = f32, .bcast = isa::Broadcast::none, .a = sp_acc,
+                                 .b = sp_tmp, .dst = sp_acc, .rows = 1, .cols = 1});
+      }
+      if (!last) continue;
+      const auto oslot = static_cast<std::uint32_t>(stores % 2);
+      if (stores >= 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + oslot))});
+      b.add(core, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = sp_acc, .dst = sp_out[oslot], .count = 1});
+      b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + oslot), f32, n, next_slot[p.tensor]++ * 4,
+                                          sp_out[oslot], {1, 1, 1}, {1, 0, 0}));
+      ++stores;
+    }
+    b.add(core, isa::Wait{.token_mask = 0xf});
+  }
+  return b.build();
+}
+
+std::vector<std::uint8_t> compile_foreach_norm_finish(const ForeachNormShape& s, const Target& target,
+                                                      const std::string& name) {
+  const ForeachNormPlan plan = plan_foreach_norm(s, target);
+  const std::size_t n = s.sizes.size();
+  const isa::DType f32 = isa::DType::fp32;
+  Arena alloc;
+  const std::uint32_t sp_partials = alloc(plan.partials * 4), sp_norms = alloc(n * 4);
+  const std::uint32_t sp_out = alloc(n * isa::dtype_size(s.out));
+  if (alloc.next > target.scratchpad_bytes) {
+    throw DoesNotFit(name + ": " + std::to_string(n) + " norms need " + std::to_string(alloc.next) +
+                     " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
+  }
+  isa::ProgramBuilder b(name, 1);
+  b.add(0, make_dma<isa::DmaLoad>(0, f32, 0, 0, sp_partials, {static_cast<std::uint32_t>(plan.partials), 1, 1},
+                                  {1, 0, 0}));
+  b.add(0, isa::Wait{.token_mask = 1});
+  const isa::ReduceOp op = std::isinf(s.ord) ? isa::ReduceOp::max : isa::ReduceOp::sum;
+  for (std::size_t i = 0; i < n; ++i) {
+    b.add(0, isa::VReduce{.op = op, .in = f32, .out = f32, .axis = 1,
+                          .src = sp_partials + static_cast<std::uint32_t>(plan.slots[i].first * 4),
+                          .dst = sp_norms + static_cast<std::uint32_t>(i * 4), .rows = 1,
+                          .cols = static_cast<std::uint32_t>(plan.slots[i].count)});
+  }
+  const auto count = static_cast<std::uint32_t>(n);
+  if (s.ord == 2) b.add(0, isa::VUnary{.op = isa::UnaryOp::sqrt, .dtype = f32, .src = sp_norms, .dst = sp_norms, .count = count});
+  if (s.out == f32) {
+    b.add(0, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = sp_norms, .dst = sp_out, .count = count});
+  } else {
+    b.add(0, isa::VConvert{.from = f32, .to = s.out, .src = sp_norms, .dst = sp_out, .count = count});
+  }
+  const std::uint64_t out_size = isa::dtype_size(s.out);
+  for (std::size_t i = 0; i < n; ++i) {
+    b.add(0, make_dma<isa::DmaStore>(1, s.out, static_cast<std::uint16_t>(1 + i), 0,
+                                     sp_out + static_cast<std::uint32_t>(i * out_size), {1, 1, 1}, {1, 0, 0}));
+  }
+  b.add(0, isa::Wait{.token_mask = 2});
   return b.build();
 }
 

@@ -67,4 +67,38 @@ struct LayerNormShape {
 // one does not fit the scratchpad.
 std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& shape, const Target& target, const std::string& name);
 
+// The norms of a list of tensors (_foreach_norm, clip_grad_norm_'s), as two launches
+// whatever the list's length (CUDA's multi-tensor norm does the same). Each tensor is
+// contiguous, `sizes[i]` elements of `dtypes[i]` (fp32, fp16, bf16). The tensors'
+// elements, end to end, are cut into tiles and the tiles shared evenly over the cores;
+// a core accumulates in fp32 the sum of x^2 (ord 2), of |x| (ord 1) or the max of |x|
+// (ord inf) of each tensor it reaches and stores that partial result, so tensor i's
+// partials are the `slots[i].count` fp32 values from `slots[i].first` of one buffer.
+// The second launch combines each tensor's partials, takes the square root (ord 2)
+// and stores the norm in the result dtype.
+struct ForeachNormShape {
+  std::vector<std::uint64_t> sizes;
+  std::vector<isa::DType> dtypes;
+  isa::DType out = isa::DType::fp32;
+  double ord = 2;  // 1, 2 or inf
+};
+struct ForeachNormPlan {
+  struct Slots {
+    std::uint64_t first = 0, count = 0;
+  };
+  std::uint64_t tile = 0;         // elements per tile
+  std::vector<Slots> slots;       // tensor i's partials
+  std::uint64_t partials = 0;     // the partials buffer's fp32 values
+};
+// Throws std::invalid_argument for an order, a dtype or a size the kernels do not
+// take (an empty tensor: the caller gives its norm, 0, itself), or too many tensors
+// for one launch's arguments.
+ForeachNormPlan plan_foreach_norm(const ForeachNormShape& shape, const Target& target);
+// Arguments: 0 .. n-1 = the tensors, n = the partials buffer.
+std::vector<std::uint8_t> compile_foreach_norm_partials(const ForeachNormShape& shape, const Target& target,
+                                                        const std::string& name);
+// Arguments: 0 = the partials buffer, 1 .. n = each tensor's norm (one value of `out`).
+std::vector<std::uint8_t> compile_foreach_norm_finish(const ForeachNormShape& shape, const Target& target,
+                                                      const std::string& name);
+
 }  // namespace spyre::compiler

@@ -63,3 +63,41 @@ TEST_CASE("given fewer outputs than cores, the reduced range is split over the c
     }
   }
 }
+
+TEST_CASE("given a list of tensors, the multi-tensor norm shares their elements evenly and each tensor's partials are adjacent") {
+  const compiler::Target target{.cores = 4, .scratchpad_bytes = 1 << 20, .stick_bytes = 128};
+  // 10000 + 100 + 30000 = 40100 fp32 elements, 8192 per core at least -> 5 cores, at
+  // most 4: shares [0, 10025), [10025, 20050), [20050, 30075), [30075, 40100). Tensor 0
+  // [0, 10000) is core 0's; tensor 1 [10000, 10100) cores 0 and 1; tensor 2
+  // [10100, 40100) cores 1, 2, 3. Slots: 0 | 1, 2 | 3, 4, 5.
+  const compiler::ForeachNormShape s{.sizes = {10000, 100, 30000},
+                                     .dtypes = {isa::DType::fp32, isa::DType::fp32, isa::DType::fp16}};
+  const auto plan = compiler::plan_foreach_norm(s, target);
+  CHECK(plan.partials == 6);
+  REQUIRE(plan.slots.size() == 3);
+  CHECK(std::make_pair(plan.slots[0].first, plan.slots[0].count) == std::make_pair<std::uint64_t, std::uint64_t>(0, 1));
+  CHECK(std::make_pair(plan.slots[1].first, plan.slots[1].count) == std::make_pair<std::uint64_t, std::uint64_t>(1, 2));
+  CHECK(std::make_pair(plan.slots[2].first, plan.slots[2].count) == std::make_pair<std::uint64_t, std::uint64_t>(3, 3));
+  // Tiles: 1 MiB - 256 bytes over 2 x 4 + 4 bytes an element = 87359 -> 64 Ki.
+  CHECK(plan.tile == 64 * 1024);
+  const isa::Program p(compiler::compile_foreach_norm_partials(s, target, "aten::_foreach_norm"));
+  CHECK(p.num_streams() == 4);
+  // Each core stores one partial per tensor it reaches, at its slot of argument 3.
+  std::vector<std::uint64_t> stored;
+  for (std::uint32_t c = 0; c < 4; ++c) {
+    for (std::uint32_t pc = 0; pc < p.stream_length(c); ++pc) {
+      const isa::Decoded d = p.decode_at(c, pc);
+      if (const auto* st = std::get_if<isa::DmaStore>(&*d.inst)) {
+        CHECK(st->arg == 3);
+        stored.push_back(st->offset / 4);
+      }
+    }
+  }
+  CHECK(stored == std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5});
+  const isa::Program finish(compiler::compile_foreach_norm_finish(s, target, "aten::_foreach_norm"));
+  CHECK(finish.num_streams() == 1);
+  CHECK_THROWS_WITH(compiler::plan_foreach_norm({.sizes = {5}, .dtypes = {isa::DType::fp32}, .ord = 3}, target),
+                    ContainsSubstring("orders 1, 2 and inf, found 3"));
+  CHECK_THROWS_WITH(compiler::plan_foreach_norm({.sizes = {5, 0}, .dtypes = {isa::DType::fp32, isa::DType::fp32}}, target),
+                    ContainsSubstring("tensor 1 must be a non-empty fp32, fp16 or bf16 tensor, found 0 fp32"));
+}

@@ -3,7 +3,9 @@
 pointwise ops the foreach fallbacks call (addcmul, addcdiv, lerp), against the CPU's
 single-tensor implementations, with no fallback."""
 
+import copy
 import json
+import math
 
 import pytest
 import torch
@@ -177,6 +179,10 @@ FOREACH = {  # name: (fn(xs, ys, zs, sel, s0), in place); sel picks the scalars 
     "sqrt": (lambda x, y, z, sel, s0: torch._foreach_sqrt(z), False),
     "neg_": (lambda x, y, z, sel, s0: torch._foreach_neg_(x), True),
     "sigmoid": (lambda x, y, z, sel, s0: torch._foreach_sigmoid(x), False),
+    "maximum.List": (lambda x, y, z, sel, s0: torch._foreach_maximum(x, y), False),
+    "minimum_.Scalar": (lambda x, y, z, sel, s0: torch._foreach_minimum_(x, 0.25), True),
+    "clamp_min.ScalarList": (lambda x, y, z, sel, s0: torch._foreach_clamp_min(x, sel(S)), False),
+    "clamp_max_.List": (lambda x, y, z, sel, s0: torch._foreach_clamp_max_(x, z), True),
 }
 
 
@@ -202,6 +208,61 @@ def test_a_foreach_op_is_one_launch_with_the_per_tensor_ops_results(name, dtype)
     cpu_out = fn(*cpu, lambda v: v, s0.float())
     for g, w in zip(got, cpu[0] if in_place else cpu_out):
         assert_close(g.cpu().float(), w, **tol)
+
+
+@pytest.mark.parametrize("ord", [2, 1, math.inf], ids=str)
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_foreach_norm_is_two_launches_for_any_number_of_tensors_and_matches_the_cpu(dtype, ord):
+    # Tensors of many sizes (one element, one tile and a bit, several cores' shares):
+    # clip_grad_norm_'s per-parameter norms. The CPU's norms of the same values in
+    # fp32, rounded once to the dtype, within the fp32 sums' and the dtype's rounding.
+    shapes = [(1,), (3, 5), (64, 3, 7, 7), (70000,), (250, 1000), (7,)] * 3
+    gen = torch.Generator().manual_seed(5)
+    xs = [torch.randn(s, generator=gen).to(dtype) for s in shapes]
+    norms, launched = kernels(torch._foreach_norm, [x.to("spyre") for x in xs], ord)
+    assert launched == [("aten::_foreach_norm", 1)] * 2  # partial sums, then the norms
+    for got, x in zip(norms, xs):
+        assert got.dtype == dtype and got.shape == ()
+        want = torch.linalg.vector_norm(x.float(), ord).to(dtype)
+        assert_close(got.cpu().float(), want.float(), rtol={torch.float32: 1e-5}.get(dtype, 1e-2), atol=0)
+    # dtype=float32 for half tensors: the fp32 norms, not rounded to the input's dtype.
+    half = [x.to(torch.float16) for x in xs[:4]]
+    norms, _ = kernels(torch._foreach_norm, [x.to("spyre") for x in half], ord, dtype=torch.float32)
+    for got, x in zip(norms, half):
+        assert got.dtype == torch.float32
+        assert_close(got.cpu(), torch.linalg.vector_norm(x.float(), ord), rtol=1e-5, atol=0)
+
+
+def test_foreach_norm_of_lists_the_kernel_does_not_take_runs_pytorchs_loop():
+    # Order 3, a non-contiguous tensor, an empty one: PyTorch's loop, each norm still
+    # on the device (linalg_vector_norm's kernels), nothing on the CPU.
+    x = torch.randn(6, 4)
+    for ts, ord in [([x, x[:2]], 3), ([x.t(), x], 2), ([x, torch.empty(0)], 2)]:
+        torch.spyre.reset_fallback_counts()
+        norms = torch._foreach_norm([t.to("spyre") for t in ts], ord)
+        assert torch.spyre.fallback_counts() == {}
+        for got, t in zip(norms, ts):
+            assert_close(got.cpu(), torch.linalg.vector_norm(t, ord), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layers", [10, 40])
+def test_clip_grad_norm_takes_the_same_launches_whatever_the_number_of_parameters(layers):
+    torch.manual_seed(3)
+    cpu = torch.nn.Sequential(*[torch.nn.Linear(30, 30) for _ in range(layers)])
+    dev = copy.deepcopy(cpu).to("spyre")
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        p.grad = torch.randn_like(p)
+        q.grad = p.grad.to("spyre")
+    want = torch.nn.utils.clip_grad_norm_(cpu.parameters(), 1.0)
+    got, launched = kernels(torch.nn.utils.clip_grad_norm_, dev.parameters(), 1.0)
+    assert_close(got.cpu(), want, rtol=1e-5, atol=0)
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-7)
+    # The per-parameter norms (two launches), the stack of them, their norm, the clip
+    # coefficient and one scaling of every gradient: none of it per parameter.
+    names = [n for n, _ in launched]
+    assert ("aten::_foreach_norm", 1) in launched and f"aten::_foreach_mul_.Tensor ({2 * layers} kernels)" in names
+    assert sum(n for _, n in launched) <= 12, launched
 
 
 def test_foreach_lists_whose_tensors_share_memory_split_the_launch_and_give_the_loops_results():
