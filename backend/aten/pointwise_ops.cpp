@@ -245,8 +245,10 @@ at::Tensor clamp_scalar(const char* name, at::Tensor out, const at::Tensor& self
       [&] { return at::clamp(cpu(self), lo, hi); }, at::native::result_type(state));
 }
 
+// `rule`: clamp's out= takes the result's dtype exactly; clamp_min's and clamp_max's
+// (binary ops) any dtype it casts to safely.
 at::Tensor clamp_tensor(const char* name, at::Tensor out, const at::Tensor& self, const std::optional<at::Tensor>& lo,
-                        const std::optional<at::Tensor>& hi) {
+                        const std::optional<at::Tensor>& hi, OutDtype rule = OutDtype::exact) {
   const bool has_lo = lo && lo->defined(), has_hi = hi && hi->defined();
   TORCH_CHECK(has_lo || has_hi, "torch.clamp: At least one of 'min' or 'max' must not be None");
   at::native::ResultTypeState state;
@@ -257,7 +259,7 @@ at::Tensor clamp_tensor(const char* name, at::Tensor out, const at::Tensor& self
   // The CPU's and CUDA's clamp with both bounds has no bool case (one bound is a
   // maximum or minimum, which has).
   if (has_lo && has_hi) check_has_dtype(dtype, at::kBool, "clamp");
-  if (out.defined()) check_out(out, self.device(), dtype, OutDtype::exact);
+  if (out.defined()) check_out(out, self.device(), dtype, rule);
   if (!out.defined()) out = at::empty({0}, self.options().dtype(dtype));
   at::TensorIteratorConfig config;
   config.check_all_same_dtype(false).add_output(out).add_const_input(self);
@@ -327,7 +329,7 @@ at::Tensor& clamp_min_t_(at::Tensor& self, const at::Tensor& lo) {
   return self;
 }
 at::Tensor& clamp_min_t_out(const at::Tensor& self, const at::Tensor& lo, at::Tensor& out) {
-  clamp_tensor("aten::clamp_min.Tensor_out", out, self, lo, std::nullopt);
+  clamp_tensor("aten::clamp_min.Tensor_out", out, self, lo, std::nullopt, OutDtype::cast_safely);
   return out;
 }
 at::Tensor clamp_max(const at::Tensor& self, const c10::Scalar& hi) {
@@ -349,7 +351,7 @@ at::Tensor& clamp_max_t_(at::Tensor& self, const at::Tensor& hi) {
   return self;
 }
 at::Tensor& clamp_max_t_out(const at::Tensor& self, const at::Tensor& hi, at::Tensor& out) {
-  clamp_tensor("aten::clamp_max.Tensor_out", out, self, std::nullopt, hi);
+  clamp_tensor("aten::clamp_max.Tensor_out", out, self, std::nullopt, hi, OutDtype::cast_safely);
   return out;
 }
 
