@@ -11,13 +11,20 @@
 // on the CPU, counted.
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/relu.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/tanh.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
+#include "aten/op_table.h"
 #include "compiler/matmul.h"
 #include "compiler/pointwise.h"
 #include "runtime/derived.h"
@@ -121,8 +128,15 @@ at::Tensor taps_last_weights(const at::Tensor& w) {
 // padded channels-last input [images, hp, wp, channels] (g.h, g.w and the padding are
 // the unpadded input's: the kernel reads xp with no padding), wt the weights as
 // [out, kh, kw, group_channels] contiguous. `traffic` is the op's least.
+// An epilogue: y x channel_scale[c] + bias[c] (a folded batch norm; fp32 scale, needs
+// the bias), then an activation, on the fp32 tiles before their one rounding.
+struct ConvEpilogue {
+  at::Tensor channel_scale;
+  std::optional<isa::UnaryOp> activation;
+};
+
 at::Tensor run_conv(const char* name, const at::Tensor& xp, const at::Tensor& wt, const at::Tensor& bias,
-                    const Geometry& g, const Traffic& traffic) {
+                    const Geometry& g, const Traffic& traffic, const ConvEpilogue& epilogue = {}) {
   at::Tensor y = at::empty({g.images, g.ho, g.wo, g.out}, xp.options());
   compiler::MatmulShape s;
   s.m = u(g.images * g.ho * g.wo);
@@ -139,15 +153,20 @@ at::Tensor run_conv(const char* name, const at::Tensor& xp, const at::Tensor& wt
   }
   s.ldc = u(g.out);
   if (bias.defined()) s.bias = *device_float_dtype(bias.scalar_type());
+  s.channel_scale = epilogue.channel_scale.defined();
+  s.activation = epilogue.activation;
   s.conv = compiler::MatmulShape::ConvA{.images = u(g.images), .h = u(xp.size(1)), .w = u(xp.size(2)),
                                         .channels = u(g.channels), .group_channels = u(g.group_channels),
                                         .kh = u(g.kh), .kw = u(g.kw), .sh = u(g.sh), .sw = u(g.sw), .dh = u(g.dh),
                                         .dw = u(g.dw), .ho = u(g.ho), .wo = u(g.wo)};
   const std::string key = std::string(name) + "|" + std::string(isa::to_string(s.dtype)) + "|" + g.key() + "|in" +
                           list({xp.size(1), xp.size(2)}) +
-                          (bias.defined() ? "|+" + std::string(isa::to_string(*s.bias)) : "");
+                          (bias.defined() ? "|+" + std::string(isa::to_string(*s.bias)) : "") +
+                          (s.channel_scale ? "|xscale" : "") +
+                          (s.activation ? "|" + std::string(isa::to_string(*s.activation)) : "");
   std::vector<std::uint64_t> args{device_address(xp), device_address(wt), device_address(y)};
   if (bias.defined()) args.push_back(device_address(bias));
+  if (s.channel_scale) args.push_back(device_address(epilogue.channel_scale));
   run_cached(xp.device().index(), key, [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); },
              args, name, traffic);
   return y;
@@ -189,6 +208,78 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const 
   const at::Tensor y = run_conv("aten::convolution", xp, wt, bias, g,
                                 {.read = input_bytes_read(g, u(x.element_size())) + bytes(w) + bytes(bias),
                                  .written = u(g.images * g.ho * g.wo * g.out) * u(x.element_size())});
+  at::Tensor out = y.permute({0, 3, 1, 2});  // NCHW sizes, channels-last strides
+  return one_d ? out.squeeze(2) : out;
+}
+
+// spyre::conv_epilogue(input, weight, bias, scale, stride, padding, dilation, groups,
+// activation): activation(conv(input, weight) x scale[c] + bias[c]) as one kernel, the
+// epilogue on the fp32 tiles before their one rounding. What the torch.compile backend
+// puts in place of a convolution followed by an inference batch norm (folded: scale
+// gamma / sqrt(var + eps), bias beta - mean x scale, both fp32) and/or an activation.
+at::Tensor conv_epilogue(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias_in,
+                         const std::optional<at::Tensor>& scale_in, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                         c10::IntArrayRef dilation, std::int64_t groups, c10::string_view activation) {
+  constexpr const char* kName = "spyre::conv_epilogue";
+  std::optional<isa::UnaryOp> act;
+  if (!activation.empty()) {
+    act = epilogue_activation(std::string_view(activation.data(), activation.size()));
+    TORCH_CHECK(act.has_value(), kName, ": unknown activation '", activation, "' (expected ", kEpilogueActivations,
+                ")");
+  }
+  TORCH_CHECK((input.dim() == 3 || input.dim() == 4) && weight.dim() == input.dim(), kName,
+              ": expected a 3-D or 4-D input and weights of the same rank, got ", input.dim(), "-D and ", weight.dim(),
+              "-D");
+  TORCH_CHECK(is_spyre(input) && weight.device() == input.device() && device_float_dtype(input.scalar_type()) &&
+                  weight.scalar_type() == input.scalar_type(),
+              kName, ": input and weight must be float tensors of one dtype on one spyre device, got ",
+              input.scalar_type(), " on ", input.device(), " and ", weight.scalar_type(), " on ", weight.device());
+  const std::int64_t out_channels = weight.size(0);
+  const bool has_bias = bias_in && bias_in->defined(), has_scale = scale_in && scale_in->defined();
+  if (has_bias) {
+    TORCH_CHECK(bias_in->device() == input.device() && device_float_dtype(bias_in->scalar_type()) &&
+                    bias_in->numel() == out_channels,
+                kName, ": the bias must be ", out_channels, " float values on ", input.device(), ", got shape ",
+                bias_in->sizes(), " ", bias_in->scalar_type(), " on ", bias_in->device());
+  }
+  if (has_scale) {
+    TORCH_CHECK(has_bias, kName, ": a scale needs a bias (the folded batch norm's shift)");
+    TORCH_CHECK(scale_in->device() == input.device() && scale_in->scalar_type() == at::kFloat &&
+                    scale_in->numel() == out_channels,
+                kName, ": the scale must be ", out_channels, " float32 values on ", input.device(), ", got shape ",
+                scale_in->sizes(), " ", scale_in->scalar_type(), " on ", scale_in->device());
+  }
+  if (input.numel() == 0 || weight.numel() == 0) {  // nothing for a kernel: the eager ops
+    at::Tensor y = at::convolution(input, weight, std::nullopt, stride, padding, dilation, false, {0}, groups);
+    const std::vector<std::int64_t> channel = input.dim() == 4 ? std::vector<std::int64_t>{-1, 1, 1}
+                                                               : std::vector<std::int64_t>{-1, 1};
+    if (has_scale) y = y * scale_in->reshape(channel);
+    if (has_bias) y = y + bias_in->reshape(channel);
+    if (!act) return y;
+    switch (*act) {
+      case isa::UnaryOp::relu: return at::relu(y);
+      case isa::UnaryOp::gelu: return at::gelu(y);
+      case isa::UnaryOp::gelu_tanh: return at::gelu(y, "tanh");
+      case isa::UnaryOp::silu: return at::silu(y);
+      case isa::UnaryOp::sigmoid: return at::sigmoid(y);
+      default: return at::tanh(y);
+    }
+  }
+  const bool one_d = input.dim() == 3;
+  const at::Tensor x = one_d ? input.unsqueeze(2) : input, w = one_d ? weight.unsqueeze(2) : weight;
+  const Geometry g = geometry(x, w, stride, padding, dilation, groups, one_d);
+  const c10::DeviceGuard guard(x.device());
+  const at::Tensor xp = padded_channels_last(x, g.ph, g.pw);
+  const at::Tensor wt = taps_last_weights(w);
+  const at::Tensor bias = has_bias ? bias_in->reshape({-1}).contiguous() : at::Tensor();
+  const at::Tensor scale = has_scale ? scale_in->reshape({-1}).contiguous() : at::Tensor();
+  std::string parts = has_scale ? "bn" : has_bias ? "bias" : "";
+  if (act) parts += (parts.empty() ? "" : ",") + std::string(activation);
+  const std::string name = "spyre::conv[" + parts + "]";
+  const at::Tensor y = run_conv(name.c_str(), xp, wt, bias, g,
+                                {.read = input_bytes_read(g, u(x.element_size())) + bytes(w) + bytes(bias) + bytes(scale),
+                                 .written = u(g.images * g.ho * g.wo * g.out) * u(x.element_size())},
+                                {.channel_scale = scale, .activation = act});
   at::Tensor out = y.permute({0, 3, 1, 2});  // NCHW sizes, channels-last strides
   return one_d ? out.squeeze(2) : out;
 }
@@ -320,6 +411,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
 }
 
 }  // namespace
+
+TORCH_LIBRARY_FRAGMENT(spyre, m) {
+  m.def("conv_epilogue(Tensor input, Tensor weight, Tensor? bias, Tensor? scale, int[] stride, int[] padding, "
+        "int[] dilation, int groups, str activation) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) { m.impl("conv_epilogue", conv_epilogue); }
+TORCH_LIBRARY_IMPL(spyre, Autograd, m) { m.impl("conv_epilogue", torch::autograd::autogradNotImplementedFallback()); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", convolution);

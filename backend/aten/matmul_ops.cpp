@@ -13,6 +13,7 @@
 
 #include "aten/cpu_fallback.h"
 #include "aten/kernel_cache.h"
+#include "aten/op_table.h"
 #include "aten/out.h"
 #include "compiler/matmul.h"
 #include "runtime/launch.h"
@@ -320,16 +321,11 @@ at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::T
 at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                            c10::string_view activation, const std::optional<at::Tensor>& residual_in,
                            c10::string_view residual_op) {
-  static const std::pair<const char*, isa::UnaryOp> kActivations[] = {
-      {"relu", isa::UnaryOp::relu}, {"gelu", isa::UnaryOp::gelu}, {"gelu_tanh", isa::UnaryOp::gelu_tanh},
-      {"silu", isa::UnaryOp::silu}, {"sigmoid", isa::UnaryOp::sigmoid}, {"tanh", isa::UnaryOp::tanh}};
   std::optional<isa::UnaryOp> act;
   if (!activation.empty()) {
-    for (const auto& [text, op] : kActivations) {
-      if (activation == text) act = op;
-    }
-    TORCH_CHECK(act.has_value(), "spyre::matmul_epilogue: unknown activation '", activation,
-                "' (expected relu, gelu, gelu_tanh, silu, sigmoid, tanh or none)");
+    act = epilogue_activation(std::string_view(activation.data(), activation.size()));
+    TORCH_CHECK(act.has_value(), "spyre::matmul_epilogue: unknown activation '", activation, "' (expected ",
+                kEpilogueActivations, ")");
   }
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "spyre::matmul_epilogue: expected 2-D a and b, got ", a.dim(), "-D and ",
               b.dim(), "-D");

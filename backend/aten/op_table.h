@@ -8,7 +8,10 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "spyre/isa/isa.h"
@@ -82,5 +85,19 @@ inline constexpr const char* kCompositeFusibleOps[] = {
 // What torch.compile fuses, as "<family> <aten overload> <isa op>" ("composite" rows
 // have no isa op): every row of the tables above, each overload once.
 std::vector<std::string> fusible_ops();
+
+// The activations a matmul or convolution epilogue applies to its fp32 tiles
+// (spyre::matmul_epilogue, spyre::conv_epilogue), by the names torch.compile's passes
+// give them; nullopt for any other name.
+inline std::optional<isa::UnaryOp> epilogue_activation(std::string_view name) {
+  static constexpr std::pair<std::string_view, isa::UnaryOp> kActivations[] = {
+      {"relu", isa::UnaryOp::relu}, {"gelu", isa::UnaryOp::gelu}, {"gelu_tanh", isa::UnaryOp::gelu_tanh},
+      {"silu", isa::UnaryOp::silu}, {"sigmoid", isa::UnaryOp::sigmoid}, {"tanh", isa::UnaryOp::tanh}};
+  for (const auto& [text, op] : kActivations) {
+    if (name == text) return op;
+  }
+  return std::nullopt;
+}
+inline constexpr const char* kEpilogueActivations = "relu, gelu, gelu_tanh, silu, sigmoid, tanh or none";
 
 }  // namespace spyre::backend

@@ -5,6 +5,7 @@ share of the time in convolutions.
 
     tools/dev run python3 backend/bench/cnn_bench.py                 # batch 8, fp16, 224x224
     tools/dev run python3 backend/bench/cnn_bench.py --batch 1 --dtype float32 --models resnet18
+    tools/dev run python3 backend/bench/cnn_bench.py --compiled      # under torch.compile(backend="spyre")
 
 The device runs in no-data mode (SPYRE_SIM_MODE=no-data unless set): the same kernels
 and cycles without computing values, so a batch-8 resnet50 takes seconds of host time.
@@ -120,12 +121,14 @@ def throughput(args):
 
     dtype = getattr(torch, args.dtype)
     print(f"torchvision CNNs, batch {args.batch}, {args.dtype}, {args.size}x{args.size}, channels-last, "
-          f"eager, {os.environ['SPYRE_SIM_MODE']} mode")
+          f"{'compiled' if args.compiled else 'eager'}, {os.environ['SPYRE_SIM_MODE']} mode")
     print(f"{'model':<20} {'modelled ms':>12} {'images/s':>10} {'kernels':>8} {'conv share':>11} "
           f"{'fallbacks':>9} {'host s':>7}")
     for name in args.models or ["resnet18", "resnet50", "mobilenet_v3_small"]:
         model = getattr(torchvision.models, name)().eval().to(dtype).to(memory_format=torch.channels_last)
         model = model.to("spyre")
+        if args.compiled:
+            model = torch.compile(model, backend="spyre")
         x = torch.randn(args.batch, 3, args.size, args.size).to(dtype).to("spyre")
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.no_grad():
@@ -136,7 +139,7 @@ def throughput(args):
             host = time.time() - start
         seconds = report["metrics"]["time_us"] * 1e-6  # the call's modelled time, idle gaps included
         kernels = sum(k["launches"] for k in report["kernels"])
-        conv = sum(k["time_ps"] for k in report["kernels"] if k["name"].startswith("aten::convolution")) * 1e-12
+        conv = sum(k["time_ps"] for k in report["kernels"] if k["name"].startswith(("aten::convolution", "spyre::conv"))) * 1e-12
         busy = sum(k["time_ps"] for k in report["kernels"]) * 1e-12
         fallbacks = sum(torch.spyre.fallback_counts().values())
         print(f"{name:<20} {seconds * 1e3:>12.2f} {args.batch / seconds:>10.1f} {kernels:>8} "
@@ -155,6 +158,8 @@ def main():
     mode.add_argument("--check", action="store_true", help="compute the values and compare them with the CPU's")
     mode.add_argument("--host-cost", action="store_true", help="host wall time of a forward, spyre against the CPU")
     parser.add_argument("--repeats", type=int, default=5, help="--host-cost: timed forwards of each")
+    parser.add_argument("--compiled", action="store_true",
+                        help="throughput: the model under torch.compile(backend=\"spyre\") instead of eager")
     parser.add_argument("--channels-last", action="store_true",
                         help="--host-cost: the model and input channels-last on both sides (PyTorch's CNN habit)")
     args = parser.parse_args()

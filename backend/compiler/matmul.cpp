@@ -30,11 +30,12 @@ T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t ele
 // accumulator (loaded while the tile computes).
 std::uint64_t footprint(std::uint64_t tm, std::uint64_t tn, std::uint64_t tk, std::uint64_t size, std::uint32_t rt = 1,
                         std::uint64_t bias_size = 0, std::uint64_t out_size = 0, bool scale = false,
-                        bool residual = false) {
+                        bool residual = false, bool channel_scale = false) {
   if (out_size == 0) out_size = size;
   return 2 * (tm * tk + tk * tn) * size + rt * tm * tn * 4 + (rt == 1 ? tm * tn * out_size : 0) + (scale ? 8 : 0) +
          (bias_size > 0 ? tn * (4 + bias_size) + 4 : 0) +  // + padding that aligns the fp32 bias row
-         (residual ? rt * tm * tn * out_size + 4 : 0);     // + padding that aligns the residual tiles
+         (residual ? rt * tm * tn * out_size + 4 : 0) +    // + padding that aligns the residual tiles
+         (channel_scale ? tn * 4 + 4 : 0);                 // + padding that aligns the fp32 row
 }
 
 constexpr std::uint32_t kParts = kPanelPieces;
@@ -185,7 +186,8 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
       std::uint64_t tk = 0;
       for (const std::uint64_t c : {1024ull, 512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
         if (c > 512 && (ceil_div(s.k, c) < kRotateSteps || rt * tm * tn < 256 * 256)) continue;
-        if (footprint(tm, pair * tn, std::min(c, s.k), size, rt, bias_size, out_size, s.scale, s.residual) +
+        if (footprint(tm, pair * tn, std::min(c, s.k), size, rt, bias_size, out_size, s.scale, s.residual,
+                      s.channel_scale) +
                 (s.gated ? 4 : 0) <=
             target.scratchpad_bytes) {
           tk = std::min(c, s.k);
@@ -246,6 +248,9 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   if (acc == isa::DType::int32 && (s.bias || s.activation || s.scale || s.residual || out_t != isa::DType::int32)) {
     throw std::invalid_argument(name + ": " + std::string(isa::to_string(s.dtype)) +
                                 " operands accumulate in int32 and produce int32, without an epilogue");
+  }
+  if (s.channel_scale && (!s.bias || acc != isa::DType::fp32)) {
+    throw std::invalid_argument(name + ": a channel scale takes a float matmul with a bias (x scale + shift)");
   }
   if (s.residual && s.batch != 1) {
     throw std::invalid_argument(name + ": a residual epilogue takes an unbatched matmul, got a batch of " +
@@ -319,15 +324,18 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   const std::uint32_t after =
       ((rt == 1 ? sp_o + static_cast<std::uint32_t>(p.tm * p.tn * out_size) : sp_c[1] + c_bytes) + 3u) & ~3u;
   const std::uint32_t sp_bias = after, sp_bias_raw = after + (s.bias ? static_cast<std::uint32_t>(p.tn * 4) : 0u);
-  // The scale (one fp32 value) after the bias row as loaded, 4-byte aligned.
-  const std::uint32_t sp_scale =
+  // The channel scale row (fp32) after the bias row as loaded, then the scale (one fp32
+  // value), each 4-byte aligned.
+  const std::uint32_t sp_channel_scale =
       (sp_bias_raw + static_cast<std::uint32_t>(s.bias ? p.tn * isa::dtype_size(*s.bias) : 0) + 3u) & ~3u;
-  const std::uint16_t scale_arg = s.bias ? 4 : 3;
+  const std::uint32_t sp_scale = sp_channel_scale + (s.channel_scale ? static_cast<std::uint32_t>(p.tn * 4) : 0u);
+  const std::uint16_t channel_scale_arg = 4;
+  const auto scale_arg = static_cast<std::uint16_t>(3 + (s.bias ? 1 : 0) + (s.channel_scale ? 1 : 0));
   // The residual tiles (one per accumulator) after the scale, 4-byte aligned; or a
   // gated pair's up projection, rounded.
   const std::uint32_t sp_residual = (sp_scale + (s.scale ? 4u : 0u) + 3u) & ~3u;
   const auto residual_bytes = static_cast<std::uint32_t>(p.tm * p.tn * out_size);
-  const auto residual_arg = static_cast<std::uint16_t>(3 + (s.bias ? 1 : 0) + (s.scale ? 1 : 0));
+  const auto residual_arg = static_cast<std::uint16_t>(scale_arg + (s.scale ? 1 : 0));
   const std::uint64_t ldr = s.ldr != 0 ? s.ldr : s.n;
   const std::uint64_t ldc = s.ldc != 0 ? s.ldc : s.n, c_batch = s.c_batch_stride != 0 ? s.c_batch_stride : s.m * s.n;
 
@@ -571,6 +579,10 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       if (s.bias && tile_start) {  // the block's bias row, needed when its first tile completes
         b.add(stream, dma<isa::DmaLoad>(kBias, *s.bias, 3, t.batch * s.bias_batch_stride + t.j0, *s.bias == isa::DType::fp32 ? sp_bias : sp_bias_raw,
                                         t.n, 1, static_cast<std::int64_t>(t.n)));
+        if (s.channel_scale) {
+          b.add(stream, dma<isa::DmaLoad>(kBias, isa::DType::fp32, channel_scale_arg, t.batch * s.bias_batch_stride + t.j0,
+                                          sp_channel_scale, t.n, 1, static_cast<std::int64_t>(t.n)));
+        }
         bias_ready = false;
       }
       if (s.residual && tile_start) {  // the block's residual tiles, needed when each completes
@@ -642,6 +654,10 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
                                             .count = t.n});
               }
               bias_ready = true;
+            }
+            if (s.channel_scale) {
+              b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = isa::DType::fp32, .bcast = isa::Broadcast::row,
+                                         .a = c_at, .b = sp_channel_scale, .dst = c_at, .rows = rows, .cols = t.n});
             }
             b.add(stream, isa::VBinary{.op = isa::BinaryOp::add, .dtype = isa::DType::fp32, .bcast = isa::Broadcast::row,
                                        .a = c_at, .b = sp_bias, .dst = c_at, .rows = rows, .cols = t.n});

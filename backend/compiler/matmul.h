@@ -40,10 +40,15 @@ struct MatmulShape {
   // and batch), then an activation.
   std::optional<isa::DType> bias = std::nullopt;
   std::optional<isa::UnaryOp> activation = std::nullopt;
+  // A per-column scale before the bias: result x channel_scale[j] + bias[j], a batch
+  // norm folded into a convolution (scale gamma / sqrt(var + eps), shift beta - mean x
+  // scale). n fp32 values, the argument after the bias (argument 4), with the bias's
+  // offset per batch; needs a bias.
+  bool channel_scale = false;
   // C's dtype when it is not the operands' (int8 operands: int32, the accumulator; no
   // epilogue then). Accumulation is in fp32 for floats, int32 for int8.
   std::optional<isa::DType> out = std::nullopt;
-  // An fp32 scalar in device memory (the argument after the bias, or 3) multiplying every
+  // An fp32 scalar in device memory (the argument after the bias and the channel scale, or 3) multiplying every
   // result before the bias: torch._scaled_mm's scale_a x scale_b.
   bool scale = false;
   // A matrix combined with every result after its rounding to C's dtype, in C's dtype

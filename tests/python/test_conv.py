@@ -227,3 +227,76 @@ def test_convolution_errors_and_what_still_runs_on_the_cpu():
     F.conv_transpose2d(x.to("spyre"), wt).sum().backward()
     assert "aten::convolution_backward_overrideable" in torch.spyre.fallback_counts()
     assert_close(got.cpu(), F.conv_transpose2d(x, w.transpose(0, 1).contiguous()), atol=1e-5, rtol=1e-5)
+
+
+def conv_bn_act(conv, act, batch_norm=True):
+    """conv, then a batch norm in evaluation with running statistics far from 0 and 1
+    (and random affine parameters), then act: what a torchvision model's layers are."""
+    layers = [conv]
+    if batch_norm:
+        bn = torch.nn.BatchNorm2d(conv.out_channels)
+        with torch.no_grad():
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+        layers.append(bn)
+    if act is not None:
+        layers.append(act)
+    return torch.nn.Sequential(*layers).eval()
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("case", ["bn+relu", "bias+bn+silu", "grouped bn", "relu only"])
+def test_a_compiled_convolution_batch_norm_and_activation_are_one_kernel(dtype, case):
+    # The batch norm folded into a per-channel scale and shift (two small kernels over
+    # the channels), applied with the activation in the convolution's epilogue: no batch
+    # norm or activation pass over the feature map. The eager fp32 CPU model's values,
+    # within the dtype's rounding (the eager device model rounds more often).
+    torch._dynamo.reset()
+    torch.manual_seed(4)
+    conv = {"bn+relu": torch.nn.Conv2d(8, 16, 3, padding=1, bias=False),
+            "bias+bn+silu": torch.nn.Conv2d(8, 16, 3, stride=2),
+            "grouped bn": torch.nn.Conv2d(8, 16, 3, padding=1, groups=4, bias=False),
+            "relu only": torch.nn.Conv2d(8, 16, 1)}[case]
+    act = {"bn+relu": torch.nn.ReLU(), "bias+bn+silu": torch.nn.SiLU(), "grouped bn": None,
+           "relu only": torch.nn.ReLU()}[case]
+    model = conv_bn_act(conv, act, batch_norm=case != "relu only")
+    x = rand((2, 8, 12, 10), dtype, 3)
+    with torch.no_grad():
+        want = model(x.float())
+        dev = model.to(dtype).to("spyre")
+        compiled = torch.compile(dev, backend="spyre")
+        torch.spyre.reset_fallback_counts()
+        got = compiled(x.to("spyre"))
+        assert torch.spyre.fallback_counts() == {}
+        assert_close(got.cpu().float(), want, **{torch.float32: dict(atol=1e-4, rtol=1e-4),
+                                                 torch.float16: dict(atol=1e-2, rtol=1e-2),
+                                                 torch.bfloat16: dict(atol=8e-2, rtol=3e-2)}[dtype])
+        report = spyre_sim.run(compiled, x.to("spyre"))
+    names = [k["name"] for k in report["kernels"]]
+    parts = {"bn+relu": "bn,relu", "bias+bn+silu": "bn,silu", "grouped bn": "bn", "relu only": "bias,relu"}[case]
+    assert f"spyre::conv[{parts}]" in names, names
+    assert not any("batch_norm" in n or n in ("aten::relu", "aten::silu") for n in names), names
+    # The convolution and at most the scale's and the shift's kernels, besides the copy
+    # of the input into its zero-bordered channels-last buffer that padding takes.
+    assert len([n for n in names if n not in ("aten::copy_", "aten::fill_")]) <= 3, names
+
+
+def test_conv_epilogue_checks_its_operands():
+    x, w = torch.randn(1, 4, 6, 6, device="spyre"), torch.randn(8, 4, 3, 3, device="spyre")
+    b = torch.randn(8, device="spyre")
+    args = ([1, 1], [1, 1], [1, 1], 1)
+    with pytest.raises(RuntimeError, match="unknown activation 'swish'"):
+        torch.ops.spyre.conv_epilogue(x, w, b, None, *args, "swish")
+    with pytest.raises(RuntimeError, match="a scale needs a bias"):
+        torch.ops.spyre.conv_epilogue(x, w, None, torch.ones(8, device="spyre"), *args, "")
+    with pytest.raises(RuntimeError, match="the scale must be 8 float32 values"):
+        torch.ops.spyre.conv_epilogue(x, w, b, torch.ones(8, device="spyre", dtype=torch.float16), *args, "")
+    with pytest.raises(RuntimeError, match="the bias must be 8 float values"):
+        torch.ops.spyre.conv_epilogue(x, w, torch.ones(7, device="spyre"), None, *args, "")
+    # Still working, and what the op computes: relu(conv x s + b).
+    s = torch.rand(8, device="spyre") + 0.5
+    got = torch.ops.spyre.conv_epilogue(x, w, b, s, *args, "relu")
+    want = torch.relu(F.conv2d(x.cpu(), w.cpu(), padding=1) * s.cpu().view(-1, 1, 1) + b.cpu().view(-1, 1, 1))
+    assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)

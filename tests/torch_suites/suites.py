@@ -36,10 +36,10 @@ CI = [
     Entry("test_ops.py", "TestCommon", device_ops=True, full_select="TestCommon"),
     Entry("test_binary_ufuncs.py", device_ops=True),
     Entry("test_unary_ufuncs.py", device_ops=True),
-    # test_foreach.py: the _foreach ops with device kernels in the device's float dtypes
+    # test_foreach.py: the _foreach ops with device kernels in the device's dtypes
     # (one launch per list); its integer, large-tensor and multi-device tests run
     # PyTorch's per-tensor loop and take 4 minutes more: --full.
-    Entry("test_foreach.py", "float32 or float16 or bfloat16", device_ops=True),
+    Entry("test_foreach.py", "float32 or float16 or bfloat16 or int32 or int8 or bool", device_ops=True),
 ]
 
 # Files that run only by --full.
