@@ -17,8 +17,9 @@
 // kept on the device. avg_pool2d_backward adds each window's share tap by tap (as max
 // pooling's backward); _adaptive_avg_pool2d and its backward with output sizes that
 // divide the input's are these average pools. max_pool2d without a gradient to record
-// runs the values kernel alone (spyre::max_pool2d; no indices kernel). Windows of more than 64 taps, uneven
-// adaptive windows and other dtypes run on the CPU, counted.
+// runs the values kernel alone (spyre::max_pool2d; no indices kernel). Uneven adaptive
+// windows are two matmuls by window matrices and a division. Windows of more than 64 taps and other
+// dtypes run on the CPU, counted.
 #include <map>
 #include <mutex>
 #include <string>
@@ -34,6 +35,10 @@
 #include <ATen/ops/avg_pool2d.h>
 #include <ATen/ops/avg_pool2d_backward.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/outer.h>
+#include <ATen/ops/sum.h>
 #include <ATen/ops/max_pool2d_with_indices.h>
 #include <ATen/ops/max_pool2d_with_indices_backward.h>
 #include <ATen/ops/zeros.h>
@@ -482,7 +487,7 @@ at::Tensor& avg_pool_backward_device_out(const at::Tensor& grad, const at::Tenso
 // Output sizes that divide the input's make every adaptive window the same
 // (H / oh) x (W / ow) block at that stride: an avg_pool2d, which sums the same taps in the
 // same order as the CPU's adaptive kernel. (A 1x1 output never gets here: PyTorch's
-// adaptive_avg_pool2d takes a mean then.) Uneven windows run on the CPU, counted.
+// adaptive_avg_pool2d takes a mean then.) Uneven windows: separable_pool, below.
 std::optional<std::pair<std::int64_t, std::int64_t>> even_block(const at::Tensor& self, c10::IntArrayRef output_size) {
   if (output_size.size() != 2 || (self.dim() != 3 && self.dim() != 4) || output_size[0] <= 0 || output_size[1] <= 0 ||
       self.size(-2) % output_size[0] != 0 || self.size(-1) % output_size[1] != 0) {
@@ -491,9 +496,69 @@ std::optional<std::pair<std::int64_t, std::int64_t>> even_block(const at::Tensor
   return std::pair{self.size(-2) / output_size[0], self.size(-1) / output_size[1]};
 }
 
+// Uneven windows (output sizes that do not divide the input's): window i of a dim of
+// `in` positions pooled to `out` covers [floor(i in / out), ceil((i + 1) in / out)), so
+// windows overlap and differ in length. A window's sum is separable: S = R_h X R_w^T
+// for each image and channel, R[i][j] = 1 for j in window i; then S / (len_h x len_w)
+// rounded once to the input's dtype, as the CPU divides each window's fp32 sum by its
+// size. Two matmuls and one division on the device, in fp32 (half inputs converted
+// first: their sums are exact, so the results are the CPU's bit for bit).
+// R [out, in] for a dim.
+at::Tensor window_matrix(std::int64_t in, std::int64_t out) {
+  at::Tensor r = at::zeros({out, in}, at::TensorOptions().dtype(at::kFloat));
+  auto a = r.accessor<float, 2>();
+  for (std::int64_t i = 0; i < out; ++i) {
+    for (std::int64_t j = i * in / out; j < ((i + 1) * in + out - 1) / out; ++j) a[i][j] = 1;
+  }
+  return r;
+}
+
+bool uneven_on_device(const at::Tensor& self, c10::IntArrayRef output_size) {
+  return output_size.size() == 2 && (self.dim() == 3 || self.dim() == 4) && output_size[0] > 0 && output_size[1] > 0 &&
+         on_device(self, Window{});
+}
+
+// The window matrices of the input's last two dims and the windows' sizes [oh, ow], on
+// the input's device.
+struct UnevenWindows {
+  at::Tensor rows, cols, sizes;
+};
+UnevenWindows uneven_windows(const at::Tensor& self, std::int64_t oh, std::int64_t ow) {
+  const at::Tensor rows = window_matrix(self.size(-2), oh), cols = window_matrix(self.size(-1), ow);
+  const at::Tensor sizes = at::outer(rows.sum(1), cols.sum(1));
+  const c10::Device d = self.device();
+  return {rows.to(d), cols.to(d), sizes.to(d)};
+}
+
+at::Tensor in_memory_format_of(const at::Tensor& t, const at::Tensor& like) {
+  return t.contiguous(like.dim() == 4 ? like.suggest_memory_format() : at::MemoryFormat::Contiguous);
+}
+
+at::Tensor uneven_pool(const at::Tensor& self, std::int64_t oh, std::int64_t ow) {
+  const c10::DeviceGuard guard(self.device());
+  const UnevenWindows w = uneven_windows(self, oh, ow);
+  const at::Tensor x = self.scalar_type() == at::kFloat ? self : self.to(at::kFloat);
+  const at::Tensor sums = at::matmul(at::matmul(w.rows, x), w.cols.t());
+  at::Tensor out = at::empty(sums.sizes(), sums.options().dtype(self.scalar_type()));
+  at::div_out(out, sums, w.sizes);
+  return in_memory_format_of(out, self);
+}
+
+// The backward: each window's gradient over its size, added to every input position the
+// window covers: dX = R_h^T (dY / sizes) R_w.
+at::Tensor uneven_pool_backward(const at::Tensor& grad, const at::Tensor& self) {
+  const c10::DeviceGuard guard(self.device());
+  const UnevenWindows w = uneven_windows(self, grad.size(-2), grad.size(-1));
+  const at::Tensor share = at::div(grad.scalar_type() == at::kFloat ? grad : grad.to(at::kFloat), w.sizes);
+  return in_memory_format_of(at::matmul(at::matmul(w.rows.t(), share), w.cols).to(self.scalar_type()), self);
+}
+
 at::Tensor adaptive_avg_pool2d_device(const at::Tensor& self, c10::SymIntArrayRef output_size_sym) {
   const auto output_size = C10_AS_INTARRAYREF_SLOW(output_size_sym);
   const auto block = even_block(self, output_size);
+  if ((!block || block->first * block->second > kMaxTaps) && uneven_on_device(self, output_size)) {
+    return uneven_pool(self, output_size[0], output_size[1]);
+  }
   if (!block || block->first * block->second > kMaxTaps || !on_device(self, Window{})) {
     count_fallback("aten::_adaptive_avg_pool2d");
     return at::_adaptive_avg_pool2d(self.cpu(), output_size).to(self.device());
@@ -505,6 +570,10 @@ at::Tensor adaptive_avg_pool2d_device(const at::Tensor& self, c10::SymIntArrayRe
 at::Tensor adaptive_avg_pool2d_backward_device(const at::Tensor& grad, const at::Tensor& self) {
   const std::int64_t out[2] = {grad.dim() >= 2 ? grad.size(-2) : 0, grad.dim() >= 2 ? grad.size(-1) : 0};
   const auto block = even_block(self, out);
+  if ((!block || block->first * block->second > kMaxTaps) && grad.dim() == self.dim() && uneven_on_device(self, out) &&
+      grad.device() == self.device() && grad.scalar_type() == self.scalar_type()) {
+    return uneven_pool_backward(grad, self);
+  }
   if (!block || block->first * block->second > kMaxTaps || grad.dim() != self.dim() || !on_device(self, Window{})) {
     count_fallback("aten::_adaptive_avg_pool2d_backward");
     return at::_adaptive_avg_pool2d_backward(grad.cpu(), self.cpu()).to(self.device());
