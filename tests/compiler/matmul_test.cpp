@@ -609,3 +609,37 @@ TEST_CASE("the predicted GEMM time charges a K step's loads to the DRAM channels
   CHECK(compiler::predict_matmul_s(shape, plan, t) * 1e6 ==
         Catch::Approx(18.432 + 3 * (18.432 + 0.1 * 4.991) + 4.991 + 4.096 + 8.192));
 }
+
+TEST_CASE("given a channel scale, each finished tile is multiplied by its columns' scales before the bias is added") {
+  // A folded batch norm: C x scale[j] + shift[j]. Arguments: 0 A, 1 B, 2 C, 3 the bias
+  // (shift), 4 the channel scale, then the scalar scale (5) when there is one.
+  const compiler::MatmulShape shape{.m = 64, .n = 48, .k = 32, .dtype = isa::DType::fp16, .b_transposed = true,
+                                    .bias = isa::DType::fp32, .activation = isa::UnaryOp::relu,
+                                    .channel_scale = true, .scale = true};
+  const isa::Program p(compiler::compile_matmul(shape, ci_chip(), "spyre::conv[bn,relu]"));
+  std::set<std::uint16_t> loaded;
+  for (std::uint32_t s = 0; s < p.num_streams(); ++s) {
+    // In each stream, the epilogue's order: the scalar scale, the channel scale (a row
+    // broadcast multiply), the shift (a row broadcast add), the activation.
+    std::vector<std::string> epilogue;
+    for (std::uint32_t pc = 0; pc < p.stream_length(s); ++pc) {
+      const isa::Decoded d = p.decode_at(s, pc);
+      if (const auto* l = std::get_if<isa::DmaLoad>(&*d.inst)) loaded.insert(l->arg);
+      if (const auto* v = std::get_if<isa::VBinary>(&*d.inst)) {
+        epilogue.push_back(std::string(isa::to_string(v->op)) + "/" + std::string(isa::to_string(v->bcast)));
+      }
+      if (const auto* u = std::get_if<isa::VUnary>(&*d.inst); u != nullptr && u->op == isa::UnaryOp::relu) {
+        epilogue.emplace_back("relu");
+      }
+    }
+    if (epilogue.empty()) continue;
+    REQUIRE(epilogue.size() >= 4);
+    CHECK(std::vector<std::string>(epilogue.begin(), epilogue.begin() + 4) ==
+          std::vector<std::string>{"mul/scalar", "mul/row", "add/row", "relu"});
+  }
+  CHECK(loaded == std::set<std::uint16_t>{0, 1, 3, 4, 5});
+  compiler::MatmulShape no_bias = shape;
+  no_bias.bias = std::nullopt;
+  CHECK_THROWS_WITH(compiler::compile_matmul(no_bias, ci_chip(), "spyre::conv"),
+                    ContainsSubstring("a channel scale takes a float matmul with a bias"));
+}
