@@ -1,6 +1,7 @@
 """One optimizer step over a model's parameters on the default chip: the launches it
 takes, its modelled device time and the host's wall time, for SGD (momentum, weight
-decay) and AdamW in their default (foreach) and fused (`fused=True`) forms.
+decay) and AdamW in their default (foreach) and fused (`fused=True`) forms, and
+clip_grad_norm_.
 
     tools/dev run python3 backend/bench/optim_bench.py                  # resnet18's 62 parameters
     tools/dev run python3 backend/bench/optim_bench.py --model resnet50 --steps 3
@@ -39,27 +40,28 @@ def main():
         p.grad = torch.randn_like(p)
     numel = sum(p.numel() for p in params)
     print(f"{args.model}: {len(params)} parameters, {numel / 1e6:.1f} M values, fp32")
-    print(f"{'optimizer':<12} {'launches':>8} {'modelled us':>12} {'host ms':>8} {'fallbacks':>9}")
-    for name, make in OPTIMIZERS.items():
-        opt = make(params, torch)
-        opt.step()
-        opt.step()
+    print(f"{'step':<15} {'launches':>8} {'modelled us':>12} {'host ms':>8} {'fallbacks':>9}")
+    steps = {name: make(params, torch).step for name, make in OPTIMIZERS.items()}
+    # clip_grad_norm_: the norms (_foreach_norm), their norm, one scaling of every gradient.
+    steps["clip_grad_norm_"] = lambda: torch.nn.utils.clip_grad_norm_(params, 1e9)
+    for name, step in steps.items():
+        step()
+        step()
         torch.spyre.synchronize()
         launches, modelled, wall = [], [], []
         torch.spyre.reset_fallback_counts()
         for _ in range(args.steps):
             torch.ops.spyre.reset_device_stats(0)
             start = time.perf_counter()
-            opt.step()
+            step()
             torch.spyre.synchronize()
             wall.append(time.perf_counter() - start)
             report = json.loads(torch.ops.spyre.run_report(0, name, 0.0))
             launches.append(sum(k["launches"] for k in report["kernels"]))
             modelled.append(report["metrics"]["time_us"])
         fallbacks = sum(torch.spyre.fallback_counts().values())
-        print(f"{name:<12} {statistics.median(launches):>8.0f} {statistics.median(modelled):>12.1f} "
+        print(f"{name:<15} {statistics.median(launches):>8.0f} {statistics.median(modelled):>12.1f} "
               f"{statistics.median(wall) * 1e3:>8.1f} {fallbacks:>9}")
-        del opt
 
 
 if __name__ == "__main__":
