@@ -180,6 +180,30 @@ std::uint64_t input_bytes_read(const Geometry& g, std::uint64_t element) {
   return u(g.images * g.channels) * pixels * element;
 }
 
+// A conv1d or conv2d of device float tensors as one kernel (the caller checked them):
+// the input made channels-last and padded, the weights taps-last, the result NCHW sizes
+// with channels-last strides. `scale` (fp32, optional) and `activation` are the
+// epilogue's (ConvEpilogue).
+at::Tensor device_convolution(const char* name, const at::Tensor& input, const at::Tensor& weight,
+                              const at::Tensor& bias_in, const at::Tensor& scale_in, c10::IntArrayRef stride,
+                              c10::IntArrayRef padding, c10::IntArrayRef dilation, std::int64_t groups,
+                              std::optional<isa::UnaryOp> activation) {
+  const bool one_d = input.dim() == 3;
+  const at::Tensor x = one_d ? input.unsqueeze(2) : input, w = one_d ? weight.unsqueeze(2) : weight;
+  const Geometry g = geometry(x, w, stride, padding, dilation, groups, one_d);
+  const c10::DeviceGuard guard(x.device());
+  const at::Tensor xp = padded_channels_last(x, g.ph, g.pw);
+  const at::Tensor wt = taps_last_weights(w);
+  const at::Tensor bias = bias_in.defined() ? bias_in.reshape({-1}).contiguous() : at::Tensor();
+  const at::Tensor scale = scale_in.defined() ? scale_in.reshape({-1}).contiguous() : at::Tensor();
+  const at::Tensor y = run_conv(name, xp, wt, bias, g,
+                                {.read = input_bytes_read(g, u(x.element_size())) + bytes(w) + bytes(bias) + bytes(scale),
+                                 .written = u(g.images * g.ho * g.wo * g.out) * u(x.element_size())},
+                                {.channel_scale = scale, .activation = activation});
+  at::Tensor out = y.permute({0, 3, 1, 2});  // NCHW sizes, channels-last strides
+  return one_d ? out.squeeze(2) : out;
+}
+
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias_in,
                        c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                        c10::IntArrayRef output_padding, std::int64_t groups) {
@@ -198,18 +222,8 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const 
     return on_cpu(input, weight, bias_in, stride, padding, dilation, transposed, output_padding, groups,
                   /*has_kernel=*/true);
   }
-  const bool one_d = input.dim() == 3;
-  const at::Tensor x = one_d ? input.unsqueeze(2) : input, w = one_d ? weight.unsqueeze(2) : weight;
-  const Geometry g = geometry(x, w, stride, padding, dilation, groups, one_d);
-  const c10::DeviceGuard guard(x.device());
-  const at::Tensor xp = padded_channels_last(x, g.ph, g.pw);
-  const at::Tensor wt = taps_last_weights(w);
-  const at::Tensor bias = has_bias ? bias_in->reshape({-1}).contiguous() : at::Tensor();
-  const at::Tensor y = run_conv("aten::convolution", xp, wt, bias, g,
-                                {.read = input_bytes_read(g, u(x.element_size())) + bytes(w) + bytes(bias),
-                                 .written = u(g.images * g.ho * g.wo * g.out) * u(x.element_size())});
-  at::Tensor out = y.permute({0, 3, 1, 2});  // NCHW sizes, channels-last strides
-  return one_d ? out.squeeze(2) : out;
+  return device_convolution("aten::convolution", input, weight, has_bias ? *bias_in : at::Tensor(), at::Tensor(),
+                            stride, padding, dilation, groups, std::nullopt);
 }
 
 // spyre::conv_epilogue(input, weight, bias, scale, stride, padding, dilation, groups,
@@ -265,23 +279,11 @@ at::Tensor conv_epilogue(const at::Tensor& input, const at::Tensor& weight, cons
       default: return at::tanh(y);
     }
   }
-  const bool one_d = input.dim() == 3;
-  const at::Tensor x = one_d ? input.unsqueeze(2) : input, w = one_d ? weight.unsqueeze(2) : weight;
-  const Geometry g = geometry(x, w, stride, padding, dilation, groups, one_d);
-  const c10::DeviceGuard guard(x.device());
-  const at::Tensor xp = padded_channels_last(x, g.ph, g.pw);
-  const at::Tensor wt = taps_last_weights(w);
-  const at::Tensor bias = has_bias ? bias_in->reshape({-1}).contiguous() : at::Tensor();
-  const at::Tensor scale = has_scale ? scale_in->reshape({-1}).contiguous() : at::Tensor();
   std::string parts = has_scale ? "bn" : has_bias ? "bias" : "";
   if (act) parts += (parts.empty() ? "" : ",") + std::string(activation);
   const std::string name = "spyre::conv[" + parts + "]";
-  const at::Tensor y = run_conv(name.c_str(), xp, wt, bias, g,
-                                {.read = input_bytes_read(g, u(x.element_size())) + bytes(w) + bytes(bias) + bytes(scale),
-                                 .written = u(g.images * g.ho * g.wo * g.out) * u(x.element_size())},
-                                {.channel_scale = scale, .activation = act});
-  at::Tensor out = y.permute({0, 3, 1, 2});  // NCHW sizes, channels-last strides
-  return one_d ? out.squeeze(2) : out;
+  return device_convolution(name.c_str(), input, weight, has_bias ? *bias_in : at::Tensor(),
+                            has_scale ? *scale_in : at::Tensor(), stride, padding, dilation, groups, act);
 }
 
 // The weights of the convolution that gives a convolution's input gradient, as
