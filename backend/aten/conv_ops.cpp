@@ -12,6 +12,8 @@
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/gelu.h>
+#include <ATen/ops/hardsigmoid.h>
+#include <ATen/ops/hardswish.h>
 #include <ATen/ops/relu.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/silu.h>
@@ -276,6 +278,8 @@ at::Tensor conv_epilogue(const at::Tensor& input, const at::Tensor& weight, cons
       case isa::UnaryOp::gelu_tanh: return at::gelu(y, "tanh");
       case isa::UnaryOp::silu: return at::silu(y);
       case isa::UnaryOp::sigmoid: return at::sigmoid(y);
+      case isa::UnaryOp::hardswish: return at::hardswish(y);
+      case isa::UnaryOp::hardsigmoid: return at::hardsigmoid(y);
       default: return at::tanh(y);
     }
   }

@@ -363,6 +363,8 @@ at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::
       case isa::UnaryOp::gelu_tanh: z = at::gelu(z, "tanh"); break;
       case isa::UnaryOp::silu: z = at::silu(z); break;
       case isa::UnaryOp::sigmoid: z = at::sigmoid(z); break;
+      case isa::UnaryOp::hardswish: z = at::hardswish(z); break;
+      case isa::UnaryOp::hardsigmoid: z = at::hardsigmoid(z); break;
       default: z = at::tanh(z);
     }
     if (residual == nullptr) return z;

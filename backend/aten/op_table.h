@@ -92,12 +92,14 @@ std::vector<std::string> fusible_ops();
 inline std::optional<isa::UnaryOp> epilogue_activation(std::string_view name) {
   static constexpr std::pair<std::string_view, isa::UnaryOp> kActivations[] = {
       {"relu", isa::UnaryOp::relu}, {"gelu", isa::UnaryOp::gelu}, {"gelu_tanh", isa::UnaryOp::gelu_tanh},
-      {"silu", isa::UnaryOp::silu}, {"sigmoid", isa::UnaryOp::sigmoid}, {"tanh", isa::UnaryOp::tanh}};
+      {"silu", isa::UnaryOp::silu}, {"sigmoid", isa::UnaryOp::sigmoid}, {"tanh", isa::UnaryOp::tanh},
+      {"hardswish", isa::UnaryOp::hardswish}, {"hardsigmoid", isa::UnaryOp::hardsigmoid}};
   for (const auto& [text, op] : kActivations) {
     if (name == text) return op;
   }
   return std::nullopt;
 }
-inline constexpr const char* kEpilogueActivations = "relu, gelu, gelu_tanh, silu, sigmoid, tanh or none";
+inline constexpr const char* kEpilogueActivations =
+    "relu, gelu, gelu_tanh, silu, sigmoid, tanh, hardswish, hardsigmoid or none";
 
 }  // namespace spyre::backend

@@ -396,7 +396,8 @@ def fuse_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 # Activations a matmul kernel applies in its epilogue, by the name matmul_epilogue takes.
 _EPILOGUE_ACTIVATIONS = {aten.relu.default: "relu", aten.silu.default: "silu", aten.sigmoid.default: "sigmoid",
-                         aten.tanh.default: "tanh", aten.gelu.default: "gelu"}
+                         aten.tanh.default: "tanh", aten.gelu.default: "gelu", aten.hardswish.default: "hardswish",
+                         aten.hardsigmoid.default: "hardsigmoid"}
 
 
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)

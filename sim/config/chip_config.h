@@ -89,9 +89,12 @@ struct ComputeArrayConfig {
 // like copy. random: Philox4x32-10's ten rounds of two 32-bit multiplies give four
 // numbers (ASSUMPTION: 4 cycles per vector); random_normal adds Box-Muller's log,
 // square root and cosine on the pair (ASSUMPTION: 12). pow: a log, a multiply and an
-// exp with the sign rules' selects (ASSUMPTION: 4 + 1 + 4 + 1 = 10).
+// exp with the sign rules' selects (ASSUMPTION: 4 + 1 + 4 + 1 = 10). hardswish and
+// hardsigmoid: an add, a clamp and a multiply (ASSUMPTION: 3, the multiply by x
+// fused).
 #define SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(X) \
-  X(sin, 6) X(cos, 6) X(transpose, 1) X(random, 4) X(random_normal, 12) X(pow, 10)
+  X(sin, 6) X(cos, 6) X(transpose, 1) X(random, 4) X(random_normal, 12) X(pow, 10) X(hardswish, 3) \
+  X(hardsigmoid, 3)
 
 // Issue interval, in cycles, of one vector of `lanes` elements for each operation.
 struct VectorOpCycles {

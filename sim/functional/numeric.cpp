@@ -98,6 +98,9 @@ void convert(DType from, DType to, const std::uint8_t* src, std::uint8_t* dst, s
 
 namespace {
 
+// v clamped to [lo, hi]; NaN stays NaN.
+inline float clamp_nan(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
 // One element; inlined with a constant `op` in the loops below, so each op's loop is
 // free of the switch (and relu of branches: random signs would mispredict half).
 inline float unary_value(isa::UnaryOp op, float x) {
@@ -125,6 +128,10 @@ inline float unary_value(isa::UnaryOp op, float x) {
     case UnaryOp::silu: return x / (1.0f + std::exp(-x));
     case UnaryOp::sin: return std::sin(x);
     case UnaryOp::cos: return std::cos(x);
+    // PyTorch's CPU order of operations: x + 3 clamped to [0, 6] (NaN stays NaN, as in
+    // PyTorch's max and min), then / 6 (hardswish: x times it first).
+    case UnaryOp::hardswish: return x * clamp_nan(x + 3.0f, 0.0f, 6.0f) / 6.0f;
+    case UnaryOp::hardsigmoid: return clamp_nan(x + 3.0f, 0.0f, 6.0f) / 6.0f;
   }
   return x;
 }
@@ -154,6 +161,8 @@ void unary_f32(isa::UnaryOp op, float* x, std::size_t n) {
     case UnaryOp::silu: return unary_loop<UnaryOp::silu>(x, n);
     case UnaryOp::sin: return unary_loop<UnaryOp::sin>(x, n);
     case UnaryOp::cos: return unary_loop<UnaryOp::cos>(x, n);
+    case UnaryOp::hardswish: return unary_loop<UnaryOp::hardswish>(x, n);
+    case UnaryOp::hardsigmoid: return unary_loop<UnaryOp::hardsigmoid>(x, n);
   }
 }
 

@@ -29,7 +29,8 @@ constexpr UnaryInfo kUnaryInfo[] = {
     {"copy", "copy"},    {"neg", "neg"},         {"abs", "abs"},   {"exp", "exp"},         {"log", "log"},
     {"sqrt", "sqrt"},    {"rsqrt", "rsqrt"},     {"reciprocal", "reciprocal"},             {"tanh", "tanh"},
     {"erf", "erf"},      {"sigmoid", "sigmoid"}, {"relu", "relu"}, {"gelu", "gelu"},       {"gelu_tanh", "gelu"},
-    {"silu", "silu"},    {"sin", "sin"},         {"cos", "cos"}};
+    {"silu", "silu"},    {"sin", "sin"},         {"cos", "cos"},   {"hardswish", "hardswish"},
+    {"hardsigmoid", "hardsigmoid"}};
 static_assert(std::size(kUnaryInfo) == kNumUnaryOps, "one row per isa::UnaryOp");
 }  // namespace
 

@@ -247,7 +247,7 @@ def conv_bn_act(conv, act, batch_norm=True):
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("case", ["bn+relu", "bias+bn+silu", "grouped bn", "relu only"])
+@pytest.mark.parametrize("case", ["bn+relu", "bias+bn+silu", "grouped bn", "relu only", "bn+hardswish"])
 def test_a_compiled_convolution_batch_norm_and_activation_are_one_kernel(dtype, case):
     # The batch norm folded into a per-channel scale and shift (two small kernels over
     # the channels), applied with the activation in the convolution's epilogue: no batch
@@ -258,9 +258,10 @@ def test_a_compiled_convolution_batch_norm_and_activation_are_one_kernel(dtype, 
     conv = {"bn+relu": torch.nn.Conv2d(8, 16, 3, padding=1, bias=False),
             "bias+bn+silu": torch.nn.Conv2d(8, 16, 3, stride=2),
             "grouped bn": torch.nn.Conv2d(8, 16, 3, padding=1, groups=4, bias=False),
-            "relu only": torch.nn.Conv2d(8, 16, 1)}[case]
+            "relu only": torch.nn.Conv2d(8, 16, 1),
+            "bn+hardswish": torch.nn.Conv2d(8, 16, 3, padding=1, groups=8, bias=False)}[case]
     act = {"bn+relu": torch.nn.ReLU(), "bias+bn+silu": torch.nn.SiLU(), "grouped bn": None,
-           "relu only": torch.nn.ReLU()}[case]
+           "relu only": torch.nn.ReLU(), "bn+hardswish": torch.nn.Hardswish()}[case]
     model = conv_bn_act(conv, act, batch_norm=case != "relu only")
     x = rand((2, 8, 12, 10), dtype, 3)
     with torch.no_grad():
@@ -275,9 +276,10 @@ def test_a_compiled_convolution_batch_norm_and_activation_are_one_kernel(dtype, 
                                                  torch.bfloat16: dict(atol=8e-2, rtol=3e-2)}[dtype])
         report = spyre_sim.run(compiled, x.to("spyre"))
     names = [k["name"] for k in report["kernels"]]
-    parts = {"bn+relu": "bn,relu", "bias+bn+silu": "bn,silu", "grouped bn": "bn", "relu only": "bias,relu"}[case]
+    parts = {"bn+relu": "bn,relu", "bias+bn+silu": "bn,silu", "grouped bn": "bn", "relu only": "bias,relu",
+             "bn+hardswish": "bn,hardswish"}[case]
     assert f"spyre::conv[{parts}]" in names, names
-    assert not any("batch_norm" in n or n in ("aten::relu", "aten::silu") for n in names), names
+    assert not any("batch_norm" in n or n in ("aten::relu", "aten::silu", "aten::hardswish") for n in names), names
     # The convolution and at most the scale's and the shift's kernels, besides the copy
     # of the input into its zero-bordered channels-last buffer that padding takes.
     assert len([n for n in names if n not in ("aten::copy_", "aten::fill_")]) <= 3, names

@@ -422,6 +422,8 @@ TEST_CASE("given unary ops, moves are exact and transcendentals stay within the 
           case isa::UnaryOp::silu: ref = x / (1 + std::exp(-x)); break;
           case isa::UnaryOp::sin: ref = std::sin(x); break;
           case isa::UnaryOp::cos: ref = std::cos(x); break;
+          case isa::UnaryOp::hardswish: ref = x * std::min(std::max(x + 3, 0.0), 6.0) / 6; break;
+          case isa::UnaryOp::hardsigmoid: ref = std::min(std::max(x + 3, 0.0), 6.0) / 6; break;
         }
         const double got = get(t, dst.data(), i);
         if (std::isnan(ref) || std::isnan(got)) {

@@ -77,8 +77,10 @@ enum class UnaryOp : std::uint8_t {
   silu,
   sin,
   cos,
+  hardswish,    // x * min(max(x + 3, 0), 6) / 6, PyTorch's formula
+  hardsigmoid,  // min(max(x + 3, 0), 6) / 6
 };
-inline constexpr std::uint8_t kNumUnaryOps = 17;
+inline constexpr std::uint8_t kNumUnaryOps = 19;
 std::string_view to_string(UnaryOp op);
 // The chip config's vector-unit cost entry (cores.vector.op_cycles) the op is charged
 // as (gelu_tanh as gelu; the rest by their own name).
