@@ -144,9 +144,8 @@ void Firmware::execute_copy(Copy& c, std::optional<FaultRecord>& fault) {
         end = src->dram_copy(now, c.dst, c.src, bytes);
         break;
       case Direction::peer:
-        // Over PCIe: out of one device, into the other.
-        end = std::max(src->host_transfer(now, sim::Chip::HostDirection::to_host, c.src, bytes),
-                       dst->host_transfer(now, sim::Chip::HostDirection::to_device, c.dst, bytes));
+        end = peer_copy(*src, *dst, c, now, bytes, fault);
+        if (fault) return;
         break;
     }
     wait_until(end);
@@ -159,6 +158,38 @@ void Firmware::execute_copy(Copy& c, std::optional<FaultRecord>& fault) {
                                                     : c.snapshot.data() + r * c.width;
     std::memmove(to, from, c.width);
   }
+}
+
+Picoseconds Firmware::peer_copy(sim::Chip& src, sim::Chip& dst, const Copy& c, Picoseconds now, std::uint64_t bytes,
+                                std::optional<FaultRecord>& fault) {
+  using HostDirection = sim::Chip::HostDirection;
+  const std::uint32_t from = src.device_index(), to = dst.device_index();
+  if (card_links_ == nullptr || from >= card_links_->cards() || to >= card_links_->cards()) {
+    fault = FaultRecord{};
+    fault->address = c.dst;
+    fault->reason = fmt::format("copy: spyre:{} -> spyre:{} is a peer copy, but the cards share no system links",
+                                from, to);
+    return now;
+  }
+  if (chip_.timing() == sim::Timing::untimed) {
+    src.peer_transfer(now, HostDirection::to_host, c.src, bytes);
+    dst.peer_transfer(now, HostDirection::to_device, c.dst, bytes);
+    return now;
+  }
+  // One pipelined flow, as a host transfer: the source card's channels read from when
+  // the first link takes the bytes and the destination's write from then too; the last
+  // byte lands the route's latency plus the destination's DRAM latency after the
+  // slowest of them. Alone and link-bound:
+  //   time = bytes / link rate + CardLinks::latency(from, to) + memory.latency_ns.
+  const timing::Server::Interval flow = card_links_->transfer(now, now, from, to, bytes);
+  const Picoseconds read_end = src.peer_transfer(flow.start, HostDirection::to_host, c.src, bytes);
+  const Picoseconds write_end = dst.peer_transfer(flow.start, HostDirection::to_device, c.dst, bytes);
+  const Picoseconds end = std::max({flow.end, read_end, write_end}) + card_links_->latency(from, to) +
+                          timing::ns_to_ps(dst.config().memory.latency_ns);
+  const std::string what = fmt::format("{:.1f} MiB spyre:{} -> spyre:{}", static_cast<double>(bytes) / (1 << 20), from, to);
+  src.trace_span("peer copies", what, flow.start, end);
+  dst.trace_span("peer copies", what, flow.start, end);
+  return end;
 }
 
 void Firmware::execute_fill(const Fill& f, std::optional<FaultRecord>& fault) {

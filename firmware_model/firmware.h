@@ -18,6 +18,7 @@
 #include <systemc>
 
 #include "chip/chip.h"
+#include "timing/card_links.h"
 
 namespace spyre::firmware {
 
@@ -144,6 +145,11 @@ class Firmware {
 
   const std::vector<std::shared_ptr<Queue>>& queues() const { return queues_; }
 
+  // The links between the cards of the system this card is in (every card's firmware
+  // shares one): peer copies are timed over them. Null: the card is alone, and a peer
+  // copy is refused as a fault.
+  void set_card_links(timing::CardLinks* links) { card_links_ = links; }
+
  protected:
   explicit Firmware(sim::Chip& chip);
 
@@ -162,11 +168,16 @@ class Firmware {
 
   sim::Chip& chip_;
   std::vector<std::shared_ptr<Queue>> queues_;
+  timing::CardLinks* card_links_ = nullptr;
 
  private:
   void execute(Queue& queue, CommandBody& body, std::optional<FaultRecord>& fault);
   void execute_copy(Copy& copy, std::optional<FaultRecord>& fault);
   void execute_fill(const Fill& fill, std::optional<FaultRecord>& fault);
+  // Times a peer copy over the card links and counts it on both chips; returns when
+  // its last byte has landed. A fault when the cards share no links.
+  Picoseconds peer_copy(sim::Chip& src, sim::Chip& dst, const Copy& copy, Picoseconds now, std::uint64_t bytes,
+                        std::optional<FaultRecord>& fault);
 
   std::uint64_t next_launch_id_ = 1;
 };

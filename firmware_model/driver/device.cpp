@@ -36,15 +36,30 @@ bool Device::any_queue_faulted() const {
   return false;
 }
 void Device::acknowledge(firmware::Queue& queue) { firmware_->acknowledge(queue); }
+timing::CardLinks::Port Device::link_port() {
+  return {.out = &chip_->host_link(sim::Chip::HostDirection::to_host),
+          .in = &chip_->host_link(sim::Chip::HostDirection::to_device)};
+}
+
+void Device::join_system(timing::CardLinks* links) {
+  links_ = links;
+  firmware_->set_card_links(links);
+  chip_->set_host_uplink(links->host_uplink(true), links->host_uplink(false), links->host_uplink_latency());
+}
+
 std::size_t Device::abort_stalled_launches() { return chip_->abort_stalled_launches(); }
 
 const sim::ChipStats& Device::stats() const { return chip_->stats(); }
 nlohmann::json Device::report() const {
   nlohmann::json report = chip_->report(chip_->active_span());
   report["derived"] = config::to_json(chip_->figures());
+  if (links_ != nullptr && links_->cards() > 1) report["system"] = links_->report(chip_->active_span());
   return report;
 }
-void Device::reset_stats() { chip_->reset_stats(); }
+void Device::reset_stats() {
+  chip_->reset_stats();
+  if (links_ != nullptr) links_->reset_stats();
+}
 bool Device::tracing() const { return chip_->tracing(); }
 void Device::start_trace() { chip_->start_trace(); }
 void Device::stop_trace(const std::string& path) { chip_->stop_trace(path); }

@@ -54,6 +54,12 @@ class Device {
   void acknowledge(firmware::Queue& queue);
   // A copy names the firmware of each device it touches.
   firmware::Firmware* firmware() { return firmware_.get(); }
+  // The card's PCIe port, for the system's card links.
+  timing::CardLinks::Port link_port();
+  // Joins the system whose links `links` are (owned by the runtime, outliving the
+  // device): peer copies are timed over them, host copies pass its switch's port to
+  // the host if it has one, and the report gives its links.
+  void join_system(timing::CardLinks* links);
   // Launches that can never finish are aborted (the simulation has nothing else to do).
   std::size_t abort_stalled_launches();
 
@@ -70,6 +76,7 @@ class Device {
  private:
   std::unique_ptr<sim::Chip> chip_;
   std::unique_ptr<firmware::Firmware> firmware_;
+  timing::CardLinks* links_ = nullptr;
 };
 
 }  // namespace spyre::driver

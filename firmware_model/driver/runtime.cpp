@@ -35,9 +35,10 @@ config::LoadedConfig load(const Runtime::StartConfig& c) {
                         : config::load_config_text(c.yaml, "spyre_driver_config_t.config_yaml", c.overrides);
 }
 
-std::uint32_t device_count_from_env() {
+// SPYRE_SIM_DEVICES, or (unset) the config's system.cards.
+std::uint32_t device_count_from_env(const config::ChipConfig& chip) {
   const char* text = std::getenv("SPYRE_SIM_DEVICES");
-  if (text == nullptr || *text == '\0') return 1;
+  if (text == nullptr || *text == '\0') return static_cast<std::uint32_t>(chip.system_or_default().cards);
   char* end = nullptr;
   const long n = std::strtol(text, &end, 10);
   if (*end != '\0' || n < 1 || n > 64) {
@@ -217,8 +218,6 @@ Runtime& Runtime::get() {
 
 void Runtime::start_devices() {
   // (Called with g_runtime_mutex held.)
-  const std::uint32_t count =
-      g_start_config && g_start_config->devices != 0 ? g_start_config->devices : device_count_from_env();
   const std::optional<std::size_t> record_limit = launch_record_limit_from_env();
   config::LoadedConfig loaded;
   if (g_start_config) {
@@ -236,6 +235,8 @@ void Runtime::start_devices() {
       throw Error{SPYRE_ERROR_NOT_INITIALIZED, fmt::format("SPYRE_SIM_CONFIG/SPYRE_SIM_SET: {}", e.what())};
     }
   }
+  const std::uint32_t count = g_start_config && g_start_config->devices != 0 ? g_start_config->devices
+                                                                             : device_count_from_env(loaded.chip);
   std::vector<std::unique_ptr<Device>> devices;
   // Chips and firmware own SystemC events: on the timed device they are built in
   // simulation context (query), never on a host thread.
@@ -247,6 +248,13 @@ void Runtime::start_devices() {
                                         [this] { check_waiters(); });
       devices.push_back(std::move(d));
     }
+    // The links between the cards (config `system`): every card's firmware times its
+    // peer copies over them, and host copies pass the switch's port to the host if
+    // the system has one.
+    std::vector<timing::CardLinks::Port> ports;
+    for (auto& d : devices) ports.push_back(d->link_port());
+    card_links_ = std::make_unique<timing::CardLinks>(loaded.chip, std::move(ports));
+    for (auto& d : devices) d->join_system(card_links_.get());
   };
   query(nullptr, build);
   devices_ = std::move(devices);
@@ -277,6 +285,7 @@ void Runtime::shutdown() {
   rt->query(nullptr, [rt] {
     // Release the devices in simulation context; queue threads stay parked forever.
     rt->devices_.clear();
+    rt->card_links_.reset();
   });
   const std::lock_guard lock(rt->objects_mutex_);
   // Slots keep their generations across a restart, so no handle from before the

@@ -169,6 +169,7 @@ class Runtime {
   Mode mode_ = Mode::timed;
   std::unique_ptr<WorkLoop> loop_;
   std::vector<std::unique_ptr<Device>> devices_;
+  std::unique_ptr<timing::CardLinks> card_links_;  // the links between devices_
 
   std::mutex objects_mutex_;
   struct Slot {

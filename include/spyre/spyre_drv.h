@@ -30,7 +30,8 @@
  * run to run.
  *
  * Environment (defaults; spyreDriverConfigure replaces the first three):
- * SPYRE_SIM_DEVICES (device count, default 1), SPYRE_SIM_CONFIG (a chip
+ * SPYRE_SIM_DEVICES (device count; default the config's system.cards, else 1),
+ * SPYRE_SIM_CONFIG (a chip
  * YAML; default: the embedded configs/spyre.yaml), SPYRE_SIM_SET ("key=value;..."
  * overrides, split at ';'), SPYRE_SIM_LAUNCH_RECORDS (launch records kept per device,
  * a count or "all"; default 1024, totals stay exact), SPYRE_SIM_MODE ("timed", the SystemC model, default; "functional": no
@@ -364,7 +365,8 @@ SPYRE_API spyre_result_t spyreQueueAcknowledgeError(spyre_queue_t queue);
 
 /* ---------------------------------------------------------------------------------
  * Copies and fills. The direction follows from the pointers (device pointers are
- * recognised by address; a device pointer of another device makes a peer copy).
+ * recognised by address; a device pointer of another device makes a peer copy, timed
+ * over the links between the cards that the config's `system` section describes).
  * Every device range must lie inside one live allocation.
  * Common results: SPYRE_SUCCESS; SPYRE_ERROR_INVALID_NULL_POINTER;
  * SPYRE_ERROR_INVALID_DEVICE_POINTER; SPYRE_ERROR_INVALID_SIZE (a range past its

@@ -201,13 +201,40 @@ Picoseconds Chip::host_transfer(Picoseconds ready, HostDirection direction, std:
   (in ? stats_.host_to_device_bytes : stats_.device_to_host_bytes) += bytes;
   (in ? stats_.dram_write_bytes : stats_.dram_read_bytes) += charged;
   if (timing_ == Timing::untimed) return ready;
-  const auto iv = (in ? impl_->pcie_to_device : impl_->pcie_to_host).reserve_bytes(now(), ready, bytes);
-  const Picoseconds end = std::max(iv.end, impl_->reserve_channels(now(), iv.start, shares, in ? Direction::write : Direction::read)) + impl_->pcie_latency_ps +
-                          impl_->dram_latency_ps;
+  // One pipelined flow: into the card through the switch's port to the host (if the
+  // system has one) and then the card's own port; out of it the other way round. Each
+  // server starts no earlier than the one before it.
+  Server& port = in ? impl_->pcie_to_device : impl_->pcie_to_host;
+  Server* uplink = in ? uplink_to_device_ : uplink_to_host_;
+  Server::Interval up{ready, ready};
+  if (uplink != nullptr && in) up = uplink->reserve_bytes(now(), ready, bytes);
+  auto iv = port.reserve_bytes(now(), up.start, bytes);
+  if (uplink != nullptr && !in) up = uplink->reserve_bytes(now(), iv.start, bytes);
+  const Picoseconds link_end = std::max(iv.end, up.end);
+  const Picoseconds end = std::max(link_end, impl_->reserve_channels(now(), iv.start, shares,
+                                                                     in ? Direction::write : Direction::read)) +
+                          impl_->pcie_latency_ps + impl_->dram_latency_ps + (uplink ? uplink_latency_ps_ : 0);
   note_activity(ready, end);
   if (trace_) {
     trace_->complete(trace_->track(in ? "pcie host->device" : "pcie device->host"), bytes_text(bytes), iv.start, iv.end);
   }
+  return end;
+}
+
+Server& Chip::host_link(HostDirection direction) {
+  return direction == HostDirection::to_device ? impl_->pcie_to_device : impl_->pcie_to_host;
+}
+
+Picoseconds Chip::peer_transfer(Picoseconds ready, HostDirection direction, std::uint64_t device_address,
+                                std::uint64_t bytes) {
+  const bool in = direction == HostDirection::to_device;
+  std::vector<std::uint64_t> shares(config_.memory.channels, 0);
+  const std::uint64_t charged = impl_->charge(device_address, bytes, shares);
+  (in ? stats_.peer_received_bytes : stats_.peer_sent_bytes) += bytes;
+  (in ? stats_.dram_write_bytes : stats_.dram_read_bytes) += charged;
+  if (timing_ == Timing::untimed) return ready;
+  const Picoseconds end = impl_->reserve_channels(now(), ready, shares, in ? Direction::write : Direction::read);
+  note_activity(ready, end + impl_->dram_latency_ps);
   return end;
 }
 
@@ -259,6 +286,10 @@ void Chip::trace_host_call(const std::string& name, Picoseconds start, Picosecon
   const int host = trace_->track("host");
   trace_->complete(host, name, start, end);
   if (flow != 0) trace_->flow_start(host, start, flow);
+}
+
+void Chip::trace_span(const std::string& track, const std::string& name, Picoseconds start, Picoseconds end) {
+  if (trace_) trace_->complete(trace_->track(track), name, start, end);
 }
 
 void Chip::start_trace() { trace_ = std::make_unique<TraceRecorder>(device_); }

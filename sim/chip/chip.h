@@ -39,6 +39,7 @@ struct ChipStats {
   std::uint64_t faults = 0;
   std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0;
   std::uint64_t host_to_device_bytes = 0, device_to_host_bytes = 0;
+  std::uint64_t peer_sent_bytes = 0, peer_received_bytes = 0;  // copies to and from other cards
   Picoseconds first_activity_ps = 0, last_activity_ps = 0;  // span of the recorded work
   Picoseconds first_launch_ps = 0, last_launch_ps = 0;      // span of the launches alone
   // The most recent launches, at most Chip::launch_record_limit() of them (older ones
@@ -112,6 +113,23 @@ class Chip {
   enum class HostDirection { to_device, to_host };
   Picoseconds host_transfer(Picoseconds ready, HostDirection direction, std::uint64_t device_address,
                             std::uint64_t bytes);
+  // The host link's two directions: a card's PCIe port, which a system's card links
+  // (timing::CardLinks) route peer copies through under a switch.
+  timing::Server& host_link(HostDirection direction);
+  // Under a switch with a port to the host (config system.host_uplink): host transfers
+  // also pass these (the switch's two directions, shared by every card) and take
+  // `latency_ps` more (the switch's and the port's); null: none.
+  void set_host_uplink(timing::Server* to_device, timing::Server* to_host, Picoseconds latency_ps) {
+    uplink_to_device_ = to_device;
+    uplink_to_host_ = to_host;
+    uplink_latency_ps_ = latency_ps;
+  }
+  // This card's side of a peer copy: `bytes` at `device_address` read from (to_host:
+  // leaving the card) or written to (to_device: entering it) the DRAM channels no
+  // earlier than `ready`. Counts the bytes; returns when the channels are done, before
+  // the DRAM latency (untimed: `ready`). The links are the system's (timing::CardLinks).
+  Picoseconds peer_transfer(Picoseconds ready, HostDirection direction, std::uint64_t device_address,
+                            std::uint64_t bytes);
   // Device-memory to device-memory copy through the DRAM channels.
   Picoseconds dram_copy(Picoseconds ready, std::uint64_t dst, std::uint64_t src, std::uint64_t bytes);
   // A write of `bytes` at `dst` (a fill) through the DRAM channels.
@@ -137,6 +155,8 @@ class Chip {
   // kernel), with an arrow to the kernel's slice on the "kernels" track when `flow`
   // matches a later launch's LaunchRequest::flow. No-op unless tracing.
   void trace_host_call(const std::string& name, Picoseconds start, Picoseconds end, std::uint64_t flow);
+  // A span on the named track (a peer copy on "peer links"). No-op unless tracing.
+  void trace_span(const std::string& track, const std::string& name, Picoseconds start, Picoseconds end);
 
   struct Impl;
 
@@ -159,6 +179,9 @@ class Chip {
   std::optional<std::size_t> record_limit_ = kDefaultLaunchRecordLimit;
   std::vector<CoreStats> core_stats_;
   std::unique_ptr<TraceRecorder> trace_;
+  timing::Server* uplink_to_device_ = nullptr;
+  timing::Server* uplink_to_host_ = nullptr;
+  Picoseconds uplink_latency_ps_ = 0;
   std::unique_ptr<Impl> impl_;
 };
 

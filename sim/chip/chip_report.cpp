@@ -92,6 +92,7 @@ nlohmann::json Chip::report(Picoseconds elapsed_ps) const {
           {"pcie",
            {{"host_to_device", server_json(impl_->pcie_to_device)},
             {"device_to_host", server_json(impl_->pcie_to_host)}}},
+          {"peer", {{"sent_bytes", stats_.peer_sent_bytes}, {"received_bytes", stats_.peer_received_bytes}}},
           {"cores", cores},
           {"activity_ps", {stats_.first_activity_ps, stats_.last_activity_ps}},
           {"launch_span_ps", {stats_.first_launch_ps, stats_.last_launch_ps}},
@@ -121,6 +122,11 @@ std::string Chip::report_text(Picoseconds elapsed_ps) const {
   out += fmt::format("  PCIe {:.2f} MiB to the device, {:.2f} MiB to the host\n",
                      static_cast<double>(stats_.host_to_device_bytes) / (1 << 20),
                      static_cast<double>(stats_.device_to_host_bytes) / (1 << 20));
+  if (stats_.peer_sent_bytes + stats_.peer_received_bytes > 0) {
+    out += fmt::format("  peer copies {:.2f} MiB sent to other cards, {:.2f} MiB received\n",
+                       static_cast<double>(stats_.peer_sent_bytes) / (1 << 20),
+                       static_cast<double>(stats_.peer_received_bytes) / (1 << 20));
+  }
   double compute = 0, vector = 0;
   for (const auto& c : core_stats_) compute += static_cast<double>(c.compute_busy_ps), vector += static_cast<double>(c.vector_busy_ps);
   const double core_time = std::max(1.0, static_cast<double>(elapsed_ps) * static_cast<double>(core_stats_.size()));

@@ -256,6 +256,44 @@ struct HostLinkConfig {
   }
 };
 
+// How the cards of one system are connected (the optional `system` section).
+//   switch: every card's one PCIe port (its host_link) goes to a switch; a copy from
+//           card i to card j leaves through i's port and enters through j's, so it
+//           contends with their host traffic; the switch itself does not block.
+//   ring:   card k has a link to k+1 and one to k-1 (mod cards), each direction its own;
+//           a copy takes the shorter way round (clockwise on a tie), hop by hop.
+//   full:   a link from every card to every other card, each direction its own.
+// Host traffic uses each card's host_link in every topology; under a switch it can
+// also share the switch's port to the host (host_uplink).
+enum class Topology { switched, ring, full };
+inline const Choices<Topology>& topology_choices() {
+  static const Choices<Topology> choices = {
+      {"switch", Topology::switched}, {"ring", Topology::ring}, {"full", Topology::full}};
+  return choices;
+}
+
+struct SystemConfig {
+  std::uint64_t cards = 1;  // devices the driver builds (SPYRE_SIM_DEVICES overrides it)
+  Topology topology = Topology::switched;
+  // switch: added to host_link.latency_ns for a peer copy. ASSUMPTION: 150 ns, the
+  // order of a PCIe Gen5 switch's cut-through port-to-port latency.
+  double switch_latency_ns = 150.0;
+  // ring, full: each card-to-card link, per direction (absent: like host_link).
+  std::optional<HostLinkConfig> link;
+  // switch: the switch's port to the host, which every card's host traffic passes
+  // (absent: the host side is no bottleneck; each card is limited by its own port).
+  std::optional<HostLinkConfig> host_uplink;
+
+  template <class V>
+  void describe(V& v) {
+    v.integer("cards", cards, Range{1, 64}, std::uint64_t{1});
+    v.choice("topology", topology, topology_choices(), std::optional{Topology::switched});
+    v.real("switch_latency_ns", switch_latency_ns, Range{0, 1e9}, 150.0);
+    v.optional_section("link", link);
+    v.optional_section("host_uplink", host_uplink);
+  }
+};
+
 struct HostConfig {
   double call_overhead_ns = 0;
 
@@ -350,8 +388,10 @@ struct ChipConfig {
   FirmwareConfig firmware;
   std::optional<EnergyConfig> energy;
   std::optional<NumericsConfig> numerics;  // absent: ieee
+  std::optional<SystemConfig> system;      // absent: one card behind a switch (SystemConfig{})
 
   bool half_through_dl16() const { return numerics && numerics->half_precision == HalfPrecision::dl16; }
+  SystemConfig system_or_default() const { return system ? *system : SystemConfig{}; }
 
   template <class V>
   void describe(V& v) {
@@ -366,6 +406,7 @@ struct ChipConfig {
     v.section("firmware", firmware);
     v.optional_section("energy", energy);
     v.optional_section("numerics", numerics);
+    v.optional_section("system", system);
   }
 };
 

@@ -49,6 +49,21 @@ void validate(const ChipConfig& chip, const Locate& locate) {
   require(is_power_of_two(chip.host_link.lanes), "host_link.lanes",
           fmt::format("expected a PCIe link width of 1, 2, 4, 8, 16 or 32 lanes, found {}",
                       chip.host_link.lanes));
+  if (chip.system) {
+    const SystemConfig& sys = *chip.system;
+    require(!(sys.topology == Topology::switched && sys.link), "system.link",
+            "expected no link under topology 'switch': a switched card's only link is its host_link "
+            "(set host_link.lanes or pcie_gen for a what-if); link describes ring and full topologies");
+    require(!(sys.topology != Topology::switched && sys.host_uplink), "system.host_uplink",
+            "expected no host_uplink under a ring or full topology: there every card reaches the host "
+            "through its own host_link; host_uplink is the port of a switch");
+    for (const auto& [key, link] : {std::pair{"system.link", &sys.link}, {"system.host_uplink", &sys.host_uplink}}) {
+      if (*link) {
+        require(is_power_of_two((*link)->lanes), std::string(key) + ".lanes",
+                fmt::format("expected a PCIe link width of 1, 2, 4, 8, 16 or 32 lanes, found {}", (*link)->lanes));
+      }
+    }
+  }
 }
 
 }  // namespace spyre::config

@@ -44,6 +44,12 @@ double pcie_encoding(std::uint64_t gen) {
   return 242.0 / 256.0;                 // Gen6 FLIT mode: 242 payload bytes per 256-byte FLIT
 }
 
+double pcie_raw_bytes_per_s(const HostLinkConfig& link) {
+  return pcie_gt_per_s(link.pcie_gen) * 1e9 * static_cast<double>(link.lanes) * pcie_encoding(link.pcie_gen) / 8;
+}
+
+double pcie_effective_bytes_per_s(const HostLinkConfig& link) { return pcie_raw_bytes_per_s(link) * link.efficiency; }
+
 DerivedFigures derive(const ChipConfig& chip) {
   DerivedFigures d;
   const auto& c = chip.cores;
@@ -60,9 +66,8 @@ DerivedFigures derive(const ChipConfig& chip) {
   d.dram_channel_bytes_per_s = d.dram_peak_bytes_per_s / static_cast<double>(chip.memory.channels);
   d.ring_link_bytes_per_s = static_cast<double>(chip.ring.bytes_per_cycle) * d.clock_hz;
   d.ring_bisection_bytes_per_s = 4 * d.ring_link_bytes_per_s;
-  d.pcie_raw_bytes_per_s = pcie_gt_per_s(chip.host_link.pcie_gen) * 1e9 *
-                           static_cast<double>(chip.host_link.lanes) * pcie_encoding(chip.host_link.pcie_gen) / 8;
-  d.pcie_effective_bytes_per_s = d.pcie_raw_bytes_per_s * chip.host_link.efficiency;
+  d.pcie_raw_bytes_per_s = pcie_raw_bytes_per_s(chip.host_link);
+  d.pcie_effective_bytes_per_s = pcie_effective_bytes_per_s(chip.host_link);
   d.scratchpad_core_bytes_per_s =
       static_cast<double>(c.scratchpad.ports * c.scratchpad.bytes_per_cycle_per_port) * d.clock_hz;
   // One DMA engine: its datapath (bytes_per_cycle x clock) or, with `outstanding`

@@ -49,6 +49,10 @@ DerivedFigures derive(const ChipConfig& chip);
 // PCIe transfer rate per lane (GT/s) and line-code efficiency for a generation 1..6.
 double pcie_gt_per_s(std::uint64_t gen);
 double pcie_encoding(std::uint64_t gen);
+// One direction of a PCIe link after line encoding: GT/s x lanes x encoding / 8 bits.
+double pcie_raw_bytes_per_s(const HostLinkConfig& link);
+// The same x the link's efficiency: the rate its payload moves at.
+double pcie_effective_bytes_per_s(const HostLinkConfig& link);
 
 nlohmann::json to_json(const DerivedFigures& d);
 

@@ -1,0 +1,84 @@
+// The links between the cards of one system (config::SystemConfig) and the one rule
+// that times a transfer over them. Plain C++, no SystemC: peer copies between the
+// chips of one simulation use it, and so will collectives between processes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "config/chip_config.h"
+#include "timing/timing_rules.h"
+
+namespace spyre::timing {
+
+class CardLinks {
+ public:
+  // A card's PCIe port (its host link), each direction: out of the card, into it.
+  // Under a switch these are the card's only links, shared with its host traffic.
+  struct Port {
+    Server* out = nullptr;
+    Server* in = nullptr;
+  };
+
+  // `ports[i]` belongs to card i; the cards are ports.size(). Throws
+  // std::invalid_argument for no ports or a null server.
+  CardLinks(const config::ChipConfig& chip, std::vector<Port> ports);
+
+  std::uint32_t cards() const { return static_cast<std::uint32_t>(ports_.size()); }
+  config::Topology topology() const { return system_.topology; }
+
+  // The servers a copy from card `src` to card `dst` (src != dst) passes, in order:
+  //   switch: src's port out, then dst's port in (the switch itself never blocks);
+  //   ring:   one link per hop the shorter way round, clockwise (k -> k+1) on a tie;
+  //   full:   the src -> dst link.
+  // Throws std::out_of_range for a card index past cards() or src == dst.
+  std::vector<Server*> route(std::uint32_t src, std::uint32_t dst);
+  // Hops on that route: switch 1 (through the switch), ring the shorter distance, full 1.
+  std::uint32_t hops(std::uint32_t src, std::uint32_t dst) const;
+  // From a byte leaving `src` to it arriving at `dst`:
+  //   switch: host_link.latency_ns + switch_latency_ns;
+  //   ring, full: hops x link.latency_ns.
+  Picoseconds latency(std::uint32_t src, std::uint32_t dst) const;
+
+  // Books `bytes` from `src` to `dst` as one pipelined flow no earlier than `ready`
+  // (`now`: the simulation time of the call, as Server::reserve_bytes takes it): each
+  // server on the route is occupied for bytes / its rate, starting no earlier than the
+  // flow's start on the server before it, so a busy link delays the links after it and
+  // not those before. Returns {start on the first server, the latest end}; the last
+  // byte arrives latency(src, dst) after that end.
+  Server::Interval transfer(Picoseconds now, Picoseconds ready, std::uint32_t src, std::uint32_t dst,
+                            std::uint64_t bytes);
+
+  // The switch's port to the host that every card's host traffic also passes
+  // (system.host_uplink), for traffic to the device or from it; null when there is none.
+  Server* host_uplink(bool to_device) {
+    if (!has_uplink_) return nullptr;
+    return to_device ? &uplink_down_ : &uplink_up_;
+  }
+
+  // What the switch's port to the host adds to a host transfer's latency:
+  // switch_latency_ns + host_uplink.latency_ns (0 without one).
+  Picoseconds host_uplink_latency() const { return uplink_latency_ps_; }
+
+  // Every link with its bytes, requests, busy time and utilisation over `elapsed_ps`.
+  nlohmann::json report(Picoseconds elapsed_ps) const;
+  // Clears the statistics of the links this object owns (the cards' ports are their
+  // chips').
+  void reset_stats();
+
+ private:
+  Server& ring_link(std::uint32_t from, bool clockwise);
+
+  config::SystemConfig system_;
+  Picoseconds host_link_latency_ps_ = 0;
+  std::vector<Port> ports_;
+  std::vector<Server> cw_, ccw_;  // ring: cw_[k] joins k -> k+1, ccw_[k] joins k -> k-1
+  std::vector<Server> full_;      // full: [src x cards + dst]
+  bool has_uplink_ = false;
+  Server uplink_down_, uplink_up_;  // host -> switch, switch -> host
+  Picoseconds uplink_latency_ps_ = 0;
+};
+
+}  // namespace spyre::timing
