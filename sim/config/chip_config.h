@@ -280,8 +280,9 @@ struct SystemConfig {
   double switch_latency_ns = 150.0;
   // ring, full: each card-to-card link, per direction (absent: like host_link).
   std::optional<HostLinkConfig> link;
-  // switch: the switch's port to the host, which every card's host traffic passes
-  // (absent: the host side is no bottleneck; each card is limited by its own port).
+  // switch: the switch's port to the host, which every card's host traffic passes,
+  // adding switch_latency_ns and its own latency_ns to a host copy (absent: the host
+  // side is no bottleneck; each card is limited by its own port).
   std::optional<HostLinkConfig> host_uplink;
 
   template <class V>

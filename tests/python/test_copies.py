@@ -317,3 +317,32 @@ def test_strided_copies_of_word_dtypes_stay_on_the_device(dtype):
         assert r["metrics"]["pcie_bytes"] == 0 and r["metrics"]["kernels"] == 1
         assert [k["name"] for k in r["kernels"]] == ["aten::copy_"]
         assert torch.equal(fn(d).cpu(), fn(x))
+
+
+def test_a_copy_between_devices_moves_over_the_card_links_and_shows_in_reports_and_traces(tmp_path):
+    # The two CI devices are the cards of one system behind a switch (no `system`
+    # section: the default): the copy leaves spyre:0 through its PCIe port and enters
+    # spyre:1 through its own, and each card's report counts it.
+    import json
+
+
+    x = torch.randn(1 << 18)  # 1 MiB
+    d0 = x.to("spyre:0")
+    torch.spyre.synchronize()
+    sent = torch.spyre.report(0)["peer"]["sent_bytes"]
+    received = torch.spyre.report(1)["peer"]["received_bytes"]
+    torch.ops.spyre.trace_start(0)
+    d1 = d0.to("spyre:1")
+    torch.spyre.synchronize(0)
+    torch.spyre.synchronize(1)
+    torch.ops.spyre.trace_stop(0, str(tmp_path / "peer.json"))
+    assert torch.equal(d1.cpu(), x)
+    assert torch.spyre.report(0)["peer"]["sent_bytes"] - sent == 1 << 20
+    assert torch.spyre.report(1)["peer"]["received_bytes"] - received == 1 << 20
+    system = torch.spyre.report(1)["system"]
+    assert system["topology"] == "switch" and system["cards"] == 2
+    assert [link["name"] for link in system["links"]][:2] == ["spyre:0 port out", "spyre:0 port in"]
+    events = json.loads((tmp_path / "peer.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    spans = [e for e in events if e.get("ph") == "X" and "spyre:0 -> spyre:1" in e.get("name", "")]
+    assert len(spans) == 1

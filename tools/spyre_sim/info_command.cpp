@@ -85,6 +85,27 @@ void print_text(const LoadedConfig& loaded, const DerivedFigures& d) {
   fmt::print("host link            PCIe Gen{} x{}: {:.1f} GB/s raw, {:.1f} GB/s effective per direction\n",
              chip.host_link.pcie_gen, chip.host_link.lanes, d.pcie_raw_bytes_per_s / 1e9,
              d.pcie_effective_bytes_per_s / 1e9);
+  if (chip.system) {
+    const auto& sys = *chip.system;
+    const char* topology = sys.topology == spyre::config::Topology::switched ? "behind a PCIe switch"
+                           : sys.topology == spyre::config::Topology::ring   ? "in a ring"
+                                                                              : "fully connected";
+    const auto& link = sys.link ? *sys.link : chip.host_link;
+    if (sys.topology == spyre::config::Topology::switched) {
+      fmt::print("system               {} card(s) {}: peer copies through the cards' own ports, +{:.0f} ns switch latency",
+                 sys.cards, topology, sys.switch_latency_ns);
+      if (sys.host_uplink) {
+        fmt::print("; the switch's port to the host PCIe Gen{} x{}: {:.1f} GB/s per direction",
+                   sys.host_uplink->pcie_gen, sys.host_uplink->lanes,
+                   spyre::config::pcie_effective_bytes_per_s(*sys.host_uplink) / 1e9);
+      }
+      fmt::print("\n");
+    } else {
+      fmt::print("system               {} card(s) {}: card links PCIe Gen{} x{}, {:.1f} GB/s per direction, {:.0f} ns each\n",
+                 sys.cards, topology, link.pcie_gen, link.lanes, spyre::config::pcie_effective_bytes_per_s(link) / 1e9,
+                 link.latency_ns);
+    }
+  }
   fmt::print("roofline ridge       {:.1f} FLOP/byte (fp16 peak over DRAM peak)\n", d.ridge_ops_per_byte_fp16);
 }
 
