@@ -16,6 +16,7 @@ std::string_view to_string(CommandKind kind) {
     case CommandKind::event_record: return "event record";
     case CommandKind::event_wait: return "event wait";
     case CommandKind::fence: return "fence";
+    case CommandKind::external: return "external work";
   }
   return "?";
 }
@@ -42,6 +43,7 @@ CommandKind kind_of(const CommandBody& body) {
         else if constexpr (std::is_same_v<T, Launch>) return CommandKind::launch;
         else if constexpr (std::is_same_v<T, EventRecord>) return CommandKind::event_record;
         else if constexpr (std::is_same_v<T, EventWait>) return CommandKind::event_wait;
+        else if constexpr (std::is_same_v<T, External>) return CommandKind::external;
         else return CommandKind::fence;
       },
       body);
@@ -108,6 +110,7 @@ void Firmware::execute(Queue& queue, CommandBody& body, std::optional<FaultRecor
     return;
   }
   if (auto* wait = std::get_if<EventWait>(&body)) return await(*wait);
+  if (auto* work = std::get_if<External>(&body)) return execute_external(*work, fault);
   await_fence(queue);
 }
 
@@ -190,6 +193,30 @@ Picoseconds Firmware::peer_copy(sim::Chip& src, sim::Chip& dst, const Copy& c, P
   src.trace_span("peer copies", what, flow.start, end);
   dst.trace_span("peer copies", what, flow.start, end);
   return end;
+}
+
+void Firmware::execute_external(External& work, std::optional<FaultRecord>& fault) {
+  std::vector<void*> views;
+  for (const auto& [address, bytes] : work.ranges) {
+    if (auto err = chip_.memory().check(address, bytes)) {
+      fault = FaultRecord{};
+      fault->address = err->address;
+      fault->reason = fmt::format("{}: {}", work.name, err->description);
+      return;
+    }
+    views.push_back(chip_.memory().host(address));
+  }
+  const Picoseconds arrival = chip_.now();
+  Picoseconds end = arrival;
+  std::string reason;
+  if (!work.fn(arrival, views, end, reason)) {
+    fault = FaultRecord{};
+    fault->reason = fmt::format("{}: {}", work.name, reason);
+    return;
+  }
+  end = std::max(end, arrival);
+  chip_.record_external(work.name, arrival, end, work.bytes);
+  wait_until(end);
 }
 
 void Firmware::execute_fill(const Fill& f, std::optional<FaultRecord>& fault) {

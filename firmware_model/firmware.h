@@ -26,7 +26,7 @@ using sim::Picoseconds;
 
 inline constexpr std::uint32_t kFirmwareVersion = 1;
 
-enum class CommandKind { copy, fill, launch, event_record, event_wait, fence };
+enum class CommandKind { copy, fill, launch, event_record, event_wait, fence, external };
 std::string_view to_string(CommandKind kind);
 
 // An event's state, shared by the host side (which counts records) and the device
@@ -87,7 +87,17 @@ struct EventWait {
 
 struct Fence {};
 
-using CommandBody = std::variant<Copy, Fill, Launch, EventRecord, EventWait, Fence>;
+// Work the host runtime does when the queue reaches it (spyre_drv.h,
+// spyreQueueExternal): `fn` gets host views of the device ranges and the arrival time,
+// and gives the end time or a fault reason. It runs in simulation context.
+struct External {
+  std::string name;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // device address, bytes
+  std::function<bool(Picoseconds arrival, std::vector<void*>& views, Picoseconds& end, std::string& reason)> fn;
+  std::uint64_t bytes = 0;
+};
+
+using CommandBody = std::variant<Copy, Fill, Launch, EventRecord, EventWait, Fence, External>;
 
 struct FaultRecord {
   CommandKind command = CommandKind::copy;
@@ -174,6 +184,7 @@ class Firmware {
   void execute(Queue& queue, CommandBody& body, std::optional<FaultRecord>& fault);
   void execute_copy(Copy& copy, std::optional<FaultRecord>& fault);
   void execute_fill(const Fill& fill, std::optional<FaultRecord>& fault);
+  void execute_external(External& work, std::optional<FaultRecord>& fault);
   // Times a peer copy over the card links and counts it on both chips; returns when
   // its last byte has landed. A fault when the cards share no links.
   Picoseconds peer_copy(sim::Chip& src, sim::Chip& dst, const Copy& copy, Picoseconds now, std::uint64_t bytes,

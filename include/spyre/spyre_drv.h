@@ -64,8 +64,10 @@ extern "C" {
  * 0.6: spyre_device_properties_t: the compute array's dataflow, the vector pipeline,
  *      and the memory system (DRAM channels, latency, interleave; DMA engines; ring;
  *      scratchpad), what a kernel compiler's cost model needs.
- * 0.7: spyre_launch_desc_t.min_read_bytes / min_write_bytes (the roofline's traffic). */
-#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 7)
+ * 0.7: spyre_launch_desc_t.min_read_bytes / min_write_bytes (the roofline's traffic).
+ * 0.8: spyreSystemScheduleTime and spyreQueueExternal (collectives between cards that
+ *      different processes drive). */
+#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 8)
 
 /* ---------------------------------------------------------------------------------
  * Result codes. Ranges: 0 success; 1..0x0fff "not yet"; 0x1000.. caller errors;
@@ -339,7 +341,8 @@ SPYRE_API spyre_result_t spyreQueueSynchronize(spyre_queue_t queue);
 
 typedef enum spyre_command_kind_t {
   SPYRE_COMMAND_COPY = 0, SPYRE_COMMAND_FILL = 1, SPYRE_COMMAND_LAUNCH = 2, SPYRE_COMMAND_EVENT_RECORD = 3,
-  SPYRE_COMMAND_EVENT_WAIT = 4, SPYRE_COMMAND_FENCE = 5, SPYRE_COMMAND_KIND_FORCE_UINT32 = 0x7fffffff
+  SPYRE_COMMAND_EVENT_WAIT = 4, SPYRE_COMMAND_FENCE = 5, SPYRE_COMMAND_EXTERNAL = 6,
+  SPYRE_COMMAND_KIND_FORCE_UINT32 = 0x7fffffff
 } spyre_command_kind_t;
 
 typedef struct spyre_fault_t {
@@ -470,6 +473,72 @@ typedef struct spyre_launch_desc_t {
  * SPYRE_ERROR_INVALID_ARGUMENT (program of another device, too many arguments, a mask
  * with fewer cores than the program has streams); SPYRE_ERROR_QUEUE_IN_ERROR_STATE. */
 SPYRE_API spyre_result_t spyreLaunch(spyre_queue_t queue, const spyre_launch_desc_t* desc);
+
+/* ---------------------------------------------------------------------------------
+ * Cards of one system driven by different processes (one card each, as a distributed
+ * host runtime runs them): the bytes of a collective travel between the processes
+ * outside the driver; the driver times the collective over the links of the system
+ * that the config's `system` section describes, and runs its data movement as a
+ * command of a queue. (Cards driven by one process copy to each other with
+ * spyreMemcpy*, timed over the same links by the same rule.)
+ */
+
+/* One transfer of a schedule: `bytes` from card `src` to card `dst` (src != dst). */
+typedef struct spyre_link_transfer_t {
+  uint32_t src;
+  uint32_t dst;
+  uint64_t bytes;
+} spyre_link_transfer_t;
+
+/* The simulated time a schedule of transfers takes over the idle links of a system of
+ * `cards` cards connected as the device's config says (`system.topology`, its links and
+ * latencies; `cards` may exceed the devices this process drives). The steps run one
+ * after another: the transfers of a step start together (contending where they share a
+ * link), and a step ends when its last byte has landed (transfer and route latency).
+ * A pure function of its arguments and the config: every process computes the same.
+ *   device         [in] whose config describes the system
+ *   cards          [in] 2 .. 1024
+ *   transfers      [in] the steps' transfers, step after step
+ *   step_sizes     [in] `steps` counts, one per step, summing to the transfers given
+ *   duration_ps    [out]
+ * Returns SPYRE_SUCCESS; SPYRE_ERROR_INVALID_HANDLE; SPYRE_ERROR_INVALID_NULL_POINTER;
+ * SPYRE_ERROR_INVALID_ARGUMENT (a card index of cards or more, src == dst, a bad count). */
+SPYRE_API spyre_result_t spyreSystemScheduleTime(spyre_device_t device, uint32_t cards,
+                                                 const spyre_link_transfer_t* transfers, const uint32_t* step_sizes,
+                                                 uint32_t steps, uint64_t* duration_ps);
+
+/* Work the host runtime does for a queue when the queue reaches it (the data movement
+ * of a collective). Called once, when every earlier command of the queue has completed,
+ * at simulated time `arrival_ps`, with `views[i]` a host pointer to the bytes of the
+ * descriptor's i-th device range (valid during the call only; reads and writes through
+ * it are the command's). It sets *end_ps, the simulated time the work ends (at least
+ * arrival_ps; earlier counts as arrival_ps), and returns 0; or it writes a one-line
+ * reason into `message` (message_size bytes) and returns non-zero, which faults the
+ * queue with that reason. It may block (waiting for other processes: the simulation of
+ * this process waits with it) but must call no spyre function: on the timed device it
+ * runs on the driver's simulation thread. */
+typedef int (*spyre_external_fn)(void* user, uint64_t arrival_ps, void* const* views, uint64_t* end_ps,
+                                 char* message, size_t message_size);
+
+typedef struct spyre_external_desc_t {
+  uint32_t struct_size;          /* [in] sizeof(spyre_external_desc_t) */
+  const char* name;              /* [optional] in traces and the report ("all_reduce") */
+  void* const* buffers;          /* num_buffers device pointers, each with its size in */
+  const size_t* sizes;           /*   sizes[i]; each range inside one live allocation  */
+  uint32_t num_buffers;
+  spyre_external_fn fn;
+  void* user;                    /* passed to fn */
+  uint64_t bytes;                /* the bytes the work moves between cards, for the report */
+} spyre_external_desc_t;
+
+/* Queue-ordered external work (spyre_external_fn). The device's report counts each as
+ * communication (its time from arrival to end, its bytes) and traces show it on a
+ * "collectives" track.
+ * Returns SPYRE_SUCCESS; SPYRE_ERROR_INVALID_HANDLE; SPYRE_ERROR_INVALID_NULL_POINTER;
+ * SPYRE_ERROR_UNSUPPORTED_VERSION; SPYRE_ERROR_INVALID_DEVICE_POINTER /
+ * SPYRE_ERROR_INVALID_SIZE (a range outside a live allocation, or of another device);
+ * SPYRE_ERROR_QUEUE_IN_ERROR_STATE. */
+SPYRE_API spyre_result_t spyreQueueExternal(spyre_queue_t queue, const spyre_external_desc_t* desc);
 
 /* ---------------------------------------------------------------------------------
  * Statistics, records and traces.

@@ -288,6 +288,14 @@ void Chip::trace_host_call(const std::string& name, Picoseconds start, Picosecon
   if (flow != 0) trace_->flow_start(host, start, flow);
 }
 
+void Chip::record_external(const std::string& name, Picoseconds arrival, Picoseconds end, std::uint64_t bytes) {
+  ++stats_.collectives;
+  stats_.collective_bytes += bytes;
+  stats_.collective_ps += end - arrival;
+  note_activity(arrival, end);
+  if (trace_) trace_->complete(trace_->track("collectives"), name, arrival, end, bytes_text(bytes));
+}
+
 void Chip::trace_span(const std::string& track, const std::string& name, Picoseconds start, Picoseconds end) {
   if (trace_) trace_->complete(trace_->track(track), name, start, end);
 }

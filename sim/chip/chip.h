@@ -40,6 +40,10 @@ struct ChipStats {
   std::uint64_t dram_read_bytes = 0, dram_write_bytes = 0;
   std::uint64_t host_to_device_bytes = 0, device_to_host_bytes = 0;
   std::uint64_t peer_sent_bytes = 0, peer_received_bytes = 0;  // copies to and from other cards
+  // Collectives with cards of other processes (the driver's external work): how many,
+  // their time from this card's arrival to their end, and the bytes they moved.
+  std::uint64_t collectives = 0, collective_bytes = 0;
+  Picoseconds collective_ps = 0;
   Picoseconds first_activity_ps = 0, last_activity_ps = 0;  // span of the recorded work
   Picoseconds first_launch_ps = 0, last_launch_ps = 0;      // span of the launches alone
   // The most recent launches, at most Chip::launch_record_limit() of them (older ones
@@ -155,7 +159,10 @@ class Chip {
   // kernel), with an arrow to the kernel's slice on the "kernels" track when `flow`
   // matches a later launch's LaunchRequest::flow. No-op unless tracing.
   void trace_host_call(const std::string& name, Picoseconds start, Picoseconds end, std::uint64_t flow);
-  // A span on the named track (a peer copy on "peer links"). No-op unless tracing.
+  // Counts a collective from this card's arrival to its end (the report's
+  // communication) and traces it on the "collectives" track.
+  void record_external(const std::string& name, Picoseconds arrival, Picoseconds end, std::uint64_t bytes);
+  // A span on the named track (a peer copy on "peer copies"). No-op unless tracing.
   void trace_span(const std::string& track, const std::string& name, Picoseconds start, Picoseconds end);
 
   struct Impl;

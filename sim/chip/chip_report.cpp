@@ -93,6 +93,10 @@ nlohmann::json Chip::report(Picoseconds elapsed_ps) const {
            {{"host_to_device", server_json(impl_->pcie_to_device)},
             {"device_to_host", server_json(impl_->pcie_to_host)}}},
           {"peer", {{"sent_bytes", stats_.peer_sent_bytes}, {"received_bytes", stats_.peer_received_bytes}}},
+          {"communication",
+           {{"collectives", stats_.collectives},
+            {"time_ps", stats_.collective_ps},
+            {"bytes", stats_.collective_bytes}}},
           {"cores", cores},
           {"activity_ps", {stats_.first_activity_ps, stats_.last_activity_ps}},
           {"launch_span_ps", {stats_.first_launch_ps, stats_.last_launch_ps}},
@@ -122,6 +126,11 @@ std::string Chip::report_text(Picoseconds elapsed_ps) const {
   out += fmt::format("  PCIe {:.2f} MiB to the device, {:.2f} MiB to the host\n",
                      static_cast<double>(stats_.host_to_device_bytes) / (1 << 20),
                      static_cast<double>(stats_.device_to_host_bytes) / (1 << 20));
+  if (stats_.collectives > 0) {
+    out += fmt::format("  collectives {}: {:.3f} us from this card's arrival to their end, {:.2f} MiB between cards\n",
+                       stats_.collectives, static_cast<double>(stats_.collective_ps) * 1e-6,
+                       static_cast<double>(stats_.collective_bytes) / (1 << 20));
+  }
   if (stats_.peer_sent_bytes + stats_.peer_received_bytes > 0) {
     out += fmt::format("  peer copies {:.2f} MiB sent to other cards, {:.2f} MiB received\n",
                        static_cast<double>(stats_.peer_sent_bytes) / (1 << 20),

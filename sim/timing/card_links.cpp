@@ -165,4 +165,23 @@ void CardLinks::reset_stats() {
   uplink_up_.reset_stats();
 }
 
+Picoseconds schedule_time(const config::ChipConfig& chip, std::uint32_t cards,
+                          const std::vector<std::vector<LinkTransfer>>& steps) {
+  if (cards < 2) throw std::invalid_argument(fmt::format("a schedule needs 2 or more cards, found {}", cards));
+  const double port_rate = config::pcie_effective_bytes_per_s(chip.host_link);
+  std::vector<Server> out(cards, Server(port_rate)), in(cards, Server(port_rate));
+  std::vector<CardLinks::Port> ports;
+  for (std::uint32_t i = 0; i < cards; ++i) ports.push_back({&out[i], &in[i]});
+  CardLinks links(chip, std::move(ports));
+  Picoseconds t = 0;
+  for (const auto& step : steps) {
+    Picoseconds end = t;
+    for (const LinkTransfer& x : step) {
+      end = std::max(end, links.transfer(t, t, x.src, x.dst, x.bytes).end + links.latency(x.src, x.dst));
+    }
+    t = end;
+  }
+  return t;
+}
+
 }  // namespace spyre::timing

@@ -81,4 +81,22 @@ class CardLinks {
   Picoseconds uplink_latency_ps_ = 0;
 };
 
+// One transfer of a schedule between the cards of a system.
+struct LinkTransfer {
+  std::uint32_t src = 0, dst = 0;
+  std::uint64_t bytes = 0;
+};
+
+// The time a schedule takes on an idle system of `cards` cards connected as `chip`'s
+// `system` section says (each card's port like its host_link): the steps run one after
+// another, the transfers of a step start together (booked in order, contending where
+// they share a link), and a step ends when its last byte has landed: the latest of
+// CardLinks::transfer's end + latency(src, dst). A collective's algorithm is its steps:
+// a ring all-reduce of S bytes on N cards is 2(N - 1) steps in which every card k sends
+// S/N bytes to k + 1, which behind a switch or on a ring share no link, so it takes
+//   2(N - 1) x (S / N / link rate + latency).
+// Throws std::invalid_argument for fewer than 2 cards, std::out_of_range for a bad card.
+Picoseconds schedule_time(const config::ChipConfig& chip, std::uint32_t cards,
+                          const std::vector<std::vector<LinkTransfer>>& steps);
+
 }  // namespace spyre::timing

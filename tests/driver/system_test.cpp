@@ -3,6 +3,7 @@
 // copies between different pairs contending exactly where the topology shares a link.
 // Every expected time is the arithmetic below, from the default chip (configs/spyre.yaml).
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -264,4 +265,113 @@ TEST_CASE("given 8 cards behind a switch or fully connected, disjoint copies nev
   start({"system.cards=4", "system.topology=full"});
   CHECK(copies_at_once({{0, 1}, {0, 2}, {3, 1}}) ==
         std::vector<std::uint64_t>{expected(1, kHop), expected(1, kHop), expected(1, kHop)});
+}
+
+namespace {
+
+// External work that doubles the int32 values of its one range and ends 5 us after
+// its arrival (a stand-in for a collective's data movement and modelled time).
+struct Doubling {
+  std::uint64_t arrival = 0;
+  std::uint32_t count = 0;
+  std::uint32_t calls = 0;
+  bool fail = false;
+};
+
+int doubling(void* user, uint64_t arrival_ps, void* const* views, uint64_t* end_ps, char* message, size_t size) {
+  auto* d = static_cast<Doubling*>(user);
+  ++d->calls;
+  if (d->fail) {
+    std::snprintf(message, size, "peer 3 hung up");
+    return 1;
+  }
+  d->arrival = arrival_ps;
+  auto* values = static_cast<std::int32_t*>(views[0]);
+  for (std::uint32_t i = 0; i < d->count; ++i) values[i] *= 2;
+  *end_ps = arrival_ps + 5'000'000;
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("given external work on a queue, it runs when the queue reaches it, ends when it says, and is reported", "[timed]") {
+  start({});
+  constexpr std::uint32_t n = 1024;
+  void* buffer = nullptr;
+  OK(spyreMemAlloc(device(0), n * 4, &buffer));
+  std::vector<std::int32_t> host(n);
+  for (std::uint32_t i = 0; i < n; ++i) host[i] = static_cast<std::int32_t>(i);
+  OK(spyreMemcpy(buffer, host.data(), n * 4));
+  spyre_queue_t q = nullptr;
+  spyre_event_t before = nullptr, after = nullptr;
+  OK(spyreQueueCreate(device(0), SPYRE_QUEUE_PRIORITY_NORMAL, &q));
+  OK(spyreEventCreate(device(0), &before));
+  OK(spyreEventCreate(device(0), &after));
+  Doubling work{.count = n};
+  void* buffers[] = {buffer};
+  size_t sizes[] = {n * 4};
+  spyre_external_desc_t desc{};
+  desc.struct_size = sizeof desc;
+  desc.name = "all_reduce";
+  desc.buffers = buffers;
+  desc.sizes = sizes;
+  desc.num_buffers = 1;
+  desc.fn = doubling;
+  desc.user = &work;
+  desc.bytes = 4096;
+  OK(spyreEventRecord(before, q));
+  OK(spyreQueueExternal(q, &desc));
+  OK(spyreEventRecord(after, q));
+  OK(spyreQueueSynchronize(q));
+  CHECK(work.calls == 1);
+  // Arrival: the record's completion + the command's fetch (300 cycles = 200 ns), as
+  // the event's own timestamp + 200 ns if the host had submitted it by then; the end
+  // 5 us later, then the second record's fetch.
+  CHECK(timestamp(after) - work.arrival == 5'000'000 + 200'000);
+  CHECK(work.arrival >= timestamp(before) + 200'000);
+  OK(spyreMemcpy(host.data(), buffer, n * 4));
+  CHECK(host[0] == 0);
+  CHECK(host[n - 1] == 2 * static_cast<std::int32_t>(n - 1));
+  std::size_t bytes = 0;
+  OK(spyreDeviceGetReport(device(0), nullptr, &bytes));
+  std::string json(bytes, '\0');
+  OK(spyreDeviceGetReport(device(0), json.data(), &bytes));
+  CHECK_THAT(json, ContainsSubstring("\"communication\":{\"bytes\":4096,\"collectives\":1,\"time_ps\":5000000}"));
+
+  // A failing work faults the queue with its reason; the device keeps working.
+  work.fail = true;
+  OK(spyreQueueExternal(q, &desc));
+  CHECK(spyreQueueSynchronize(q) == SPYRE_ERROR_DEVICE_FAULT);
+  spyre_fault_t fault{};
+  fault.struct_size = sizeof fault;
+  OK(spyreQueueGetFault(q, &fault));
+  CHECK(fault.command == SPYRE_COMMAND_EXTERNAL);
+  CHECK_THAT(std::string(fault.reason), ContainsSubstring("all_reduce: peer 3 hung up"));
+  OK(spyreQueueAcknowledgeError(q));
+
+  // Ranges outside the queue's device memory are refused at submission.
+  void* outside[] = {static_cast<char*>(buffer) + n * 4 - 16};
+  desc.buffers = outside;
+  CHECK(spyreQueueExternal(q, &desc) == SPYRE_ERROR_INVALID_SIZE);
+  void* host_range[] = {host.data()};
+  desc.buffers = host_range;
+  CHECK(spyreQueueExternal(q, &desc) == SPYRE_ERROR_INVALID_DEVICE_POINTER);
+  desc.buffers = buffers;
+  desc.fn = nullptr;
+  CHECK(spyreQueueExternal(q, &desc) == SPYRE_ERROR_INVALID_NULL_POINTER);
+  OK(spyreMemFree(buffer));
+}
+
+TEST_CASE("given a schedule, spyreSystemScheduleTime gives its time over the configured links", "[timed]") {
+  start({});
+  // One 256 MiB transfer behind a switch: T + 1150 ns (the arithmetic at the top).
+  spyre_link_transfer_t one{0, 1, kBytes};
+  const uint32_t sizes[] = {1};
+  std::uint64_t t = 0;
+  OK(spyreSystemScheduleTime(device(0), 8, &one, sizes, 1, &t));
+  CHECK(t == kT + kSwitch);
+  spyre_link_transfer_t bad{0, 8, 1};
+  CHECK(spyreSystemScheduleTime(device(0), 8, &bad, sizes, 1, &t) == SPYRE_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(spyreGetLastErrorMessage(), ContainsSubstring("expected two different cards below 8, found 0 -> 8"));
+  CHECK(spyreSystemScheduleTime(device(0), 1, &one, sizes, 1, &t) == SPYRE_ERROR_INVALID_ARGUMENT);
 }

@@ -127,3 +127,30 @@ TEST_CASE("given a route to itself or past the last card, CardLinks refuses it")
   CHECK_THROWS_AS(CardLinks(load_config("").chip, {}), std::invalid_argument);
   CHECK_THROWS_AS(CardLinks(load_config("").chip, {{nullptr, nullptr}}), std::invalid_argument);
 }
+
+TEST_CASE("given a ring all-reduce's steps, the schedule takes 2(N-1) x (S/N / rate + latency)") {
+  // The default chip's links behind a switch: Gen5 x16 x 0.85 = 53,563,076,923.08 B/s,
+  // latency 1000 + 150 ns. S = 64 MiB on N = 4 cards: 6 steps of 16 MiB each, every
+  // card k sending to k + 1 (no two share a port):
+  //   16 MiB / rate = ceil(16777216e12 / 53563076923.08) = 313,223,530 ps (313223529.41)
+  //   step = 313,223,530 + 1,150,000 = 314,373,530 ps; 6 steps = 1,886,241,180 ps.
+  const auto chip = load_config("").chip;
+  const std::uint32_t n = 4;
+  const std::uint64_t s = 64ull << 20;
+  std::vector<std::vector<LinkTransfer>> ring(2 * (n - 1));
+  for (auto& step : ring) {
+    for (std::uint32_t k = 0; k < n; ++k) step.push_back({k, (k + 1) % n, s / n});
+  }
+  CHECK(schedule_time(chip, n, ring) == 1'886'241'180);
+  // On a ring of cards the same steps use the clockwise links, one hop each (1000 ns).
+  const auto ring_chip = load_config("", {"system.topology=ring"}).chip;
+  CHECK(schedule_time(ring_chip, n, ring) == 6 * (313'223'530 + 1'000'000));
+  // A gather to card 0 behind a switch: three transfers into card 0's one port, one
+  // after another: 3 x 313,223,530 + 1,150,000.
+  std::vector<std::vector<LinkTransfer>> gather = {{{1, 0, s / n}, {2, 0, s / n}, {3, 0, s / n}}};
+  CHECK(schedule_time(chip, n, gather) == 3 * 313'223'530ull + 1'150'000);
+  // Empty steps and zero bytes: the latencies only.
+  CHECK(schedule_time(chip, n, {{}, {{0, 1, 0}}}) == 1'150'000);
+  CHECK_THROWS_AS(schedule_time(chip, 1, {}), std::invalid_argument);
+  CHECK_THROWS_AS(schedule_time(chip, 2, {{{0, 2, 1}}}), std::out_of_range);
+}
