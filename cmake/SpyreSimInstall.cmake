@@ -14,8 +14,10 @@ set_target_properties(spyre_drv PROPERTIES INSTALL_RPATH "$ORIGIN")
 set_target_properties(spyre-sim PROPERTIES INSTALL_RPATH "$ORIGIN/../lib")
 set(_spyre_libs spyre_drv)
 if(SPYRE_BUILD_BACKEND)
-  set_target_properties(spyre_torch PROPERTIES INSTALL_RPATH "$ORIGIN")
+  set_target_properties(spyre_torch spyre_c10d PROPERTIES INSTALL_RPATH "$ORIGIN")
   list(APPEND _spyre_libs spyre_torch)
+  # The torch.distributed extension goes with the Python package only.
+  install(TARGETS spyre_c10d LIBRARY DESTINATION spyre_sim/lib COMPONENT python EXCLUDE_FROM_ALL)
 endif()
 
 install(TARGETS ${_spyre_libs} LIBRARY DESTINATION lib COMPONENT sdk)

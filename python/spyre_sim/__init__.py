@@ -49,6 +49,9 @@ def _load() -> None:
     torch._register_device_module("spyre", _device)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     _print_from_host_copies(torch)
+    from . import distributed as _distributed  # noqa: PLC0415
+
+    _distributed.register()
 
 
 def _print_from_host_copies(torch) -> None:

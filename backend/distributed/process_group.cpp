@@ -1,0 +1,768 @@
+#include "distributed/process_group.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "distributed/transport.h"
+#include "runtime/driver.h"
+#include "runtime/streams.h"
+
+namespace spyre::distributed {
+
+using backend::driver_device;
+
+// One collective (or one side of a send/recv) on this rank: the device tensors whose
+// bytes it reads and writes, what it sends to each peer and how it makes its outputs
+// from what it received. Runs in run_op, when the stream's queue reaches it.
+struct ProcessGroupSpyre::Op {
+  std::shared_ptr<Transport> transport;
+  std::string key, name;
+  std::vector<int> peers;          // the ranks it exchanges a message with (each way)
+  std::vector<at::Tensor> tensors; // kept alive until the op has run
+  std::vector<int> view_index;     // tensor -> index of its view (-1: empty tensor)
+  std::function<std::string(int peer, void* const* views)> outgoing;
+  std::function<void(void* const* views, std::vector<std::string>& incoming)> finish;
+  std::uint64_t duration_ps = 0;
+  std::atomic<bool> done{false};
+};
+
+// A collective's modelled transfers, step by step, between the group's cards (ranks).
+struct ProcessGroupSpyre::Schedule {
+  std::vector<std::vector<spyre_link_transfer_t>> steps;
+};
+
+namespace {
+
+using Op = ProcessGroupSpyre::Op;
+using Schedule = ProcessGroupSpyre::Schedule;
+
+std::uint64_t nbytes(const at::Tensor& t) { return static_cast<std::uint64_t>(t.numel()) * t.element_size(); }
+
+void check_tensor(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "spyre process group: ", what,
+              ": expected a spyre tensor, found one on ", t.device());
+  TORCH_CHECK(t.is_contiguous(), "spyre process group: ", what, ": expected a contiguous tensor, found strides ",
+              t.strides());
+}
+
+void check_same(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type() && a.device() == b.device(), "spyre process group: ", what,
+              ": expected tensors of one dtype and device, found ", a.scalar_type(), " on ", a.device(), " and ",
+              b.scalar_type(), " on ", b.device());
+}
+
+std::string bytes_of(const void* p, std::uint64_t n) {
+  return n == 0 ? std::string() : std::string(static_cast<const char*>(p), n);
+}
+
+void put(void* dst, const std::string& src, std::uint64_t expected, int from) {
+  if (src.size() != expected) {
+    throw std::runtime_error("expected " + std::to_string(expected) + " bytes from rank " + std::to_string(from) +
+                             ", received " + std::to_string(src.size()) + " (do the ranks' tensors agree in size?)");
+  }
+  if (expected > 0) std::memcpy(dst, src.data(), expected);
+}
+
+at::Tensor cpu_view(const void* p, const at::Tensor& like) {
+  return at::from_blob(const_cast<void*>(p), like.sizes(), at::TensorOptions().dtype(like.scalar_type()));
+}
+
+void check_reduce_op(const c10d::ReduceOp& op, const at::Tensor& t) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::PRODUCT:
+    case c10d::ReduceOp::MIN:
+    case c10d::ReduceOp::MAX:
+      return;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(at::isFloatingType(t.scalar_type()), "spyre process group: ReduceOp.AVG expects a floating-point "
+                  "tensor, found ", t.scalar_type());
+      return;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      TORCH_CHECK(at::isIntegralType(t.scalar_type(), true), "spyre process group: bitwise reductions expect an "
+                  "integer tensor, found ", t.scalar_type());
+      return;
+    default:
+      TORCH_CHECK(false, "spyre process group: unsupported ReduceOp ", static_cast<int>(op.op_),
+                  " (expected SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR or BXOR)");
+  }
+}
+
+// The values of all ranks (rank order) folded into `out`, as the CPU folds them.
+void reduce_into(const c10d::ReduceOp& op, void* out, const at::Tensor& like, int size,
+                 const std::function<const void*(int rank)>& data) {
+  at::Tensor acc = cpu_view(data(0), like).clone();
+  for (int k = 1; k < size; ++k) {
+    const at::Tensor x = cpu_view(data(k), like);
+    switch (op.op_) {
+      case c10d::ReduceOp::SUM:
+      case c10d::ReduceOp::AVG: acc.add_(x); break;
+      case c10d::ReduceOp::PRODUCT: acc.mul_(x); break;
+      case c10d::ReduceOp::MIN: at::minimum_out(acc, acc, x); break;
+      case c10d::ReduceOp::MAX: at::maximum_out(acc, acc, x); break;
+      case c10d::ReduceOp::BAND: acc.bitwise_and_(x); break;
+      case c10d::ReduceOp::BOR: acc.bitwise_or_(x); break;
+      case c10d::ReduceOp::BXOR: acc.bitwise_xor_(x); break;
+      default: throw std::runtime_error("unsupported ReduceOp");
+    }
+  }
+  if (op.op_ == c10d::ReduceOp::AVG) acc.div_(size);
+  cpu_view(out, like).copy_(acc);
+}
+
+// Steps of the algorithms (card k is rank k).
+Schedule ring(int n, int steps, std::uint64_t bytes) {
+  Schedule s;
+  for (int i = 0; i < steps; ++i) {
+    auto& step = s.steps.emplace_back();
+    for (int k = 0; k < n; ++k) step.push_back({static_cast<uint32_t>(k), static_cast<uint32_t>((k + 1) % n), bytes});
+  }
+  return s;
+}
+
+// Binomial tree from `root`: in each step every rank that has the data sends it to the
+// rank `span` further on; ceil(log2 n) steps. `up` reverses it (a reduce to root).
+Schedule tree(int n, int root, std::uint64_t bytes, bool up) {
+  Schedule s;
+  for (int span = 1; span < n; span *= 2) {
+    auto& step = s.steps.emplace_back();
+    for (int rel = 0; rel < span && rel + span < n; ++rel) {
+      const auto a = static_cast<uint32_t>((root + rel) % n), b = static_cast<uint32_t>((root + rel + span) % n);
+      step.push_back(up ? spyre_link_transfer_t{b, a, bytes} : spyre_link_transfer_t{a, b, bytes});
+    }
+  }
+  if (up) std::reverse(s.steps.begin(), s.steps.end());
+  return s;
+}
+
+// One step: every other rank to root (gather) or root to every other (scatter).
+Schedule star(int n, int root, const std::function<std::uint64_t(int)>& bytes, bool to_root) {
+  Schedule s;
+  auto& step = s.steps.emplace_back();
+  for (int k = 0; k < n; ++k) {
+    if (k == root) continue;
+    const auto a = static_cast<uint32_t>(k), r = static_cast<uint32_t>(root);
+    step.push_back(to_root ? spyre_link_transfer_t{a, r, bytes(k)} : spyre_link_transfer_t{r, a, bytes(k)});
+  }
+  return s;
+}
+
+std::mutex g_live_mutex;
+std::vector<std::shared_ptr<Op>>& live_ops() {
+  // Ops stay alive until they have run, whoever holds their Work; never freed with the
+  // process group, since the queue may reach one after the group is gone.
+  static auto* ops = new std::vector<std::shared_ptr<Op>>();
+  return *ops;
+}
+
+int run_op(void* user, uint64_t arrival_ps, void* const* views, uint64_t* end_ps, char* message, size_t size) {
+  Op& op = *static_cast<Op*>(user);
+  try {
+    std::vector<void*> v(op.tensors.size(), nullptr);
+    for (std::size_t i = 0; i < op.tensors.size(); ++i) {
+      if (op.view_index[i] >= 0) v[i] = views[op.view_index[i]];
+    }
+    for (const int peer : op.peers) {
+      op.transport->send(peer, op.key, arrival_ps, op.outgoing ? op.outgoing(peer, v.data()) : std::string());
+    }
+    std::vector<std::string> incoming(static_cast<std::size_t>(op.transport->size()));
+    std::uint64_t latest = arrival_ps;
+    for (const int peer : op.peers) {
+      Message m = op.transport->receive(peer, op.key);
+      latest = std::max(latest, m.arrival_ps);
+      incoming[static_cast<std::size_t>(peer)] = std::move(m.payload);
+    }
+    if (op.finish) op.finish(v.data(), incoming);
+    // Conservative: the collective starts when the last rank has arrived.
+    *end_ps = latest + op.duration_ps;
+    op.done = true;
+    return 0;
+  } catch (const std::exception& e) {
+    std::snprintf(message, size, "%s", e.what());
+    op.done = true;
+    return 1;
+  }
+}
+
+class SpyreWork final : public c10d::Work {
+ public:
+  SpyreWork(int rank, c10d::OpType type, std::string name, spyre_queue_t queue, spyre_event_t event,
+            std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type), name_(std::move(name)), queue_(queue), event_(event), outputs_(std::move(outputs)) {}
+  ~SpyreWork() override { spyreEventDestroy(event_); }
+
+  bool isCompleted() override { return spyreEventQuery(event_) == SPYRE_SUCCESS; }
+  bool isSuccess() const override { return true; }
+  // Blocks until the collective (and the stream's work before it) has completed; a
+  // failure (a peer gone, sizes that disagree, a timeout) raises with its reason.
+  bool wait(std::chrono::milliseconds /*timeout*/) override {
+    backend::synchronize_queue(queue_, name_.c_str());
+    return true;
+  }
+  void synchronize() override { wait(kNoTimeout); }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    wait(kNoTimeout);
+    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    future->markCompleted(c10::IValue(outputs_));
+    return future;
+  }
+
+ private:
+  std::string name_;
+  spyre_queue_t queue_;
+  spyre_event_t event_;
+  std::vector<at::Tensor> outputs_;
+};
+
+// Where the rank listens: SPYRE_C10D_ADDR, else the loopback address when the store is
+// on this machine (MASTER_ADDR unset or local), else every interface ("*").
+std::string listen_address() {
+  if (const char* a = std::getenv("SPYRE_C10D_ADDR"); a != nullptr && *a != '\0') return a;
+  const char* master = std::getenv("MASTER_ADDR");
+  const std::string m = master != nullptr ? master : "";
+  if (m.empty() || m == "localhost" || m.rfind("127.", 0) == 0) return "127.0.0.1";
+  return "*";
+}
+
+}  // namespace
+
+ProcessGroupSpyre::ProcessGroupSpyre(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                     std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size) {
+  auto publish = [&](const std::string& key, const std::string& value) {
+    store->set(key, std::vector<std::uint8_t>(value.begin(), value.end()));
+  };
+  auto lookup = [&](const std::string& key) {
+    const auto v = store->get(key);
+    return std::string(v.begin(), v.end());
+  };
+  std::string address = listen_address();
+  if (address == "*") {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    // Bind every interface; peers reach this one by its host name.
+    transport_ = std::make_shared<Transport>(
+        rank, size, "0.0.0.0",
+        [&](const std::string& key, const std::string& value) {
+          publish(key, std::string(host) + value.substr(value.rfind(':')));
+        },
+        lookup, timeout);
+  } else {
+    transport_ = std::make_shared<Transport>(rank, size, address, publish, lookup, timeout);
+  }
+}
+
+ProcessGroupSpyre::~ProcessGroupSpyre() = default;
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupSpyre::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                            int size, const std::chrono::duration<float>& timeout) {
+  return c10::make_intrusive<ProcessGroupSpyre>(
+      store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+}
+
+std::string ProcessGroupSpyre::next_key() { return "c" + std::to_string(sequence_++); }
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op, c10d::OpType type,
+                                                         const Schedule& schedule, std::vector<at::Tensor> outputs) {
+  const c10::DeviceIndex device =
+      op->tensors.empty() ? backend::current_device() : op->tensors.front().device().index();
+  for (const auto& t : op->tensors) {
+    TORCH_CHECK(t.device().index() == device, "spyre process group: ", op->name,
+                ": expected every tensor on spyre:", device, ", found one on ", t.device());
+  }
+  // The modelled time and the bytes this card sends.
+  std::uint64_t sent = 0;
+  if (size_ > 1) {
+    std::vector<spyre_link_transfer_t> flat;
+    std::vector<uint32_t> counts;
+    for (const auto& step : schedule.steps) {
+      counts.push_back(static_cast<uint32_t>(step.size()));
+      for (const auto& t : step) {
+        flat.push_back(t);
+        if (static_cast<int>(t.src) == rank_) sent += t.bytes;
+      }
+    }
+    SPYRE_CHECK(spyreSystemScheduleTime(driver_device(device), static_cast<uint32_t>(size_), flat.data(), counts.data(),
+                                        static_cast<uint32_t>(counts.size()), &op->duration_ps));
+  }
+  std::vector<void*> buffers;
+  std::vector<size_t> sizes;
+  for (const auto& t : op->tensors) {
+    if (t.numel() == 0) {
+      op->view_index.push_back(-1);
+      continue;
+    }
+    op->view_index.push_back(static_cast<int>(buffers.size()));
+    buffers.push_back(t.data_ptr());
+    sizes.push_back(nbytes(t));
+  }
+  op->transport = transport_;
+  const spyre_queue_t queue = backend::queue_of(backend::current_stream(device));
+  spyre_external_desc_t desc{};
+  desc.struct_size = sizeof desc;
+  desc.name = op->name.c_str();
+  desc.buffers = buffers.data();
+  desc.sizes = sizes.data();
+  desc.num_buffers = static_cast<uint32_t>(buffers.size());
+  desc.fn = run_op;
+  desc.user = op.get();
+  desc.bytes = sent;
+  {
+    const std::lock_guard lock(g_live_mutex);
+    auto& live = live_ops();
+    std::erase_if(live, [](const auto& o) { return o->done.load(); });
+    live.push_back(op);
+  }
+  SPYRE_CHECK(spyreQueueExternal(queue, &desc));
+  spyre_event_t event = nullptr;
+  SPYRE_CHECK(spyreEventCreate(driver_device(device), &event));
+  SPYRE_CHECK(spyreEventRecord(event, queue));
+  return c10::make_intrusive<SpyreWork>(rank_, type, op->name, queue, event, std::move(outputs));
+}
+
+namespace {
+
+std::vector<int> everyone_but(int rank, int size) {
+  std::vector<int> peers;
+  for (int k = 0; k < size; ++k) {
+    if (k != rank) peers.push_back(k);
+  }
+  return peers;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::allreduce(std::vector<at::Tensor>& tensors,
+                                                            const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "spyre process group: all_reduce expects one tensor per rank, found ",
+              tensors.size());
+  const at::Tensor t = tensors[0];
+  check_tensor(t, "all_reduce");
+  check_reduce_op(opts.reduceOp, t);
+  auto op = std::make_shared<Op>();
+  op->name = "all_reduce";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  op->tensors = {t};
+  const std::uint64_t n = nbytes(t);
+  const int rank = rank_, size = size_;
+  op->outgoing = [n](int, void* const* v) { return bytes_of(v[0], n); };
+  op->finish = [=, reduce = opts.reduceOp](void* const* v, std::vector<std::string>& in) {
+    for (int k = 0; k < size; ++k) {
+      if (k != rank && in[k].size() != n) put(nullptr, in[k], n, k);  // raises the size mismatch
+    }
+    if (n == 0) return;
+    reduce_into(reduce, v[0], t, size, [&](int k) -> const void* { return k == rank ? v[0] : in[k].data(); });
+  };
+  // Ring all-reduce: reduce-scatter then all-gather, 2(N - 1) steps of S / N.
+  return submit(op, c10d::OpType::ALLREDUCE, ring(size_, 2 * (size_ - 1), (n + size_ - 1) / size_), {t});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::broadcast(std::vector<at::Tensor>& tensors,
+                                                            const c10d::BroadcastOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "spyre process group: broadcast expects one tensor per rank");
+  const at::Tensor t = tensors[0];
+  check_tensor(t, "broadcast");
+  const int root = static_cast<int>(opts.rootRank), rank = rank_;
+  auto op = std::make_shared<Op>();
+  op->name = "broadcast";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  op->tensors = {t};
+  const std::uint64_t n = nbytes(t);
+  op->outgoing = [=](int, void* const* v) { return rank == root ? bytes_of(v[0], n) : std::string(); };
+  op->finish = [=](void* const* v, std::vector<std::string>& in) {
+    if (rank != root) put(v[0], in[root], n, root);
+  };
+  return submit(op, c10d::OpType::BROADCAST, tree(size_, root, n, false), {t});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::reduce(std::vector<at::Tensor>& tensors,
+                                                         const c10d::ReduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "spyre process group: reduce expects one tensor per rank");
+  const at::Tensor t = tensors[0];
+  check_tensor(t, "reduce");
+  check_reduce_op(opts.reduceOp, t);
+  const int root = static_cast<int>(opts.rootRank), rank = rank_, size = size_;
+  auto op = std::make_shared<Op>();
+  op->name = "reduce";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  op->tensors = {t};
+  const std::uint64_t n = nbytes(t);
+  op->outgoing = [=](int peer, void* const* v) { return peer == root ? bytes_of(v[0], n) : std::string(); };
+  op->finish = [=, reduce = opts.reduceOp](void* const* v, std::vector<std::string>& in) {
+    if (rank != root || n == 0) return;
+    for (int k = 0; k < size; ++k) {
+      if (k != rank && in[k].size() != n) put(nullptr, in[k], n, k);
+    }
+    reduce_into(reduce, v[0], t, size, [&](int k) -> const void* { return k == rank ? v[0] : in[k].data(); });
+  };
+  return submit(op, c10d::OpType::REDUCE, tree(size_, root, n, true), {t});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllgatherOptions&) {
+  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, "spyre process group: all_gather expects one input and "
+              "one output list per rank");
+  TORCH_CHECK(static_cast<int>(outputs[0].size()) == size_, "spyre process group: all_gather expects ", size_,
+              " output tensors, found ", outputs[0].size());
+  const at::Tensor in = inputs[0];
+  check_tensor(in, "all_gather input");
+  auto op = std::make_shared<Op>();
+  op->name = "all_gather";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  op->tensors = {in};
+  for (const auto& o : outputs[0]) {
+    check_tensor(o, "all_gather output");
+    check_same(o, in, "all_gather");
+    TORCH_CHECK(o.numel() == in.numel(), "spyre process group: all_gather expects outputs of the input's ",
+                in.numel(), " elements, found ", o.numel());
+    op->tensors.push_back(o);
+  }
+  const std::uint64_t n = nbytes(in);
+  const int rank = rank_, size = size_;
+  op->outgoing = [n](int, void* const* v) { return bytes_of(v[0], n); };
+  op->finish = [=](void* const* v, std::vector<std::string>& got) {
+    for (int k = 0; k < size; ++k) {
+      if (k == rank) {
+        if (n > 0) std::memcpy(v[1 + k], v[0], n);
+      } else {
+        put(v[1 + k], got[k], n, k);
+      }
+    }
+  };
+  return submit(op, c10d::OpType::ALLGATHER, ring(size_, size_ - 1, n), outputs[0]);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                  const c10d::AllgatherOptions&) {
+  check_tensor(input, "all_gather_into_tensor input");
+  check_tensor(output, "all_gather_into_tensor output");
+  check_same(output, input, "all_gather_into_tensor");
+  TORCH_CHECK(output.numel() == input.numel() * size_, "spyre process group: all_gather_into_tensor expects an output "
+              "of ", size_, " x ", input.numel(), " elements, found ", output.numel());
+  auto op = std::make_shared<Op>();
+  op->name = "all_gather_into_tensor";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  op->tensors = {input, output};
+  const std::uint64_t n = nbytes(input);
+  const int rank = rank_, size = size_;
+  op->outgoing = [n](int, void* const* v) { return bytes_of(v[0], n); };
+  op->finish = [=](void* const* v, std::vector<std::string>& got) {
+    auto* out = static_cast<char*>(v[1]);
+    for (int k = 0; k < size; ++k) {
+      if (k == rank) {
+        if (n > 0) std::memcpy(out + k * n, v[0], n);
+      } else {
+        put(out + k * n, got[k], n, k);
+      }
+    }
+  };
+  return submit(op, c10d::OpType::_ALLGATHER_BASE, ring(size_, size_ - 1, n), {output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::GatherOptions& opts) {
+  TORCH_CHECK(inputs.size() == 1, "spyre process group: gather expects one input per rank");
+  const at::Tensor in = inputs[0];
+  check_tensor(in, "gather input");
+  const int root = static_cast<int>(opts.rootRank), rank = rank_, size = size_;
+  auto op = std::make_shared<Op>();
+  op->name = "gather";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  op->tensors = {in};
+  if (rank == root) {
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "spyre process group: gather "
+                "expects ", size_, " output tensors on the root");
+    for (const auto& o : outputs[0]) {
+      check_tensor(o, "gather output");
+      check_same(o, in, "gather");
+      TORCH_CHECK(o.numel() == in.numel(), "spyre process group: gather expects outputs of the input's size");
+      op->tensors.push_back(o);
+    }
+  }
+  const std::uint64_t n = nbytes(in);
+  op->outgoing = [=](int peer, void* const* v) { return peer == root ? bytes_of(v[0], n) : std::string(); };
+  op->finish = [=](void* const* v, std::vector<std::string>& got) {
+    if (rank != root) return;
+    for (int k = 0; k < size; ++k) {
+      if (k == rank) {
+        if (n > 0) std::memcpy(v[1 + k], v[0], n);
+      } else {
+        put(v[1 + k], got[k], n, k);
+      }
+    }
+  };
+  std::vector<at::Tensor> results = rank == root ? outputs[0] : std::vector<at::Tensor>{};
+  return submit(op, c10d::OpType::GATHER, star(size_, root, [n](int) { return n; }, true), results);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::scatter(std::vector<at::Tensor>& outputs,
+                                                          std::vector<std::vector<at::Tensor>>& inputs,
+                                                          const c10d::ScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1, "spyre process group: scatter expects one output per rank");
+  const at::Tensor out = outputs[0];
+  check_tensor(out, "scatter output");
+  const int root = static_cast<int>(opts.rootRank), rank = rank_;
+  auto op = std::make_shared<Op>();
+  op->name = "scatter";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  op->tensors = {out};
+  if (rank == root) {
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "spyre process group: scatter "
+                "expects ", size_, " input tensors on the root");
+    for (const auto& i : inputs[0]) {
+      check_tensor(i, "scatter input");
+      check_same(i, out, "scatter");
+      TORCH_CHECK(i.numel() == out.numel(), "spyre process group: scatter expects inputs of the output's size");
+      op->tensors.push_back(i);
+    }
+  }
+  const std::uint64_t n = nbytes(out);
+  op->outgoing = [=](int peer, void* const* v) { return rank == root ? bytes_of(v[1 + peer], n) : std::string(); };
+  op->finish = [=](void* const* v, std::vector<std::string>& got) {
+    if (rank == root) {
+      if (n > 0) std::memcpy(v[0], v[1 + root], n);
+    } else {
+      put(v[0], got[root], n, root);
+    }
+  };
+  return submit(op, c10d::OpType::SCATTER, star(size_, root, [n](int) { return n; }, false), {out});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<std::vector<at::Tensor>>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+              "spyre process group: reduce_scatter expects one output and ", size_, " inputs per rank");
+  const at::Tensor out = outputs[0];
+  check_tensor(out, "reduce_scatter output");
+  check_reduce_op(opts.reduceOp, out);
+  auto op = std::make_shared<Op>();
+  op->name = "reduce_scatter";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  op->tensors = {out};
+  for (const auto& i : inputs[0]) {
+    check_tensor(i, "reduce_scatter input");
+    check_same(i, out, "reduce_scatter");
+    TORCH_CHECK(i.numel() == out.numel(), "spyre process group: reduce_scatter expects inputs of the output's size");
+    op->tensors.push_back(i);
+  }
+  const std::uint64_t n = nbytes(out);
+  const int rank = rank_, size = size_;
+  op->outgoing = [=](int peer, void* const* v) { return bytes_of(v[1 + peer], n); };
+  op->finish = [=, reduce = opts.reduceOp](void* const* v, std::vector<std::string>& got) {
+    for (int k = 0; k < size; ++k) {
+      if (k != rank && got[k].size() != n) put(nullptr, got[k], n, k);
+    }
+    if (n == 0) return;
+    reduce_into(reduce, v[0], out, size, [&](int k) -> const void* { return k == rank ? v[1 + rank] : got[k].data(); });
+  };
+  return submit(op, c10d::OpType::REDUCE_SCATTER, ring(size_, size_ - 1, n), {out});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                       const c10d::ReduceScatterOptions& opts) {
+  check_tensor(input, "reduce_scatter_tensor input");
+  check_tensor(output, "reduce_scatter_tensor output");
+  check_same(output, input, "reduce_scatter_tensor");
+  check_reduce_op(opts.reduceOp, output);
+  TORCH_CHECK(input.numel() == output.numel() * size_, "spyre process group: reduce_scatter_tensor expects an input "
+              "of ", size_, " x ", output.numel(), " elements, found ", input.numel());
+  auto op = std::make_shared<Op>();
+  op->name = "reduce_scatter_tensor";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  op->tensors = {output, input};
+  const std::uint64_t n = nbytes(output);
+  const int rank = rank_, size = size_;
+  op->outgoing = [=](int peer, void* const* v) { return bytes_of(static_cast<char*>(v[1]) + peer * n, n); };
+  op->finish = [=, reduce = opts.reduceOp](void* const* v, std::vector<std::string>& got) {
+    for (int k = 0; k < size; ++k) {
+      if (k != rank && got[k].size() != n) put(nullptr, got[k], n, k);
+    }
+    if (n == 0) return;
+    const char* own = static_cast<const char*>(v[1]) + rank * n;
+    reduce_into(reduce, v[0], output, size, [&](int k) -> const void* { return k == rank ? own : got[k].data(); });
+  };
+  return submit(op, c10d::OpType::_REDUCE_SCATTER_BASE, ring(size_, size_ - 1, n), {output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                std::vector<int64_t>& output_splits,
+                                                                std::vector<int64_t>& input_splits,
+                                                                const c10d::AllToAllOptions&) {
+  check_tensor(input, "all_to_all_single input");
+  check_tensor(output, "all_to_all_single output");
+  check_same(output, input, "all_to_all_single");
+  const int size = size_, rank = rank_;
+  // Rows of dim 0 per rank: the splits given, else equal shares.
+  const auto rows = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* what) {
+    std::vector<std::uint64_t> offsets(size + 1, 0);
+    const std::int64_t dim0 = t.dim() == 0 ? 1 : t.size(0);
+    const std::uint64_t row_bytes = dim0 == 0 ? 0 : nbytes(t) / static_cast<std::uint64_t>(dim0);
+    if (splits.empty()) {
+      TORCH_CHECK(dim0 % size == 0, "spyre process group: all_to_all_single ", what, ": ", dim0,
+                  " rows do not split evenly over ", size, " ranks; give split sizes");
+    } else {
+      TORCH_CHECK(static_cast<int>(splits.size()) == size, "spyre process group: all_to_all_single ", what,
+                  " split sizes: expected ", size, ", found ", splits.size());
+    }
+    std::int64_t total = 0;
+    for (int k = 0; k < size; ++k) {
+      const std::int64_t r = splits.empty() ? dim0 / size : splits[k];
+      total += r;
+      offsets[k + 1] = offsets[k] + static_cast<std::uint64_t>(r) * row_bytes;
+    }
+    TORCH_CHECK(total == dim0, "spyre process group: all_to_all_single ", what, " split sizes add up to ", total,
+                ", the tensor has ", dim0, " rows");
+    return offsets;
+  };
+  const auto in_off = rows(input, input_splits, "input");
+  const auto out_off = rows(output, output_splits, "output");
+  auto op = std::make_shared<Op>();
+  op->name = "all_to_all_single";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  op->tensors = {input, output};
+  op->outgoing = [=](int peer, void* const* v) {
+    return bytes_of(static_cast<const char*>(v[0]) + in_off[peer], in_off[peer + 1] - in_off[peer]);
+  };
+  op->finish = [=](void* const* v, std::vector<std::string>& got) {
+    auto* out = static_cast<char*>(v[1]);
+    for (int k = 0; k < size; ++k) {
+      const std::uint64_t n = out_off[k + 1] - out_off[k];
+      if (k == rank) {
+        TORCH_CHECK(n == in_off[k + 1] - in_off[k], "all_to_all_single: this rank's own split sizes disagree");
+        if (n > 0) std::memcpy(out + out_off[k], static_cast<const char*>(v[0]) + in_off[k], n);
+      } else {
+        put(out + out_off[k], got[k], n, k);
+      }
+    }
+  };
+  Schedule s;
+  for (int i = 1; i < size_; ++i) {
+    auto& step = s.steps.emplace_back();
+    for (int k = 0; k < size_; ++k) {
+      // Every rank sends its chunk for rank k + i; the bytes are this rank's view of the
+      // sizes (the others' are theirs; the schedule is the same on every rank when the
+      // splits are symmetric, as in the usual all-to-all).
+      const int to = (k + i) % size_;
+      const std::uint64_t bytes = k == rank_ ? in_off[to + 1] - in_off[to]
+                                             : (to == rank_ ? out_off[k + 1] - out_off[k] : in_off[1] - in_off[0]);
+      step.push_back({static_cast<uint32_t>(k), static_cast<uint32_t>(to), bytes});
+    }
+  }
+  return submit(op, c10d::OpType::ALLTOALL_BASE, s, {output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::alltoall(std::vector<at::Tensor>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllToAllOptions&) {
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_ && static_cast<int>(inputs.size()) == size_,
+              "spyre process group: all_to_all expects ", size_, " inputs and outputs, found ", inputs.size(), " and ",
+              outputs.size());
+  auto op = std::make_shared<Op>();
+  op->name = "all_to_all";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  for (const auto& i : inputs) check_tensor(i, "all_to_all input");
+  for (const auto& o : outputs) {
+    check_tensor(o, "all_to_all output");
+    check_same(o, inputs[0], "all_to_all");
+  }
+  op->tensors = inputs;
+  op->tensors.insert(op->tensors.end(), outputs.begin(), outputs.end());
+  const int size = size_, rank = rank_;
+  std::vector<std::uint64_t> in_bytes, out_bytes;
+  for (const auto& i : inputs) in_bytes.push_back(nbytes(i));
+  for (const auto& o : outputs) out_bytes.push_back(nbytes(o));
+  op->outgoing = [=](int peer, void* const* v) { return bytes_of(v[peer], in_bytes[peer]); };
+  op->finish = [=](void* const* v, std::vector<std::string>& got) {
+    for (int k = 0; k < size; ++k) {
+      if (k == rank) {
+        TORCH_CHECK(out_bytes[k] == in_bytes[k], "all_to_all: this rank's own input and output sizes disagree");
+        if (out_bytes[k] > 0) std::memcpy(v[size + k], v[k], out_bytes[k]);
+      } else {
+        put(v[size + k], got[k], out_bytes[k], k);
+      }
+    }
+  };
+  Schedule s;
+  for (int i = 1; i < size_; ++i) {
+    auto& step = s.steps.emplace_back();
+    for (int k = 0; k < size_; ++k) {
+      const int to = (k + i) % size_;
+      const std::uint64_t bytes = k == rank_ ? in_bytes[to] : (to == rank_ ? out_bytes[k] : in_bytes[0]);
+      step.push_back({static_cast<uint32_t>(k), static_cast<uint32_t>(to), bytes});
+    }
+  }
+  return submit(op, c10d::OpType::ALLTOALL, s, outputs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "spyre process group: send expects one tensor");
+  TORCH_CHECK(dst_rank >= 0 && dst_rank < size_ && dst_rank != rank_, "spyre process group: send to rank ", dst_rank,
+              ": expected another rank below ", size_);
+  const at::Tensor t = tensors[0];
+  check_tensor(t, "send");
+  auto op = std::make_shared<Op>();
+  op->name = "send";
+  op->key = "p" + std::to_string(tag) + "." + std::to_string(p2p_count_[{dst_rank, tag}]++);
+  op->peers = {dst_rank};
+  op->tensors = {t};
+  const std::uint64_t n = nbytes(t);
+  op->outgoing = [n](int, void* const* v) { return bytes_of(v[0], n); };
+  Schedule s;
+  s.steps.push_back({{static_cast<uint32_t>(rank_), static_cast<uint32_t>(dst_rank), n}});
+  return submit(op, c10d::OpType::SEND, s, {t});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "spyre process group: recv expects one tensor");
+  TORCH_CHECK(src_rank >= 0 && src_rank < size_ && src_rank != rank_, "spyre process group: recv from rank ",
+              src_rank, ": expected another rank below ", size_);
+  const at::Tensor t = tensors[0];
+  check_tensor(t, "recv");
+  auto op = std::make_shared<Op>();
+  op->name = "recv";
+  op->key = "p" + std::to_string(tag) + "." + std::to_string(p2p_count_[{src_rank, tag}]++);
+  op->peers = {src_rank};
+  op->tensors = {t};
+  const std::uint64_t n = nbytes(t);
+  op->finish = [=](void* const* v, std::vector<std::string>& got) { put(v[0], got[src_rank], n, src_rank); };
+  Schedule s;
+  s.steps.push_back({{static_cast<uint32_t>(src_rank), static_cast<uint32_t>(rank_), n}});
+  return submit(op, c10d::OpType::RECV, s, {t});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::barrier(const c10d::BarrierOptions&) {
+  auto op = std::make_shared<Op>();
+  op->name = "barrier";
+  op->key = next_key();
+  op->peers = everyone_but(rank_, size_);
+  // A ring all-reduce of nothing: 2(N - 1) latencies.
+  return submit(op, c10d::OpType::BARRIER, ring(size_, 2 * (size_ - 1), 0), {});
+}
+
+}  // namespace spyre::distributed

@@ -1,0 +1,77 @@
+// The spyre torch.distributed backend (c10d::Backend): collectives between processes
+// that each drive one card, as the real stack runs them. Each collective is a command
+// of the current stream's queue (spyreQueueExternal): when the queue reaches it, the
+// card's bytes go to the other ranks through the transport (distributed/transport.h),
+// the results are written into the card's memory, and the command ends at the latest
+// rank's arrival plus the collective's modelled time (spyreSystemScheduleTime over the
+// configured system's links: ring all-reduce, all-gather and reduce-scatter, tree
+// broadcast and reduce, direct gather, scatter, all-to-all and send/recv). Every rank
+// computes the same end, so all see identical timestamps, run after run.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace spyre::distributed {
+
+class Transport;
+
+class ProcessGroupSpyre final : public c10d::Backend {
+ public:
+  ProcessGroupSpyre(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    std::chrono::milliseconds timeout);
+  ~ProcessGroupSpyre() override;
+
+  // What torch.distributed.Backend.register_backend calls.
+  static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                  const std::chrono::duration<float>& timeout);
+
+  const std::string getBackendName() const override { return "spyre"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  struct Op;
+  struct Schedule;
+
+ private:
+  // Submits `op` to the current stream of its tensors' device (or of the current
+  // device) with the modelled time of `schedule` on this group's cards and the bytes
+  // this card sends in it, then records an event that the returned Work waits for.
+  c10::intrusive_ptr<c10d::Work> submit(std::shared_ptr<Op> op, c10d::OpType type, const Schedule& schedule,
+                                        std::vector<at::Tensor> outputs);
+  std::string next_key();
+
+  std::shared_ptr<Transport> transport_;
+  std::uint64_t sequence_ = 0;
+  std::map<std::pair<int, int>, std::uint64_t> p2p_count_;  // (peer, tag) -> messages so far
+};
+
+}  // namespace spyre::distributed
