@@ -32,6 +32,10 @@ struct ProcessGroupSpyre::Op {
   std::function<std::string(int peer, void* const* views)> outgoing;
   std::function<void(void* const* views, std::vector<std::string>& incoming)> finish;
   std::uint64_t duration_ps = 0;
+  // When the modelled time depends on what every rank sends (an uneven all-to-all),
+  // it is computed once everything has arrived, from the same data on every rank.
+  std::function<std::uint64_t(const std::vector<std::string>& incoming)> timing;
+  std::uint64_t sent_bytes = 0;  // with `timing`: the bytes this card sends
   std::atomic<bool> done{false};
 };
 
@@ -183,6 +187,7 @@ int run_op(void* user, uint64_t arrival_ps, void* const* views, uint64_t* end_ps
       latest = std::max(latest, m.arrival_ps);
       incoming[static_cast<std::size_t>(peer)] = std::move(m.payload);
     }
+    if (op.timing) op.duration_ps = op.timing(incoming);
     if (op.finish) op.finish(v.data(), incoming);
     // Conservative: the collective starts when the last rank has arrived.
     *end_ps = latest + op.duration_ps;
@@ -234,6 +239,47 @@ std::string listen_address() {
   const std::string m = master != nullptr ? master : "";
   if (m.empty() || m == "localhost" || m.rfind("127.", 0) == 0) return "127.0.0.1";
   return "*";
+}
+
+// An all-to-all's payloads start with the sender's bytes for every rank (n x u64), so
+// every rank learns the whole matrix and models the same schedule: in step i every
+// rank k sends its piece for k + i.
+std::string with_sizes(const std::vector<std::uint64_t>& sizes, std::string data) {
+  std::string out(reinterpret_cast<const char*>(sizes.data()), sizes.size() * sizeof(std::uint64_t));
+  return out + data;
+}
+
+std::vector<std::uint64_t> sizes_of(const std::string& payload, int n) {
+  if (payload.size() < n * sizeof(std::uint64_t)) throw std::runtime_error("an all-to-all message without its sizes");
+  std::vector<std::uint64_t> sizes(static_cast<std::size_t>(n));
+  std::memcpy(sizes.data(), payload.data(), sizes.size() * sizeof(std::uint64_t));
+  return sizes;
+}
+
+std::string strip_sizes(std::string& payload, int n) { return payload.substr(n * sizeof(std::uint64_t)); }
+
+std::function<std::uint64_t(const std::vector<std::string>&)> all_to_all_timing(spyre_device_t device, int rank,
+                                                                               std::vector<std::uint64_t> own) {
+  return [device, rank, own = std::move(own)](const std::vector<std::string>& incoming) {
+    const int n = static_cast<int>(incoming.size());
+    std::vector<std::vector<std::uint64_t>> matrix(n);
+    for (int k = 0; k < n; ++k) matrix[k] = k == rank ? own : sizes_of(incoming[k], n);
+    std::vector<spyre_link_transfer_t> flat;
+    std::vector<uint32_t> counts;
+    for (int i = 1; i < n; ++i) {
+      counts.push_back(static_cast<uint32_t>(n));
+      for (int k = 0; k < n; ++k) {
+        const int to = (k + i) % n;
+        flat.push_back({static_cast<uint32_t>(k), static_cast<uint32_t>(to), matrix[k][to]});
+      }
+    }
+    std::uint64_t d = 0;
+    if (n > 1 && spyreSystemScheduleTime(device, static_cast<uint32_t>(n), flat.data(), counts.data(),
+                                         static_cast<uint32_t>(counts.size()), &d) != SPYRE_SUCCESS) {
+      throw std::runtime_error(std::string("timing the all-to-all: ") + spyreGetLastErrorMessage());
+    }
+    return d;
+  };
 }
 
 }  // namespace
@@ -318,7 +364,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op,
   desc.num_buffers = static_cast<uint32_t>(buffers.size());
   desc.fn = run_op;
   desc.user = op.get();
-  desc.bytes = sent;
+  desc.bytes = op->timing ? op->sent_bytes : sent;
   {
     const std::lock_guard lock(g_live_mutex);
     auto& live = live_ops();
@@ -645,8 +691,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::alltoall_base(at::Tensor& outp
   op->key = next_key();
   op->peers = everyone_but(rank_, size_);
   op->tensors = {input, output};
+  std::vector<std::uint64_t> sends;
+  for (int k = 0; k < size; ++k) sends.push_back(k == rank ? 0 : in_off[k + 1] - in_off[k]);
   op->outgoing = [=](int peer, void* const* v) {
-    return bytes_of(static_cast<const char*>(v[0]) + in_off[peer], in_off[peer + 1] - in_off[peer]);
+    return with_sizes(sends, bytes_of(static_cast<const char*>(v[0]) + in_off[peer], in_off[peer + 1] - in_off[peer]));
   };
   op->finish = [=](void* const* v, std::vector<std::string>& got) {
     auto* out = static_cast<char*>(v[1]);
@@ -656,24 +704,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::alltoall_base(at::Tensor& outp
         TORCH_CHECK(n == in_off[k + 1] - in_off[k], "all_to_all_single: this rank's own split sizes disagree");
         if (n > 0) std::memcpy(out + out_off[k], static_cast<const char*>(v[0]) + in_off[k], n);
       } else {
-        put(out + out_off[k], got[k], n, k);
+        put(out + out_off[k], strip_sizes(got[k], size), n, k);
       }
     }
   };
-  Schedule s;
-  for (int i = 1; i < size_; ++i) {
-    auto& step = s.steps.emplace_back();
-    for (int k = 0; k < size_; ++k) {
-      // Every rank sends its chunk for rank k + i; the bytes are this rank's view of the
-      // sizes (the others' are theirs; the schedule is the same on every rank when the
-      // splits are symmetric, as in the usual all-to-all).
-      const int to = (k + i) % size_;
-      const std::uint64_t bytes = k == rank_ ? in_off[to + 1] - in_off[to]
-                                             : (to == rank_ ? out_off[k + 1] - out_off[k] : in_off[1] - in_off[0]);
-      step.push_back({static_cast<uint32_t>(k), static_cast<uint32_t>(to), bytes});
-    }
-  }
-  return submit(op, c10d::OpType::ALLTOALL_BASE, s, {output});
+  op->timing = all_to_all_timing(driver_device(input.device().index()), rank, sends);
+  for (const auto b : sends) op->sent_bytes += b;
+  return submit(op, c10d::OpType::ALLTOALL_BASE, Schedule{}, {output});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::alltoall(std::vector<at::Tensor>& outputs,
@@ -697,27 +734,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::alltoall(std::vector<at::Tenso
   std::vector<std::uint64_t> in_bytes, out_bytes;
   for (const auto& i : inputs) in_bytes.push_back(nbytes(i));
   for (const auto& o : outputs) out_bytes.push_back(nbytes(o));
-  op->outgoing = [=](int peer, void* const* v) { return bytes_of(v[peer], in_bytes[peer]); };
+  std::vector<std::uint64_t> sends = in_bytes;
+  sends[static_cast<std::size_t>(rank)] = 0;
+  op->outgoing = [=](int peer, void* const* v) { return with_sizes(sends, bytes_of(v[peer], in_bytes[peer])); };
   op->finish = [=](void* const* v, std::vector<std::string>& got) {
     for (int k = 0; k < size; ++k) {
       if (k == rank) {
         TORCH_CHECK(out_bytes[k] == in_bytes[k], "all_to_all: this rank's own input and output sizes disagree");
         if (out_bytes[k] > 0) std::memcpy(v[size + k], v[k], out_bytes[k]);
       } else {
-        put(v[size + k], got[k], out_bytes[k], k);
+        put(v[size + k], strip_sizes(got[k], size), out_bytes[k], k);
       }
     }
   };
-  Schedule s;
-  for (int i = 1; i < size_; ++i) {
-    auto& step = s.steps.emplace_back();
-    for (int k = 0; k < size_; ++k) {
-      const int to = (k + i) % size_;
-      const std::uint64_t bytes = k == rank_ ? in_bytes[to] : (to == rank_ ? out_bytes[k] : in_bytes[0]);
-      step.push_back({static_cast<uint32_t>(k), static_cast<uint32_t>(to), bytes});
-    }
-  }
-  return submit(op, c10d::OpType::ALLTOALL, s, outputs);
+  op->timing = all_to_all_timing(driver_device(inputs[0].device().index()), rank, sends);
+  for (const auto b : sends) op->sent_bytes += b;
+  return submit(op, c10d::OpType::ALLTOALL, Schedule{}, outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {

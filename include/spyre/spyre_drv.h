@@ -515,8 +515,9 @@ SPYRE_API spyre_result_t spyreSystemScheduleTime(spyre_device_t device, uint32_t
  * arrival_ps; earlier counts as arrival_ps), and returns 0; or it writes a one-line
  * reason into `message` (message_size bytes) and returns non-zero, which faults the
  * queue with that reason. It may block (waiting for other processes: the simulation of
- * this process waits with it) but must call no spyre function: on the timed device it
- * runs on the driver's simulation thread. */
+ * this process waits with it) but must call no spyre function other than
+ * spyreSystemScheduleTime: on the timed device it runs on the driver's simulation
+ * thread. */
 typedef int (*spyre_external_fn)(void* user, uint64_t arrival_ps, void* const* views, uint64_t* end_ps,
                                  char* message, size_t message_size);
 

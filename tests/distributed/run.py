@@ -1,0 +1,72 @@
+"""The spyre process group under torchrun: every collective against the CPU on 2 and
+4 ranks, five runs each, every rank's timestamps identical within a run and across
+runs (tests/distributed/collectives.py does the checking on each rank).
+
+  tools/dev run python3 tests/distributed/run.py [--runs 5] [--ranks 2 4]
+
+ctest runs it as distributed:collectives (with the CI chip's config)."""
+
+import argparse
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(ranks: int, out: pathlib.Path) -> list:
+    cmd = [sys.executable, "-m", "spyre_sim.torchrun", "--nproc-per-node", str(ranks), "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), str(HERE / "collectives.py"), str(out)]
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        raise SystemExit(f"torchrun --nproc-per-node {ranks} failed ({run.returncode}):\n{run.stdout[-3000:]}\n"
+                         f"{run.stderr[-6000:]}")
+    return [json.loads(pathlib.Path(f"{out}.{r}.json").read_text()) for r in range(ranks)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    args = parser.parse_args()
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for ranks in args.ranks:
+            first = None
+            for run in range(args.runs):
+                start = time.time()
+                results = launch(ranks, pathlib.Path(tmp) / f"n{ranks}r{run}")
+                problems = [f for r in results for f in r["failures"]]
+                ends = [r["ends"] for r in results]
+                if any(e != ends[0] for e in ends):
+                    problems.append("the ranks' collective end times differ")
+                if first is not None and ends[0] != first:
+                    problems.append(f"run {run}'s end times differ from run 0's")
+                first = first if first is not None else ends[0]
+                r0 = results[0]
+                print(f"{ranks} ranks, run {run}: {len(ends[0])} collectives, ring all-reduce of 16 MiB modelled "
+                      f"{r0['modelled_ms']:.4f} ms against 2(N-1)/N x S/B + 2(N-1) x L = {r0['formula_ms']:.4f} ms; "
+                      f"last end {ends[0][-1]} ps; {time.time() - start:.1f} s; "
+                      f"{'ok' if not problems else 'FAILED'}", flush=True)
+                for p in problems[:20]:
+                    print("   ", p)
+                passed += not problems
+                failed += bool(problems)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
