@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "distributed/process_group.h"
+#include "distributed/transport.h"
 
 // c10d's operators have kernels for PrivateUse1 (they call the process group) but no
 // autograd kernel for its autograd key, which PyTorch 2.6 gives only to its own
@@ -28,4 +29,6 @@ PYBIND11_MODULE(_spyre_c10d, m) {
   m.def("create_backend", &spyre::distributed::ProcessGroupSpyre::create, pybind11::arg("store"),
         pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
         "A spyre process group backend over `store` (what register_backend's creator returns).");
+  m.def("shared_memory_payloads", &spyre::distributed::shared_memory_payloads,
+        "Payloads this process has sent to other ranks through shared memory.");
 }

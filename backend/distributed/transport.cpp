@@ -5,12 +5,18 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -76,12 +82,58 @@ int connect_to(const std::string& address, std::chrono::milliseconds timeout) {
   }
 }
 
+constexpr std::uint64_t kShmThreshold = 64 << 10;
+std::atomic<std::uint64_t> g_shm_payloads{0};
+
+// What makes two ranks share /dev/shm: the same boot and the same mount namespace.
+std::string machine_identity() {
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  char ns[128] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/mnt", ns, sizeof ns - 1);
+  return boot + "/" + (n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : std::string("?"));
+}
+
+// The payload in a new shared-memory object named `name`.
+void write_shm(const std::string& name, const std::string& payload) {
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) fail("shm_open " + name);
+  if (::ftruncate(fd, static_cast<off_t>(payload.size())) != 0) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    fail("ftruncate " + name);
+  }
+  void* p = ::mmap(nullptr, payload.size(), PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    ::shm_unlink(name.c_str());
+    fail("mmap " + name);
+  }
+  std::memcpy(p, payload.data(), payload.size());
+  ::munmap(p, payload.size());
+}
+
+// Reads and removes a shared-memory payload of `bytes`.
+std::string read_shm(const std::string& name, std::uint64_t bytes) {
+  const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) fail("shm_open " + name + " (a peer's payload)");
+  ::shm_unlink(name.c_str());
+  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) fail("mmap " + name);
+  std::string out(static_cast<const char*>(p), bytes);
+  ::munmap(p, bytes);
+  return out;
+}
+
 void tune(int fd) {
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
 }  // namespace
+
+std::uint64_t shared_memory_payloads() { return g_shm_payloads.load(); }
 
 Transport::Transport(int rank, int size, const std::string& listen_address, const Publish& publish,
                      const Lookup& lookup, std::chrono::milliseconds timeout)
@@ -104,14 +156,16 @@ Transport::Transport(int rank, int size, const std::string& listen_address, cons
   if (::listen(listen_fd_, size) != 0) fail("listen");
   socklen_t len = sizeof addr;
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string me = machine_identity();
   publish(fmt::format("spyre_c10d/{}", rank), fmt::format("{}:{}", listen_address, ntohs(addr.sin_port)));
+  publish(fmt::format("spyre_c10d/{}/machine", rank), me);
   // Lower ranks are connected to, higher ones accepted; each connection starts with the
   // connecting rank.
   for (int peer = 0; peer < rank; ++peer) {
     const int fd = connect_to(lookup(fmt::format("spyre_c10d/{}", peer)), timeout);
     tune(fd);
-    const std::int32_t me = rank;
-    write_all(fd, &me, sizeof me);
+    const std::int32_t self = rank;
+    write_all(fd, &self, sizeof self);
     peers_[peer]->fd = fd;
   }
   for (int accepted = rank + 1; accepted < size; ++accepted) {
@@ -133,7 +187,10 @@ Transport::Transport(int rank, int size, const std::string& listen_address, cons
     peers_[who]->fd = fd;
   }
   for (int peer = 0; peer < size; ++peer) {
-    if (peer != rank) peers_[peer]->reader = std::thread([this, peer] { read_loop(peer); });
+    if (peer == rank) continue;
+    peers_[peer]->same_machine = std::getenv("SPYRE_C10D_NO_SHM") == nullptr &&
+                                 lookup(fmt::format("spyre_c10d/{}/machine", peer)) == me;
+    peers_[peer]->reader = std::thread([this, peer] { read_loop(peer); });
   }
 }
 
@@ -152,19 +209,36 @@ Transport::~Transport() {
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
-// Frame: u32 key length, key, u64 arrival, u64 payload length, payload.
+// Frame: u32 key length, key, u64 arrival, u64 payload length, u8 where (0: the
+// payload follows; 1: a shared-memory object of that length holds it, its name
+// follows as u32 length and bytes).
 void Transport::send(int peer, const std::string& key, std::uint64_t arrival_ps, const std::string& payload) {
   Peer& p = *peers_.at(peer);
-  const std::lock_guard lock(p.send_mutex);
   const std::uint32_t key_len = static_cast<std::uint32_t>(key.size());
   const std::uint64_t payload_len = payload.size();
+  const std::uint8_t shared = p.same_machine && payload_len >= kShmThreshold ? 1 : 0;
   std::string header;
   header.append(reinterpret_cast<const char*>(&key_len), sizeof key_len);
   header += key;
   header.append(reinterpret_cast<const char*>(&arrival_ps), sizeof arrival_ps);
   header.append(reinterpret_cast<const char*>(&payload_len), sizeof payload_len);
+  header.append(reinterpret_cast<const char*>(&shared), sizeof shared);
+  if (shared) {
+    std::uint64_t n = 0;
+    {
+      const std::lock_guard lock(mutex_);
+      n = shm_count_++;
+    }
+    const std::string name = fmt::format("/spyre-c10d-{}-{}-{}", ::getpid(), peer, n);
+    write_shm(name, payload);
+    ++g_shm_payloads;
+    const std::uint32_t name_len = static_cast<std::uint32_t>(name.size());
+    header.append(reinterpret_cast<const char*>(&name_len), sizeof name_len);
+    header += name;
+  }
+  const std::lock_guard lock(p.send_mutex);
   write_all(p.fd, header.data(), header.size());
-  if (!payload.empty()) write_all(p.fd, payload.data(), payload.size());
+  if (!shared && !payload.empty()) write_all(p.fd, payload.data(), payload.size());
 }
 
 void Transport::read_loop(int peer) {
@@ -180,8 +254,18 @@ void Transport::read_loop(int peer) {
       read_all(p.fd, key.data(), key_len);
       read_all(p.fd, &m.arrival_ps, sizeof m.arrival_ps);
       read_all(p.fd, &payload_len, sizeof payload_len);
-      m.payload.resize(payload_len);
-      if (payload_len > 0) read_all(p.fd, m.payload.data(), payload_len);
+      std::uint8_t shared = 0;
+      read_all(p.fd, &shared, sizeof shared);
+      if (shared) {
+        std::uint32_t name_len = 0;
+        read_all(p.fd, &name_len, sizeof name_len);
+        std::string name(name_len, '\0');
+        read_all(p.fd, name.data(), name_len);
+        m.payload = read_shm(name, payload_len);
+      } else {
+        m.payload.resize(payload_len);
+        if (payload_len > 0) read_all(p.fd, m.payload.data(), payload_len);
+      }
       const std::lock_guard lock(mutex_);
       mailbox_[{peer, std::move(key)}] = std::move(m);
       arrived_.notify_all();

@@ -1,7 +1,10 @@
 // The bytes of collectives between the processes of a spyre process group: a TCP
 // connection between every pair of ranks (found through PyTorch's store), messages
-// keyed by a string, each carrying the sender's simulated arrival time. No torch here:
-// the process group gives the store's set and get as functions.
+// keyed by a string, each carrying the sender's simulated arrival time. Between ranks
+// on one machine (the same boot and mount namespace, so the same /dev/shm) a message's
+// payload of 64 KiB or more travels through a POSIX shared-memory object instead, the
+// connection carrying only its name. No torch here: the process group gives the store's
+// set and get as functions.
 #pragma once
 
 #include <condition_variable>
@@ -22,6 +25,9 @@ struct Message {
   std::string payload;
 };
 
+// Payloads this process has sent through shared memory (all transports; for tests).
+std::uint64_t shared_memory_payloads();
+
 class Transport {
  public:
   using Publish = std::function<void(const std::string& key, const std::string& value)>;
@@ -39,6 +45,9 @@ class Transport {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
+  // Whether payloads to `peer` may travel through shared memory.
+  bool shares_memory_with(int peer) const { return peers_.at(peer)->same_machine; }
+
   // Sends a message to `peer` (thread-safe; returns when the bytes are written).
   void send(int peer, const std::string& key, std::uint64_t arrival_ps, const std::string& payload);
   // The message `key` from `peer`, waiting for it up to the timeout. Throws
@@ -48,6 +57,7 @@ class Transport {
  private:
   struct Peer {
     int fd = -1;
+    bool same_machine = false;  // payloads may go through shared memory
     std::mutex send_mutex;
     std::thread reader;
     bool closed = false;  // guarded by mutex_
@@ -64,6 +74,7 @@ class Transport {
   std::condition_variable arrived_;
   std::map<std::pair<int, std::string>, Message> mailbox_;
   bool stopping_ = false;
+  std::uint64_t shm_count_ = 0;  // names of this process's shared-memory payloads
 };
 
 }  // namespace spyre::distributed

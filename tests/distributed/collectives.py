@@ -16,7 +16,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-import spyre_sim  # noqa: F401  (registers the backend)
+import spyre_sim  # registers the backend
+import spyre_sim.distributed
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32]
 SIZES = [1, 7, 1000, 4097]  # uneven: 4097 does not split over 2 or 4 ranks
@@ -180,5 +181,6 @@ done()
 report = torch.spyre.report(0)
 with open(f"{sys.argv[1]}.{rank}.json", "w") as f:
     json.dump({"rank": rank, "size": n, "failures": failures, "ends": ends, "modelled_ms": modelled_ms,
-               "formula_ms": formula_ms, "communication": report["communication"]}, f)
+               "formula_ms": formula_ms, "communication": report["communication"],
+               "shared_memory_payloads": spyre_sim.distributed.extension().shared_memory_payloads()}, f)
 dist.destroy_process_group()

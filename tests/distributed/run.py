@@ -1,6 +1,8 @@
 """The spyre process group under torchrun: every collective against the CPU on 2 and
 4 ranks, five runs each, every rank's timestamps identical within a run and across
-runs (tests/distributed/collectives.py does the checking on each rank).
+runs (tests/distributed/collectives.py does the checking on each rank). Run 1 of each
+sends every payload over TCP (SPYRE_C10D_NO_SHM=1), the others large ones through
+shared memory: the results and the timestamps may not depend on it.
 
   tools/dev run python3 tests/distributed/run.py [--runs 5] [--ranks 2 4]
 
@@ -25,10 +27,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(ranks: int, out: pathlib.Path) -> list:
+def launch(ranks: int, out: pathlib.Path, shm: bool) -> list:
     cmd = [sys.executable, "-m", "spyre_sim.torchrun", "--nproc-per-node", str(ranks), "--master-addr", "127.0.0.1",
            "--master-port", str(free_port()), str(HERE / "collectives.py"), str(out)]
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    env.pop("SPYRE_C10D_NO_SHM", None)
+    if not shm:
+        env["SPYRE_C10D_NO_SHM"] = "1"
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if run.returncode != 0:
         raise SystemExit(f"torchrun --nproc-per-node {ranks} failed ({run.returncode}):\n{run.stdout[-3000:]}\n"
@@ -47,18 +52,21 @@ def main() -> int:
             first = None
             for run in range(args.runs):
                 start = time.time()
-                results = launch(ranks, pathlib.Path(tmp) / f"n{ranks}r{run}")
+                results = launch(ranks, pathlib.Path(tmp) / f"n{ranks}r{run}", shm=run != 1)
                 problems = [f for r in results for f in r["failures"]]
                 ends = [r["ends"] for r in results]
                 if any(e != ends[0] for e in ends):
                     problems.append("the ranks' collective end times differ")
+                shm = sum(r["shared_memory_payloads"] for r in results)
+                if (shm > 0) != (run != 1):
+                    problems.append(f"{shm} payloads went through shared memory in a {'tcp' if run == 1 else 'shm'} run")
                 if first is not None and ends[0] != first:
                     problems.append(f"run {run}'s end times differ from run 0's")
                 first = first if first is not None else ends[0]
                 r0 = results[0]
-                print(f"{ranks} ranks, run {run}: {len(ends[0])} collectives, ring all-reduce of 16 MiB modelled "
+                print(f"{ranks} ranks, run {run} ({'tcp' if run == 1 else 'shm'}): {len(ends[0])} collectives, ring all-reduce of 16 MiB modelled "
                       f"{r0['modelled_ms']:.4f} ms against 2(N-1)/N x S/B + 2(N-1) x L = {r0['formula_ms']:.4f} ms; "
-                      f"last end {ends[0][-1]} ps; {time.time() - start:.1f} s; "
+                      f"last end {ends[0][-1]} ps; {shm} payloads by shared memory; {time.time() - start:.1f} s; "
                       f"{'ok' if not problems else 'FAILED'}", flush=True)
                 for p in problems[:20]:
                     print("   ", p)
