@@ -1,6 +1,7 @@
 """The spyre process group under torchrun: every collective against the CPU on 2 and
 4 ranks, five runs each, every rank's timestamps identical within a run and across
-runs (tests/distributed/collectives.py does the checking on each rank). Run 1 of each
+runs (tests/distributed/collectives.py does the checking on each rank); and
+DistributedDataParallel over 2 ranks against one process (ddp.py). Run 1 of each
 sends every payload over TCP (SPYRE_C10D_NO_SHM=1), the others large ones through
 shared memory: the results and the timestamps may not depend on it.
 
@@ -27,9 +28,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(ranks: int, out: pathlib.Path, shm: bool) -> list:
+def launch(ranks: int, out: pathlib.Path, shm: bool = True, script: str = "collectives.py") -> list:
     cmd = [sys.executable, "-m", "spyre_sim.torchrun", "--nproc-per-node", str(ranks), "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), str(HERE / "collectives.py"), str(out)]
+           "--master-port", str(free_port()), str(HERE / script), str(out)]
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     env.pop("SPYRE_C10D_NO_SHM", None)
     if not shm:
@@ -72,6 +73,17 @@ def main() -> int:
                     print("   ", p)
                 passed += not problems
                 failed += bool(problems)
+        # DistributedDataParallel over 2 ranks against one process on the whole batch.
+        start = time.time()
+        results = launch(2, pathlib.Path(tmp) / "ddp", script="ddp.py")
+        problems = [f for r in results for f in r["failures"]]
+        print(f"DDP over 2 ranks, 3 SGD steps: gradients and parameters against one process "
+              f"{'ok' if not problems else 'FAILED'} ({results[0]['communication']['collectives']} collectives on rank "
+              f"0; {time.time() - start:.1f} s)", flush=True)
+        for p in problems[:20]:
+            print("   ", p)
+        passed += not problems
+        failed += bool(problems)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
