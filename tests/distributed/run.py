@@ -1,7 +1,9 @@
 """The spyre process group under torchrun: every collective against the CPU on 2 and
 4 ranks, five runs each, every rank's timestamps identical within a run and across
-runs (tests/distributed/collectives.py does the checking on each rank); and
-DistributedDataParallel over 2 ranks against one process (ddp.py). Run 1 of each
+runs (tests/distributed/collectives.py does the checking on each rank); a
+tensor-parallel Llama-style block on 2 and 4 ranks, by hand and through DTensor,
+against the whole block on one card (tensor_parallel.py); and DistributedDataParallel
+over 2 ranks against one process (ddp.py). Run 1 of each
 sends every payload over TCP (SPYRE_C10D_NO_SHM=1), the others large ones through
 shared memory: the results and the timestamps may not depend on it.
 
@@ -28,9 +30,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(ranks: int, out: pathlib.Path, shm: bool = True, script: str = "collectives.py") -> list:
+def launch(ranks: int, out: pathlib.Path, shm: bool = True, script: str = "collectives.py", args=()) -> list:
     cmd = [sys.executable, "-m", "spyre_sim.torchrun", "--nproc-per-node", str(ranks), "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), str(HERE / script), str(out)]
+           "--master-port", str(free_port()), str(HERE / script), *args, str(out)]
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     env.pop("SPYRE_C10D_NO_SHM", None)
     if not shm:
@@ -69,6 +71,23 @@ def main() -> int:
                       f"{r0['modelled_ms']:.4f} ms against 2(N-1)/N x S/B + 2(N-1) x L = {r0['formula_ms']:.4f} ms; "
                       f"last end {ends[0][-1]} ps; {shm} payloads by shared memory; {time.time() - start:.1f} s; "
                       f"{'ok' if not problems else 'FAILED'}", flush=True)
+                for p in problems[:20]:
+                    print("   ", p)
+                passed += not problems
+                failed += bool(problems)
+        # The tensor-parallel Llama-style block, by hand and through DTensor.
+        for ranks in args.ranks:
+            for mode in ("hand", "dtensor"):
+                start = time.time()
+                results = launch(ranks, pathlib.Path(tmp) / f"tp{ranks}{mode}", script="tensor_parallel.py",
+                                 args=(mode,))
+                problems = [f for r in results for f in r["failures"]]
+                r0 = results[0]
+                print(f"tensor-parallel Llama-style block ({mode}), {ranks} ranks: output within "
+                      f"{max(r['error'] for r in results):.1e} of the whole block's; modelled {r0['tp_ms']:.4f} ms "
+                      f"against {r0['single_ms']:.4f} ms on one card ({r0['single_ms'] / r0['tp_ms']:.2f}x), "
+                      f"communication {r0['communication_ms']:.4f} ms ({100 * r0['communication_ms'] / r0['tp_ms']:.1f}%); "
+                      f"{time.time() - start:.1f} s; {'ok' if not problems else 'FAILED'}", flush=True)
                 for p in problems[:20]:
                     print("   ", p)
                 passed += not problems
