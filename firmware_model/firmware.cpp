@@ -75,8 +75,10 @@ void Firmware::complete(Queue& queue, std::uint64_t index, CommandBody& body) {
   const CommandKind kind = kind_of(body);
   if (queue.error && kind != CommandKind::event_record) {
     // A faulted queue completes later commands unexecuted until the host
-    // acknowledges; event records still complete so no other queue waits forever.
+    // acknowledges; event records still complete so no other queue waits forever, and
+    // skipped external work is cancelled (its host side may have peers waiting).
     ++queue.skipped;
+    if (auto* work = std::get_if<External>(&body); work != nullptr && work->cancel) work->cancel(chip_.now());
   } else {
     std::optional<FaultRecord> fault;
     execute(queue, body, fault);

@@ -94,6 +94,9 @@ struct External {
   std::string name;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // device address, bytes
   std::function<bool(Picoseconds arrival, std::vector<void*>& views, Picoseconds& end, std::string& reason)> fn;
+  // Called instead of fn when the work is skipped (its queue is in error state), so the
+  // host runtime can tell whoever waits for it.
+  std::function<void(Picoseconds now)> cancel;
   std::uint64_t bytes = 0;
 };
 

@@ -9,11 +9,14 @@
 #include <mutex>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "distributed/transport.h"
+#include "runtime/derived.h"
 #include "runtime/driver.h"
+#include "runtime/launch.h"
 #include "runtime/streams.h"
 
 namespace spyre::distributed {
@@ -26,7 +29,9 @@ using backend::driver_device;
 struct ProcessGroupSpyre::Op {
   std::shared_ptr<Transport> transport;
   std::string key, name;
-  std::vector<int> peers;          // the ranks it exchanges a message with (each way)
+  std::vector<int> send_to;        // the ranks it sends a message to
+  std::vector<int> receive_from;   // the ranks it waits for a message from
+  std::vector<bool> writes;        // per tensor: whether the op writes it
   std::vector<at::Tensor> tensors; // kept alive until the op has run
   std::vector<int> view_index;     // tensor -> index of its view (-1: empty tensor)
   std::function<std::string(int peer, void* const* views)> outgoing;
@@ -37,6 +42,7 @@ struct ProcessGroupSpyre::Op {
   std::function<std::uint64_t(const std::vector<std::string>& incoming)> timing;
   std::uint64_t sent_bytes = 0;  // with `timing`: the bytes this card sends
   std::atomic<bool> done{false};
+  std::atomic<bool> failed{false};
 };
 
 // A collective's modelled transfers, step by step, between the group's cards (ranks).
@@ -170,20 +176,48 @@ std::vector<std::shared_ptr<Op>>& live_ops() {
   return *ops;
 }
 
+// The arrival time that marks a message as "the sender failed this op" (its payload
+// says why), so a failure on one rank fails its peers at once instead of at the timeout.
+constexpr std::uint64_t kAborted = ~std::uint64_t{0};
+
+void abort_peers(Op& op, const std::string& reason) {
+  std::vector<int> peers = op.send_to;
+  peers.insert(peers.end(), op.receive_from.begin(), op.receive_from.end());
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  for (const int peer : peers) {
+    try {
+      op.transport->send(peer, op.key, kAborted, reason);
+    } catch (const std::exception&) {
+      // The peer is gone already: it fails on its own.
+    }
+  }
+}
+
 int run_op(void* user, uint64_t arrival_ps, void* const* views, uint64_t* end_ps, char* message, size_t size) {
   Op& op = *static_cast<Op*>(user);
+  if (views == nullptr) {
+    // Skipped: an earlier command of the queue faulted. The peers are told, so they
+    // fail now rather than wait for this rank until the timeout.
+    abort_peers(op, "rank " + std::to_string(op.transport->rank()) + " skipped it: an earlier command of its stream "
+                    "faulted");
+    op.failed = true;
+    op.done = true;
+    return 0;
+  }
   try {
     std::vector<void*> v(op.tensors.size(), nullptr);
     for (std::size_t i = 0; i < op.tensors.size(); ++i) {
       if (op.view_index[i] >= 0) v[i] = views[op.view_index[i]];
     }
-    for (const int peer : op.peers) {
+    for (const int peer : op.send_to) {
       op.transport->send(peer, op.key, arrival_ps, op.outgoing ? op.outgoing(peer, v.data()) : std::string());
     }
     std::vector<std::string> incoming(static_cast<std::size_t>(op.transport->size()));
     std::uint64_t latest = arrival_ps;
-    for (const int peer : op.peers) {
+    for (const int peer : op.receive_from) {
       Message m = op.transport->receive(peer, op.key);
+      if (m.arrival_ps == kAborted) throw std::runtime_error("rank " + std::to_string(peer) + " failed it: " + m.payload);
       latest = std::max(latest, m.arrival_ps);
       incoming[static_cast<std::size_t>(peer)] = std::move(m.payload);
     }
@@ -194,7 +228,9 @@ int run_op(void* user, uint64_t arrival_ps, void* const* views, uint64_t* end_ps
     op.done = true;
     return 0;
   } catch (const std::exception& e) {
+    abort_peers(op, e.what());
     std::snprintf(message, size, "%s", e.what());
+    op.failed = true;
     op.done = true;
     return 1;
   }
@@ -202,17 +238,17 @@ int run_op(void* user, uint64_t arrival_ps, void* const* views, uint64_t* end_ps
 
 class SpyreWork final : public c10d::Work {
  public:
-  SpyreWork(int rank, c10d::OpType type, std::string name, spyre_queue_t queue, spyre_event_t event,
+  SpyreWork(int rank, c10d::OpType type, std::shared_ptr<Op> op, spyre_queue_t queue, spyre_event_t event,
             std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type), name_(std::move(name)), queue_(queue), event_(event), outputs_(std::move(outputs)) {}
+      : c10d::Work(rank, type), op_(std::move(op)), queue_(queue), event_(event), outputs_(std::move(outputs)) {}
   ~SpyreWork() override { spyreEventDestroy(event_); }
 
   bool isCompleted() override { return spyreEventQuery(event_) == SPYRE_SUCCESS; }
-  bool isSuccess() const override { return true; }
+  bool isSuccess() const override { return !op_->failed; }
   // Blocks until the collective (and the stream's work before it) has completed; a
   // failure (a peer gone, sizes that disagree, a timeout) raises with its reason.
   bool wait(std::chrono::milliseconds /*timeout*/) override {
-    backend::synchronize_queue(queue_, name_.c_str());
+    backend::synchronize_queue(queue_, op_->name.c_str());
     return true;
   }
   void synchronize() override { wait(kNoTimeout); }
@@ -225,7 +261,7 @@ class SpyreWork final : public c10d::Work {
   }
 
  private:
-  std::string name_;
+  std::shared_ptr<Op> op_;
   spyre_queue_t queue_;
   spyre_event_t event_;
   std::vector<at::Tensor> outputs_;
@@ -302,12 +338,24 @@ ProcessGroupSpyre::ProcessGroupSpyre(const c10::intrusive_ptr<c10d::Store>& stor
     transport_ = std::make_shared<Transport>(
         rank, size, "0.0.0.0",
         [&](const std::string& key, const std::string& value) {
-          publish(key, std::string(host) + value.substr(value.rfind(':')));
+          // The address ("0.0.0.0:port") as this host's name and the port; other keys as they are.
+          const bool address = key.find('/') == key.rfind('/') && value.rfind("0.0.0.0:", 0) == 0;
+          publish(key, address ? std::string(host) + value.substr(value.rfind(':')) : value);
         },
         lookup, timeout);
   } else {
     transport_ = std::make_shared<Transport>(rank, size, address, publish, lookup, timeout);
   }
+  // Every rank must simulate the same system, or their collectives' end times differ.
+  spyre_device_properties_t props{};
+  props.struct_size = sizeof props;
+  SPYRE_CHECK(spyreDeviceGetProperties(driver_device(backend::current_device()), &props));
+  const std::string mine = fmt::format("{} ({})", props.config_hash, props.config_name);
+  publish(fmt::format("spyre_c10d/config/{}", rank), mine);
+  const std::string first = lookup("spyre_c10d/config/0");
+  TORCH_CHECK(mine == first, "spyre process group: rank ", rank, " simulates the chip config ", mine, ", rank 0 ",
+              first, ": every rank needs the same config (SPYRE_SIM_CONFIG, SPYRE_SIM_SET) for the ranks to agree on "
+              "their collectives' times");
 }
 
 ProcessGroupSpyre::~ProcessGroupSpyre() = default;
@@ -318,10 +366,15 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSpyre::create(const c10::intrusive
       store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
 }
 
-std::string ProcessGroupSpyre::next_key() { return "c" + std::to_string(sequence_++); }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op, c10d::OpType type,
-                                                         const Schedule& schedule, std::vector<at::Tensor> outputs) {
+                                                         const Schedule& schedule, std::vector<at::Tensor> outputs,
+                                                         bool writes_outputs) {
+  // A collective's key is the group's next sequence number, taken only once it is
+  // queued, so a call refused on this rank does not shift its later collectives' keys
+  // against the other ranks'. (Send and recv come with their own keys.)
+  const bool collective = op->key.empty();
+  if (collective) op->key = "c" + std::to_string(sequence_);
   const c10::DeviceIndex device =
       op->tensors.empty() ? backend::current_device() : op->tensors.front().device().index();
   for (const auto& t : op->tensors) {
@@ -371,11 +424,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op,
     std::erase_if(live, [](const auto& o) { return o->done.load(); });
     live.push_back(op);
   }
+  // The work writes device memory behind the backend's back: what was derived from
+  // the written storages is stale (runtime/derived.h), and held-back launches go first.
+  backend::flush_deferred();
+  if (writes_outputs) {
+    for (const auto& t : outputs) {
+      if (t.numel() > 0) backend::derived::note_write(t.data_ptr());
+    }
+  }
   SPYRE_CHECK(spyreQueueExternal(queue, &desc));
+  if (collective) ++sequence_;
   spyre_event_t event = nullptr;
   SPYRE_CHECK(spyreEventCreate(driver_device(device), &event));
   SPYRE_CHECK(spyreEventRecord(event, queue));
-  return c10::make_intrusive<SpyreWork>(rank_, type, op->name, queue, event, std::move(outputs));
+  return c10::make_intrusive<SpyreWork>(rank_, type, op, queue, event, std::move(outputs));
 }
 
 namespace {
@@ -399,8 +461,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::allreduce(std::vector<at::Tens
   check_reduce_op(opts.reduceOp, t);
   auto op = std::make_shared<Op>();
   op->name = "all_reduce";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   op->tensors = {t};
   const std::uint64_t n = nbytes(t);
   const int rank = rank_, size = size_;
@@ -424,8 +485,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::broadcast(std::vector<at::Tens
   const int root = static_cast<int>(opts.rootRank), rank = rank_;
   auto op = std::make_shared<Op>();
   op->name = "broadcast";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   op->tensors = {t};
   const std::uint64_t n = nbytes(t);
   op->outgoing = [=](int, void* const* v) { return rank == root ? bytes_of(v[0], n) : std::string(); };
@@ -444,8 +504,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::reduce(std::vector<at::Tensor>
   const int root = static_cast<int>(opts.rootRank), rank = rank_, size = size_;
   auto op = std::make_shared<Op>();
   op->name = "reduce";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   op->tensors = {t};
   const std::uint64_t n = nbytes(t);
   op->outgoing = [=](int peer, void* const* v) { return peer == root ? bytes_of(v[0], n) : std::string(); };
@@ -470,8 +529,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::allgather(std::vector<std::vec
   check_tensor(in, "all_gather input");
   auto op = std::make_shared<Op>();
   op->name = "all_gather";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   op->tensors = {in};
   for (const auto& o : outputs[0]) {
     check_tensor(o, "all_gather output");
@@ -504,8 +562,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::_allgather_base(at::Tensor& ou
               "of ", size_, " x ", input.numel(), " elements, found ", output.numel());
   auto op = std::make_shared<Op>();
   op->name = "all_gather_into_tensor";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   op->tensors = {input, output};
   const std::uint64_t n = nbytes(input);
   const int rank = rank_, size = size_;
@@ -532,8 +589,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::gather(std::vector<std::vector
   const int root = static_cast<int>(opts.rootRank), rank = rank_, size = size_;
   auto op = std::make_shared<Op>();
   op->name = "gather";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   op->tensors = {in};
   if (rank == root) {
     TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "spyre process group: gather "
@@ -570,8 +626,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::scatter(std::vector<at::Tensor
   const int root = static_cast<int>(opts.rootRank), rank = rank_;
   auto op = std::make_shared<Op>();
   op->name = "scatter";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   op->tensors = {out};
   if (rank == root) {
     TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "spyre process group: scatter "
@@ -605,8 +660,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::reduce_scatter(std::vector<at:
   check_reduce_op(opts.reduceOp, out);
   auto op = std::make_shared<Op>();
   op->name = "reduce_scatter";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   op->tensors = {out};
   for (const auto& i : inputs[0]) {
     check_tensor(i, "reduce_scatter input");
@@ -637,8 +691,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::_reduce_scatter_base(at::Tenso
               "of ", size_, " x ", output.numel(), " elements, found ", input.numel());
   auto op = std::make_shared<Op>();
   op->name = "reduce_scatter_tensor";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   op->tensors = {output, input};
   const std::uint64_t n = nbytes(output);
   const int rank = rank_, size = size_;
@@ -688,8 +741,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::alltoall_base(at::Tensor& outp
   const auto out_off = rows(output, output_splits, "output");
   auto op = std::make_shared<Op>();
   op->name = "all_to_all_single";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   op->tensors = {input, output};
   std::vector<std::uint64_t> sends;
   for (int k = 0; k < size; ++k) sends.push_back(k == rank ? 0 : in_off[k + 1] - in_off[k]);
@@ -721,8 +773,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::alltoall(std::vector<at::Tenso
               outputs.size());
   auto op = std::make_shared<Op>();
   op->name = "all_to_all";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   for (const auto& i : inputs) check_tensor(i, "all_to_all input");
   for (const auto& o : outputs) {
     check_tensor(o, "all_to_all output");
@@ -752,6 +803,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::alltoall(std::vector<at::Tenso
   return submit(op, c10d::OpType::ALLTOALL, Schedule{}, outputs);
 }
 
+// Send and recv pair by (source, destination, tag, count): the n-th send from a to b
+// with tag t meets the n-th recv at b from a with tag t. A send is eager: it sends and
+// ends a transfer time after its own arrival, waiting for nobody, so a rank may send
+// and then receive on one stream (a ring of isend/irecv); the recv ends a transfer time
+// after the later of the two arrivals.
 c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
   TORCH_CHECK(tensors.size() == 1, "spyre process group: send expects one tensor");
   TORCH_CHECK(dst_rank >= 0 && dst_rank < size_ && dst_rank != rank_, "spyre process group: send to rank ", dst_rank,
@@ -760,14 +816,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::send(std::vector<at::Tensor>& 
   check_tensor(t, "send");
   auto op = std::make_shared<Op>();
   op->name = "send";
-  op->key = "p" + std::to_string(tag) + "." + std::to_string(p2p_count_[{dst_rank, tag}]++);
-  op->peers = {dst_rank};
+  std::uint64_t& count = sent_[{dst_rank, tag}];
+  op->key = fmt::format("p{}.{}>{}.{}", tag, rank_, dst_rank, count);
+  op->send_to = {dst_rank};
   op->tensors = {t};
   const std::uint64_t n = nbytes(t);
   op->outgoing = [n](int, void* const* v) { return bytes_of(v[0], n); };
   Schedule s;
   s.steps.push_back({{static_cast<uint32_t>(rank_), static_cast<uint32_t>(dst_rank), n}});
-  return submit(op, c10d::OpType::SEND, s, {t});
+  auto work = submit(op, c10d::OpType::SEND, s, {t}, /*writes_outputs=*/false);
+  ++count;
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
@@ -778,21 +837,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::recv(std::vector<at::Tensor>& 
   check_tensor(t, "recv");
   auto op = std::make_shared<Op>();
   op->name = "recv";
-  op->key = "p" + std::to_string(tag) + "." + std::to_string(p2p_count_[{src_rank, tag}]++);
-  op->peers = {src_rank};
+  std::uint64_t& count = received_[{src_rank, tag}];
+  op->key = fmt::format("p{}.{}>{}.{}", tag, src_rank, rank_, count);
+  op->receive_from = {src_rank};
   op->tensors = {t};
   const std::uint64_t n = nbytes(t);
   op->finish = [=](void* const* v, std::vector<std::string>& got) { put(v[0], got[src_rank], n, src_rank); };
   Schedule s;
   s.steps.push_back({{static_cast<uint32_t>(src_rank), static_cast<uint32_t>(rank_), n}});
-  return submit(op, c10d::OpType::RECV, s, {t});
+  auto work = submit(op, c10d::OpType::RECV, s, {t});
+  ++count;
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::barrier(const c10d::BarrierOptions&) {
   auto op = std::make_shared<Op>();
   op->name = "barrier";
-  op->key = next_key();
-  op->peers = everyone_but(rank_, size_);
+  op->send_to = op->receive_from = everyone_but(rank_, size_);
   // A ring all-reduce of nothing: 2(N - 1) latencies.
   return submit(op, c10d::OpType::BARRIER, ring(size_, 2 * (size_ - 1), 0), {});
 }

@@ -66,12 +66,11 @@ class ProcessGroupSpyre final : public c10d::Backend {
   // device) with the modelled time of `schedule` on this group's cards and the bytes
   // this card sends in it, then records an event that the returned Work waits for.
   c10::intrusive_ptr<c10d::Work> submit(std::shared_ptr<Op> op, c10d::OpType type, const Schedule& schedule,
-                                        std::vector<at::Tensor> outputs);
-  std::string next_key();
+                                        std::vector<at::Tensor> outputs, bool writes_outputs = true);
 
   std::shared_ptr<Transport> transport_;
   std::uint64_t sequence_ = 0;
-  std::map<std::pair<int, int>, std::uint64_t> p2p_count_;  // (peer, tag) -> messages so far
+  std::map<std::pair<int, int>, std::uint64_t> sent_, received_;  // (peer, tag) -> sends / recvs so far
 };
 
 }  // namespace spyre::distributed

@@ -84,6 +84,7 @@ int connect_to(const std::string& address, std::chrono::milliseconds timeout) {
 
 constexpr std::uint64_t kShmThreshold = 64 << 10;
 std::atomic<std::uint64_t> g_shm_payloads{0};
+std::atomic<std::uint64_t> g_shm_names{0};  // process-wide: names never repeat across transports
 
 // What makes two ranks share /dev/shm: the same boot and the same mount namespace.
 std::string machine_identity() {
@@ -94,23 +95,27 @@ std::string machine_identity() {
   return boot + "/" + (n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : std::string("?"));
 }
 
-// The payload in a new shared-memory object named `name`.
-void write_shm(const std::string& name, const std::string& payload) {
+// The payload in a new shared-memory object named `name`; false (and nothing left
+// behind) when /dev/shm cannot take it, and the payload goes over the connection.
+// The space is allocated up front (posix_fallocate): writing into pages a full tmpfs
+// cannot supply would kill the process with SIGBUS.
+bool write_shm(const std::string& name, const std::string& payload) {
   const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) fail("shm_open " + name);
-  if (::ftruncate(fd, static_cast<off_t>(payload.size())) != 0) {
+  if (fd < 0) return false;
+  if (::posix_fallocate(fd, 0, static_cast<off_t>(payload.size())) != 0) {
     ::close(fd);
     ::shm_unlink(name.c_str());
-    fail("ftruncate " + name);
+    return false;
   }
   void* p = ::mmap(nullptr, payload.size(), PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) {
     ::shm_unlink(name.c_str());
-    fail("mmap " + name);
+    return false;
   }
   std::memcpy(p, payload.data(), payload.size());
   ::munmap(p, payload.size());
+  return true;
 }
 
 // Reads and removes a shared-memory payload of `bytes`.
@@ -190,7 +195,10 @@ Transport::Transport(int rank, int size, const std::string& listen_address, cons
     if (peer == rank) continue;
     peers_[peer]->same_machine = std::getenv("SPYRE_C10D_NO_SHM") == nullptr &&
                                  lookup(fmt::format("spyre_c10d/{}/machine", peer)) == me;
-    peers_[peer]->reader = std::thread([this, peer] { read_loop(peer); });
+  }
+  // Nothing after this throws: a reader thread must not outlive a failed constructor.
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != rank) peers_[peer]->reader = std::thread([this, peer] { read_loop(peer); });
   }
 }
 
@@ -216,7 +224,16 @@ void Transport::send(int peer, const std::string& key, std::uint64_t arrival_ps,
   Peer& p = *peers_.at(peer);
   const std::uint32_t key_len = static_cast<std::uint32_t>(key.size());
   const std::uint64_t payload_len = payload.size();
-  const std::uint8_t shared = p.same_machine && payload_len >= kShmThreshold ? 1 : 0;
+  std::string name;
+  if (p.same_machine && payload_len >= kShmThreshold) {
+    name = fmt::format("/spyre-c10d-{}-{}", ::getpid(), g_shm_names++);
+    if (write_shm(name, payload)) {
+      ++g_shm_payloads;
+    } else {
+      name.clear();  // /dev/shm is full or missing: over the connection
+    }
+  }
+  const std::uint8_t shared = name.empty() ? 0 : 1;
   std::string header;
   header.append(reinterpret_cast<const char*>(&key_len), sizeof key_len);
   header += key;
@@ -224,21 +241,18 @@ void Transport::send(int peer, const std::string& key, std::uint64_t arrival_ps,
   header.append(reinterpret_cast<const char*>(&payload_len), sizeof payload_len);
   header.append(reinterpret_cast<const char*>(&shared), sizeof shared);
   if (shared) {
-    std::uint64_t n = 0;
-    {
-      const std::lock_guard lock(mutex_);
-      n = shm_count_++;
-    }
-    const std::string name = fmt::format("/spyre-c10d-{}-{}-{}", ::getpid(), peer, n);
-    write_shm(name, payload);
-    ++g_shm_payloads;
     const std::uint32_t name_len = static_cast<std::uint32_t>(name.size());
     header.append(reinterpret_cast<const char*>(&name_len), sizeof name_len);
     header += name;
   }
   const std::lock_guard lock(p.send_mutex);
-  write_all(p.fd, header.data(), header.size());
-  if (!shared && !payload.empty()) write_all(p.fd, payload.data(), payload.size());
+  try {
+    write_all(p.fd, header.data(), header.size());
+    if (!shared && !payload.empty()) write_all(p.fd, payload.data(), payload.size());
+  } catch (...) {
+    if (shared) ::shm_unlink(name.c_str());  // nobody will read it
+    throw;
+  }
 }
 
 void Transport::read_loop(int peer) {

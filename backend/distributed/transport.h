@@ -74,7 +74,6 @@ class Transport {
   std::condition_variable arrived_;
   std::map<std::pair<int, std::string>, Message> mailbox_;
   bool stopping_ = false;
-  std::uint64_t shm_count_ = 0;  // names of this process's shared-memory payloads
 };
 
 }  // namespace spyre::distributed

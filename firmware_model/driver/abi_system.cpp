@@ -17,8 +17,11 @@ extern "C" {
 spyre_result_t spyreSystemScheduleTime(spyre_device_t device, uint32_t cards, const spyre_link_transfer_t* transfers,
                                        const uint32_t* step_sizes, uint32_t steps, uint64_t* duration_ps) {
   return guarded(__func__, [&] {
-    Runtime& rt = Runtime::get();
-    auto d = rt.lookup<Device>(device, "device");
+    // Never starts (or waits for) the driver: external work calls this from inside
+    // the simulation, possibly while the driver shuts down.
+    Runtime* running = Runtime::current();
+    if (running == nullptr) raise(SPYRE_ERROR_NOT_INITIALIZED, "the driver is not running");
+    auto d = running->lookup<Device>(device, "device");
     require(duration_ps, "duration_ps");
     if (steps > 0) require(step_sizes, "step_sizes");
     if (cards < 2 || cards > 1024) {
@@ -74,12 +77,18 @@ spyre_result_t spyreQueueExternal(spyre_queue_t queue, const spyre_external_desc
                                                  spyre::sim::Picoseconds& end, std::string& reason) {
       char message[512] = {};
       std::uint64_t e = arrival;
-      if (fn(user, arrival, views.data(), &e, message, sizeof message) != 0) {
+      static void* const kNoViews[1] = {nullptr};  // never NULL: NULL means skipped
+      if (fn(user, arrival, views.empty() ? kNoViews : views.data(), &e, message, sizeof message) != 0) {
         reason = message[0] != '\0' ? std::string(message, strnlen(message, sizeof message)) : "the host's work failed";
         return false;
       }
       end = e;
       return true;
+    };
+    work.cancel = [fn = desc->fn, user = desc->user](spyre::sim::Picoseconds now) {
+      char message[8] = {};
+      std::uint64_t e = now;
+      fn(user, now, nullptr, &e, message, sizeof message);
     };
     submit(rt, q, std::move(work));
     return SPYRE_SUCCESS;

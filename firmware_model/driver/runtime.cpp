@@ -188,6 +188,11 @@ void Runtime::configure(std::optional<StartConfig> config) {
   g_start_config = std::move(config);
 }
 
+Runtime* Runtime::current() {
+  const std::lock_guard lock(g_runtime_mutex);
+  return g_runtime;
+}
+
 Runtime& Runtime::get() {
   const std::lock_guard lock(g_runtime_mutex);
   if (g_runtime != nullptr) return *g_runtime;

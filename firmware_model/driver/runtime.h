@@ -79,6 +79,9 @@ class Runtime {
   // The running runtime, started on first use. Throws Error (NOT_INITIALIZED) when the
   // environment or config is bad.
   static Runtime& get();
+  // The running runtime, or null: never starts one (for calls made from inside the
+  // simulation, e.g. external work, which must not start or wait for the runtime).
+  static Runtime* current();
   // Completes all work and releases every device and handle; the next get() starts
   // afresh. The simulation thread itself lives until process exit.
   static void shutdown();

@@ -503,6 +503,8 @@ typedef struct spyre_link_transfer_t {
  *   duration_ps    [out]
  * Returns SPYRE_SUCCESS; SPYRE_ERROR_INVALID_HANDLE; SPYRE_ERROR_INVALID_NULL_POINTER;
  * SPYRE_ERROR_INVALID_ARGUMENT (a card index of cards or more, src == dst, a bad count). */
+/* Unlike every other call, it never starts the driver (SPYRE_ERROR_NOT_INITIALIZED when
+ * it is not running), so a spyre_external_fn may call it. */
 SPYRE_API spyre_result_t spyreSystemScheduleTime(spyre_device_t device, uint32_t cards,
                                                  const spyre_link_transfer_t* transfers, const uint32_t* step_sizes,
                                                  uint32_t steps, uint64_t* duration_ps);
@@ -511,7 +513,9 @@ SPYRE_API spyre_result_t spyreSystemScheduleTime(spyre_device_t device, uint32_t
  * of a collective). Called once, when every earlier command of the queue has completed,
  * at simulated time `arrival_ps`, with `views[i]` a host pointer to the bytes of the
  * descriptor's i-th device range (valid during the call only; reads and writes through
- * it are the command's). It sets *end_ps, the simulated time the work ends (at least
+ * it are the command's). When the queue is in error state (an earlier command faulted)
+ * the work is skipped: it is called once with `views` NULL instead, so the host runtime
+ * can tell whoever waits for it; its result is then ignored. It sets *end_ps, the simulated time the work ends (at least
  * arrival_ps; earlier counts as arrival_ps), and returns 0; or it writes a one-line
  * reason into `message` (message_size bytes) and returns non-zero, which faults the
  * queue with that reason. It may block (waiting for other processes: the simulation of

@@ -7,7 +7,7 @@ from all ranks' inputs: the CPU folding them in rank order in the dtype (what th
 backend does, so equal bit for bit), and the gloo backend's result where gloo has the
 op (within rounding: gloo sums in its own order). Writes OUT.<rank>.json: failures,
 the end of every collective in simulated time (identical on every rank and every
-run), and the modelled time of a ring all-reduce against 2(N-1)/N x S/B + 2(N-1) x L.
+run), the ends of the sends and recvs (identical on every run), and the modelled time of a ring all-reduce against 2(N-1)/N x S/B + 2(N-1) x L.
 """
 
 import json
@@ -63,11 +63,14 @@ def check(what, got, want, exact=True):
         failures.append(f"rank {rank}: {what}: got {got.flatten()[:6].tolist()}, expected {want.flatten()[:6].tolist()}")
 
 
-def done(work=None):
+p2p_ends = []  # sends and recvs end when their own ranks say (a send is eager): per rank
+
+
+def done(work=None, into=ends):
     if work is not None:
         work.wait()
     torch.spyre.synchronize()
-    ends.append(torch.spyre.report(0)["activity_ps"][1])
+    into.append(torch.spyre.report(0)["activity_ps"][1])
 
 
 def spyre(t):
@@ -143,20 +146,43 @@ for dtype in DTYPES:
         dist.all_to_all_single(out, spyre(big[rank]))
         done()
         check(f"all_to_all_single {tag}", out, torch.cat([b[rank * numel:(rank + 1) * numel] for b in big]))
-        # send/recv around the ring.
+        # send/recv around the ring, every rank sending first (sends are eager), then the
+        # same as isend/irecv pairs on one stream, then back the other way with a tag.
         x = spyre(everyone[rank])
         got = torch.empty(numel, dtype=dtype, device="spyre")
-        if rank % 2 == 0:
-            dist.send(x, (rank + 1) % n)
-            dist.recv(got, (rank - 1) % n)
-        else:
-            dist.recv(got, (rank - 1) % n)
-            dist.send(x, (rank + 1) % n)
-        done()
+        dist.send(x, (rank + 1) % n)
+        dist.recv(got, (rank - 1) % n)
+        done(into=p2p_ends)
         check(f"send/recv {tag}", got, everyone[(rank - 1) % n])
+        got = torch.empty(numel, dtype=dtype, device="spyre")
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, (rank + 1) % n),
+                                        dist.P2POp(dist.irecv, got, (rank - 1) % n)])
+        for w in works:
+            w.wait()
+        done(into=p2p_ends)
+        check(f"isend/irecv {tag}", got, everyone[(rank - 1) % n])
+        got = torch.empty(numel, dtype=dtype, device="spyre")
+        sending = dist.isend(x, (rank - 1) % n, tag=7)
+        dist.recv(got, (rank + 1) % n, tag=7)
+        sending.wait()
+        done(into=p2p_ends)
+        check(f"send/recv tag 7 {tag}", got, everyone[(rank + 1) % n])
 
 dist.barrier()
 done()
+
+# Ranks that disagree fail together, fast, with the reason (not at the timeout), and
+# the group and the stream keep working.
+bad = torch.ones(4 + (rank == 1), device="spyre")
+try:
+    dist.all_reduce(bad)
+    failures.append(f"rank {rank}: an all_reduce of mismatched sizes did not fail")
+except RuntimeError as e:
+    if "bytes from rank" not in str(e) and "failed it" not in str(e):
+        failures.append(f"rank {rank}: a mismatched all_reduce failed with an unexpected message: {e}")
+x = torch.ones(3, device="spyre")
+dist.all_reduce(x)
+check("all_reduce after a failed one", x, torch.full((3,), float(n)))
 
 # The modelled time of a ring all-reduce of S bytes, after a barrier puts every rank at
 # one instant: 2(N-1)/N x S/B + 2(N-1) x L. The CI chip's host link is PCIe Gen5 x16 at
@@ -180,7 +206,7 @@ if abs(modelled_ms - formula_ms) > 0.05 * formula_ms:
 done()
 report = torch.spyre.report(0)
 with open(f"{sys.argv[1]}.{rank}.json", "w") as f:
-    json.dump({"rank": rank, "size": n, "failures": failures, "ends": ends, "modelled_ms": modelled_ms,
+    json.dump({"rank": rank, "size": n, "failures": failures, "ends": ends, "p2p_ends": p2p_ends, "modelled_ms": modelled_ms,
                "formula_ms": formula_ms, "communication": report["communication"],
                "shared_memory_payloads": spyre_sim.distributed.extension().shared_memory_payloads()}, f)
 dist.destroy_process_group()

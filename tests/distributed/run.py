@@ -63,9 +63,10 @@ def main() -> int:
                 shm = sum(r["shared_memory_payloads"] for r in results)
                 if (shm > 0) != (run != 1):
                     problems.append(f"{shm} payloads went through shared memory in a {'tcp' if run == 1 else 'shm'} run")
-                if first is not None and ends[0] != first:
+                p2p = [r["p2p_ends"] for r in results]
+                if first is not None and (ends[0] != first[0] or p2p != first[1]):
                     problems.append(f"run {run}'s end times differ from run 0's")
-                first = first if first is not None else ends[0]
+                first = first if first is not None else (ends[0], p2p)
                 r0 = results[0]
                 print(f"{ranks} ranks, run {run} ({'tcp' if run == 1 else 'shm'}): {len(ends[0])} collectives, ring all-reduce of 16 MiB modelled "
                       f"{r0['modelled_ms']:.4f} ms against 2(N-1)/N x S/B + 2(N-1) x L = {r0['formula_ms']:.4f} ms; "

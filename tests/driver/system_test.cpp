@@ -275,11 +275,16 @@ struct Doubling {
   std::uint64_t arrival = 0;
   std::uint32_t count = 0;
   std::uint32_t calls = 0;
+  std::uint32_t cancelled = 0;
   bool fail = false;
 };
 
 int doubling(void* user, uint64_t arrival_ps, void* const* views, uint64_t* end_ps, char* message, size_t size) {
   auto* d = static_cast<Doubling*>(user);
+  if (views == nullptr) {  // skipped: the queue had faulted
+    ++d->cancelled;
+    return 0;
+  }
   ++d->calls;
   if (d->fail) {
     std::snprintf(message, size, "peer 3 hung up");
@@ -338,10 +343,17 @@ TEST_CASE("given external work on a queue, it runs when the queue reaches it, en
   OK(spyreDeviceGetReport(device(0), json.data(), &bytes));
   CHECK_THAT(json, ContainsSubstring("\"communication\":{\"bytes\":4096,\"collectives\":1,\"time_ps\":5000000}"));
 
-  // A failing work faults the queue with its reason; the device keeps working.
+  // A failing work faults the queue with its reason; work behind it is cancelled (its
+  // function called with no views); the device keeps working.
   work.fail = true;
+  Doubling behind{.count = n};
+  spyre_external_desc_t second = desc;
+  second.user = &behind;
   OK(spyreQueueExternal(q, &desc));
+  OK(spyreQueueExternal(q, &second));
   CHECK(spyreQueueSynchronize(q) == SPYRE_ERROR_DEVICE_FAULT);
+  CHECK(behind.calls == 0);
+  CHECK(behind.cancelled == 1);
   spyre_fault_t fault{};
   fault.struct_size = sizeof fault;
   OK(spyreQueueGetFault(q, &fault));
