@@ -22,6 +22,8 @@ work=$(mktemp -d /tmp/spyre-slurm.XXXXXX)
 pids=()
 cleanup() {
   local status=$?
+  # Jobs first (their steps are not the daemons' children), then the daemons.
+  scancel --quiet --user="$(id -un)" 2>/dev/null || true
   for pidfile in "$work/slurmd.pid" "$work/slurmctld.pid" "$work/munged.pid"; do
     [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
@@ -34,6 +36,8 @@ cleanup() {
   exit "$status"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 mkdir -p "$work/state" "$work/spool" "$work/out"
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -97,8 +101,11 @@ spyre-sim sweep ${sweep[*]} --shard \${SLURM_ARRAY_TASK_ID}/4 --out $work/shard-
 JOB
 array=$(sbatch --parsable "$work/array.sh")
 echo "slurm test: submitted array job $array"
+# (In the background and waited for, so a TERM or INT stops the test at once.)
 sbatch --wait --dependency="afterok:$array" --output="$work/out/merge.out" \
-  --wrap "spyre-sim sweep-merge $work/shard-1 $work/shard-2 $work/shard-3 $work/shard-4 --out $work/merged"
+  --wrap "spyre-sim sweep-merge $work/shard-1 $work/shard-2 $work/shard-3 $work/shard-4 --out $work/merged" &
+pids+=($!)
+wait "${pids[-1]}"
 tasks=$(ls -d "$work"/shard-* | wc -l)
 echo "slurm test: the array's $tasks tasks and the merge job finished"
 
