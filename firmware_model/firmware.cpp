@@ -192,8 +192,8 @@ Picoseconds Firmware::peer_copy(sim::Chip& src, sim::Chip& dst, const Copy& c, P
   const Picoseconds end = std::max({flow.end, read_end, write_end}) + card_links_->latency(from, to) +
                           timing::ns_to_ps(dst.config().memory.latency_ns);
   const std::string what = fmt::format("{:.1f} MiB spyre:{} -> spyre:{}", static_cast<double>(bytes) / (1 << 20), from, to);
-  src.trace_span("peer copies", what, flow.start, end);
-  dst.trace_span("peer copies", what, flow.start, end);
+  src.record_peer_copy(what, flow.start, end);
+  dst.record_peer_copy(what, flow.start, end);
   return end;
 }
 
@@ -217,7 +217,7 @@ void Firmware::execute_external(External& work, std::optional<FaultRecord>& faul
     return;
   }
   end = std::max(end, arrival);
-  chip_.record_external(work.name, arrival, end, work.bytes);
+  chip_.record_external(work.name, arrival, end, work.bytes, work.link_bytes);
   wait_until(end);
 }
 

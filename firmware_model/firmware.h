@@ -98,6 +98,9 @@ struct External {
   // host runtime can tell whoever waits for it.
   std::function<void(Picoseconds now)> cancel;
   std::uint64_t bytes = 0;
+  // The bytes this card sends on each link of the system (timing::sent_link_bytes),
+  // counted when the work has run.
+  std::map<std::string, std::uint64_t> link_bytes;
 };
 
 using CommandBody = std::variant<Copy, Fill, Launch, EventRecord, EventWait, Fence, External>;

@@ -41,6 +41,7 @@ struct ProcessGroupSpyre::Op {
   // it is computed once everything has arrived, from the same data on every rank.
   std::function<std::uint64_t(const std::vector<std::string>& incoming)> timing;
   std::uint64_t sent_bytes = 0;  // with `timing`: the bytes this card sends
+  std::vector<spyre_link_transfer_t> own_transfers;  // with `timing`: what this card sends, for the report
   std::atomic<bool> done{false};
   std::atomic<bool> failed{false};
 };
@@ -294,6 +295,17 @@ std::vector<std::uint64_t> sizes_of(const std::string& payload, int n) {
 
 std::string strip_sizes(std::string& payload, int n) { return payload.substr(n * sizeof(std::uint64_t)); }
 
+// The transfers of an all-to-all that leave this rank: sends[k] bytes to rank k.
+std::vector<spyre_link_transfer_t> own_transfers(int rank, const std::vector<std::uint64_t>& sends) {
+  std::vector<spyre_link_transfer_t> out;
+  for (std::size_t k = 0; k < sends.size(); ++k) {
+    if (static_cast<int>(k) != rank && sends[k] > 0) {
+      out.push_back({static_cast<uint32_t>(rank), static_cast<uint32_t>(k), sends[k]});
+    }
+  }
+  return out;
+}
+
 std::function<std::uint64_t(const std::vector<std::string>&)> all_to_all_timing(spyre_device_t device, int rank,
                                                                                std::vector<std::uint64_t> own) {
   return [device, rank, own = std::move(own)](const std::vector<std::string>& incoming) {
@@ -383,8 +395,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op,
   }
   // The modelled time and the bytes this card sends.
   std::uint64_t sent = 0;
+  std::vector<spyre_link_transfer_t> flat;
   if (size_ > 1) {
-    std::vector<spyre_link_transfer_t> flat;
     std::vector<uint32_t> counts;
     for (const auto& step : schedule.steps) {
       counts.push_back(static_cast<uint32_t>(step.size()));
@@ -418,6 +430,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op,
   desc.fn = run_op;
   desc.user = op.get();
   desc.bytes = op->timing ? op->sent_bytes : sent;
+  // The transfers, for the report's bytes per link (the driver counts this card's).
+  const std::vector<spyre_link_transfer_t>& transfers = op->timing ? op->own_transfers : flat;
+  if (size_ > 1 && !transfers.empty()) {
+    desc.card = static_cast<uint32_t>(rank_);
+    desc.cards = static_cast<uint32_t>(size_);
+    desc.transfers = transfers.data();
+    desc.num_transfers = static_cast<uint32_t>(transfers.size());
+  }
   {
     const std::lock_guard lock(g_live_mutex);
     auto& live = live_ops();
@@ -762,6 +782,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::alltoall_base(at::Tensor& outp
   };
   op->timing = all_to_all_timing(driver_device(input.device().index()), rank, sends);
   for (const auto b : sends) op->sent_bytes += b;
+  op->own_transfers = own_transfers(rank, sends);
   return submit(op, c10d::OpType::ALLTOALL_BASE, Schedule{}, {output});
 }
 
@@ -800,6 +821,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::alltoall(std::vector<at::Tenso
   };
   op->timing = all_to_all_timing(driver_device(inputs[0].device().index()), rank, sends);
   for (const auto b : sends) op->sent_bytes += b;
+  op->own_transfers = own_transfers(rank, sends);
   return submit(op, c10d::OpType::ALLTOALL, Schedule{}, outputs);
 }
 

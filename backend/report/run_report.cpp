@@ -216,6 +216,18 @@ std::string report_text(const json& r) {
                      g.value("decode_steps", 0), step, g.value("decode_bound_us_per_token", 0.0),
                      pct(g.value("decode_bound_us_per_token", 0.0), step), g.value("decode_tokens_per_s", 0.0),
                      g.value("tokens_per_s", 0.0));
+    if (g.contains("tensor_parallel") && g["tensor_parallel"].is_object()) {
+      const json& t = g["tensor_parallel"];
+      s += fmt::format("tensor parallel      {} cards, communication {:.1f}% of the time (mean over cards)\n",
+                       t.value("cards", 0), t.value("communication_share", 0.0) * 100);
+      s += fmt::format("  {:<6} {:>8} {:>12} {:>16} {:>12} {:>14}\n", "card", "kernels", "compute us",
+                       "communicate us", "overlap us", "peer sent MB");
+      for (const auto& c : t.value("per_card", json::array())) {
+        s += fmt::format("  {:<6} {:>8.0f} {:>12.3f} {:>16.3f} {:>12.3f} {:>14.3f}\n", c.value("card", 0),
+                         c.value("kernels", 0.0), c.value("compute_us", 0.0), c.value("communication_us", 0.0),
+                         c.value("overlap_us", 0.0), c.value("peer_sent_bytes", 0.0) * 1e-6);
+      }
+    }
     if (g.contains("cpu_check")) {
       s += fmt::format("CPU check            {} of {} generated tokens equal the CPU's\n",
                        g["cpu_check"].value("equal", 0), g["cpu_check"].value("tokens", 0));

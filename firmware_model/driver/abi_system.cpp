@@ -1,6 +1,7 @@
 // The C ABI (include/spyre/spyre_drv.h), part of it: the system of cards: schedules
 // timed over its links, and external work (a collective's data movement between
 // processes) as a queue command.
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -54,7 +55,8 @@ spyre_result_t spyreQueueExternal(spyre_queue_t queue, const spyre_external_desc
     Runtime& rt = Runtime::get();
     auto q = usable_queue(rt, queue);
     require(desc, "desc");
-    require_size(desc->struct_size, sizeof(spyre_external_desc_t), "spyre_external_desc_t");
+    require_size(desc->struct_size, offsetof(spyre_external_desc_t, card), "spyre_external_desc_t");
+    const bool v09 = desc->struct_size >= sizeof(spyre_external_desc_t);
     if (desc->fn == nullptr) raise(SPYRE_ERROR_INVALID_NULL_POINTER, "desc->fn is NULL");
     if (desc->num_buffers > 0) {
       require(desc->buffers, "desc->buffers");
@@ -63,6 +65,24 @@ spyre_result_t spyreQueueExternal(spyre_queue_t queue, const spyre_external_desc
     firmware::External work;
     work.name = desc->name != nullptr && *desc->name != '\0' ? desc->name : "external work";
     work.bytes = desc->bytes;
+    if (v09 && desc->num_transfers > 0) {
+      require(desc->transfers, "desc->transfers");
+      if (desc->cards < 2 || desc->cards > 1024 || desc->card >= desc->cards) {
+        raise(SPYRE_ERROR_INVALID_ARGUMENT, fmt::format("desc->card {} of desc->cards {}: expected 2 to 1024 cards "
+                                                        "and a card below them", desc->card, desc->cards));
+      }
+      std::vector<spyre::timing::LinkTransfer> transfers;
+      for (std::uint32_t i = 0; i < desc->num_transfers; ++i) {
+        const spyre_link_transfer_t& t = desc->transfers[i];
+        if (t.src >= desc->cards || t.dst >= desc->cards || t.src == t.dst) {
+          raise(SPYRE_ERROR_INVALID_ARGUMENT,
+                fmt::format("desc->transfers[{}]: expected two different cards below {}, found {} -> {}", i,
+                            desc->cards, t.src, t.dst));
+        }
+        transfers.push_back({t.src, t.dst, t.bytes});
+      }
+      work.link_bytes = spyre::timing::sent_link_bytes(q->device->config.chip, desc->cards, desc->card, transfers);
+    }
     for (std::uint32_t i = 0; i < desc->num_buffers; ++i) {
       Device* owner = rt.device_of(desc->buffers[i]);
       if (owner != q->device) {

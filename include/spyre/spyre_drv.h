@@ -66,8 +66,10 @@ extern "C" {
  *      scratchpad), what a kernel compiler's cost model needs.
  * 0.7: spyre_launch_desc_t.min_read_bytes / min_write_bytes (the roofline's traffic).
  * 0.8: spyreSystemScheduleTime and spyreQueueExternal (collectives between cards that
- *      different processes drive). */
-#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 8)
+ *      different processes drive).
+ * 0.9: spyre_external_desc_t.card / cards / transfers / num_transfers (the report's
+ *      bytes per link of a collective). */
+#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 9)
 
 /* ---------------------------------------------------------------------------------
  * Result codes. Ranges: 0 success; 1..0x0fff "not yet"; 0x1000.. caller errors;
@@ -534,15 +536,25 @@ typedef struct spyre_external_desc_t {
   spyre_external_fn fn;
   void* user;                    /* passed to fn */
   uint64_t bytes;                /* the bytes the work moves between cards, for the report */
+  /* 0.9 [optional]: the collective's transfers, for the report's bytes per link. This
+   * card is `card` of a system of `cards` cards connected as the config's `system`
+   * section says; the report adds each transfer whose src is `card` to every link on
+   * its route (so summing the cards' reports counts each byte on each link once).
+   * Others may be given and are not counted. NULL / 0: the total bytes only. */
+  uint32_t card;
+  uint32_t cards;                /* 2 .. 1024 when transfers are given */
+  const spyre_link_transfer_t* transfers;
+  uint32_t num_transfers;
 } spyre_external_desc_t;
 
 /* Queue-ordered external work (spyre_external_fn). The device's report counts each as
- * communication (its time from arrival to end, its bytes) and traces show it on a
- * "collectives" track.
+ * communication (its time from arrival to end, its bytes, and with transfers given its
+ * bytes on each link) and traces show it on a "collectives" track.
  * Returns SPYRE_SUCCESS; SPYRE_ERROR_INVALID_HANDLE; SPYRE_ERROR_INVALID_NULL_POINTER;
  * SPYRE_ERROR_UNSUPPORTED_VERSION; SPYRE_ERROR_INVALID_DEVICE_POINTER /
  * SPYRE_ERROR_INVALID_SIZE (a range outside a live allocation, or of another device);
- * SPYRE_ERROR_QUEUE_IN_ERROR_STATE. */
+ * SPYRE_ERROR_QUEUE_IN_ERROR_STATE; SPYRE_ERROR_INVALID_ARGUMENT (a transfer's card of
+ * `cards` or more, src == dst, or `card` not below `cards`). */
 SPYRE_API spyre_result_t spyreQueueExternal(spyre_queue_t queue, const spyre_external_desc_t* desc);
 
 /* ---------------------------------------------------------------------------------

@@ -128,6 +128,7 @@ Picoseconds Chip::now() const {
 void Chip::record_launch(const LaunchRecord& r) {
   auto& s = stats_;
   note_activity(r.start, r.end);
+  note_busy(timing::OverlapMeter::Kind::compute, r.start, r.end);
   for (std::size_t i = 0; i < r.macs.size(); ++i) s.macs[i] += r.macs[i];
   s.vector_elements += r.vector_elements;
   s.instructions += r.instructions;
@@ -288,16 +289,26 @@ void Chip::trace_host_call(const std::string& name, Picoseconds start, Picosecon
   if (flow != 0) trace_->flow_start(host, start, flow);
 }
 
-void Chip::record_external(const std::string& name, Picoseconds arrival, Picoseconds end, std::uint64_t bytes) {
+void Chip::record_external(const std::string& name, Picoseconds arrival, Picoseconds end, std::uint64_t bytes,
+                           const std::map<std::string, std::uint64_t>& link_bytes) {
   ++stats_.collectives;
+  for (const auto& [link, b] : link_bytes) stats_.collective_link_bytes[link] += b;
   stats_.collective_bytes += bytes;
   stats_.collective_ps += end - arrival;
   note_activity(arrival, end);
+  note_busy(timing::OverlapMeter::Kind::communication, arrival, end);
   if (trace_) trace_->complete(trace_->track("collectives"), name, arrival, end, bytes_text(bytes));
 }
 
-void Chip::trace_span(const std::string& track, const std::string& name, Picoseconds start, Picoseconds end) {
-  if (trace_) trace_->complete(trace_->track(track), name, start, end);
+void Chip::record_peer_copy(const std::string& name, Picoseconds start, Picoseconds end) {
+  note_busy(timing::OverlapMeter::Kind::communication, start, end);
+  if (trace_) trace_->complete(trace_->track("peer copies"), name, start, end);
+}
+
+void Chip::note_busy(timing::OverlapMeter::Kind kind, Picoseconds start, Picoseconds end) {
+  if (timing_ != Timing::timed) return;
+  stats_.activity.add(kind, start, end);
+  stats_.activity.forget_before(impl_->earliest_launch_start(now()));
 }
 
 void Chip::start_trace() { trace_ = std::make_unique<TraceRecorder>(device_); }

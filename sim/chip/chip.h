@@ -25,6 +25,7 @@
 #include "exec/launch.h"
 #include "memory/device_memory.h"
 #include "spyre/isa/program.h"
+#include "timing/overlap_meter.h"
 #include "timing/timing_rules.h"
 
 namespace spyre::sim {
@@ -44,6 +45,10 @@ struct ChipStats {
   // their time from this card's arrival to their end, and the bytes they moved.
   std::uint64_t collectives = 0, collective_bytes = 0;
   Picoseconds collective_ps = 0;
+  std::map<std::string, std::uint64_t> collective_link_bytes;  // sent on each link, when the work said
+  // Timed devices: the time launches ran (compute), peer copies and collectives ran
+  // (communication), and both at once, each counted once however many overlap.
+  timing::OverlapMeter activity;
   Picoseconds first_activity_ps = 0, last_activity_ps = 0;  // span of the recorded work
   Picoseconds first_launch_ps = 0, last_launch_ps = 0;      // span of the launches alone
   // The most recent launches, at most Chip::launch_record_limit() of them (older ones
@@ -160,15 +165,22 @@ class Chip {
   // matches a later launch's LaunchRequest::flow. No-op unless tracing.
   void trace_host_call(const std::string& name, Picoseconds start, Picoseconds end, std::uint64_t flow);
   // Counts a collective from this card's arrival to its end (the report's
-  // communication) and traces it on the "collectives" track.
-  void record_external(const std::string& name, Picoseconds arrival, Picoseconds end, std::uint64_t bytes);
-  // A span on the named track (a peer copy on "peer copies"). No-op unless tracing.
-  void trace_span(const std::string& track, const std::string& name, Picoseconds start, Picoseconds end);
+  // communication), with the bytes it sent on each link when known, and traces it on
+  // the "collectives" track.
+  void record_external(const std::string& name, Picoseconds arrival, Picoseconds end, std::uint64_t bytes,
+                       const std::map<std::string, std::uint64_t>& link_bytes = {});
+  // A peer copy this card sends or receives, from its first byte on the links to its
+  // last landing: the report's communication, and a span on the "peer copies" track.
+  void record_peer_copy(const std::string& name, Picoseconds start, Picoseconds end);
 
   struct Impl;
 
  private:
   void note_activity(Picoseconds start, Picoseconds end);
+  // Compute or communication for the overlap meter (timed only); then forgets what
+  // nothing later can meet: every interval still to come starts at or after the
+  // earlier of now and the start of a launch in flight.
+  void note_busy(timing::OverlapMeter::Kind kind, Picoseconds start, Picoseconds end);
   // Adds a finished launch to the statistics.
   void record_launch(const LaunchRecord& record);
   Picoseconds occupy_channels(Picoseconds ready, const std::vector<std::uint64_t>& reads,

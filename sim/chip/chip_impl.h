@@ -63,6 +63,9 @@ struct Chip::Impl {
 
   explicit Impl(Chip& c);
 
+  // The earliest start of a launch in flight (`bound` when none starts earlier).
+  Picoseconds earliest_launch_start(Picoseconds bound) const;
+
   // What the executor gets from this chip.
   DeviceView view();
   TraceRecorder* trace() { return chip.trace_.get(); }

@@ -96,7 +96,14 @@ nlohmann::json Chip::report(Picoseconds elapsed_ps) const {
           {"communication",
            {{"collectives", stats_.collectives},
             {"time_ps", stats_.collective_ps},
-            {"bytes", stats_.collective_bytes}}},
+            {"bytes", stats_.collective_bytes},
+            {"link_bytes", stats_.collective_link_bytes}}},
+          // Busy time (each kind's union; timed devices): launches, peer copies and
+          // collectives, and both at once.
+          {"card_busy_ps",
+           {{"compute", stats_.activity.busy(timing::OverlapMeter::Kind::compute)},
+            {"communication", stats_.activity.busy(timing::OverlapMeter::Kind::communication)},
+            {"overlap", stats_.activity.overlap()}}},
           {"cores", cores},
           {"activity_ps", {stats_.first_activity_ps, stats_.last_activity_ps}},
           {"launch_span_ps", {stats_.first_launch_ps, stats_.last_launch_ps}},
@@ -130,11 +137,20 @@ std::string Chip::report_text(Picoseconds elapsed_ps) const {
     out += fmt::format("  collectives {}: {:.3f} us from this card's arrival to their end, {:.2f} MiB between cards\n",
                        stats_.collectives, static_cast<double>(stats_.collective_ps) * 1e-6,
                        static_cast<double>(stats_.collective_bytes) / (1 << 20));
+    for (const auto& [link, b] : stats_.collective_link_bytes) {
+      out += fmt::format("    {:<28} {:.2f} MiB sent\n", link, static_cast<double>(b) / (1 << 20));
+    }
   }
   if (stats_.peer_sent_bytes + stats_.peer_received_bytes > 0) {
     out += fmt::format("  peer copies {:.2f} MiB sent to other cards, {:.2f} MiB received\n",
                        static_cast<double>(stats_.peer_sent_bytes) / (1 << 20),
                        static_cast<double>(stats_.peer_received_bytes) / (1 << 20));
+  }
+  if (const Picoseconds comm = stats_.activity.busy(timing::OverlapMeter::Kind::communication); comm > 0) {
+    out += fmt::format("  communicating {:.3f} us, computing {:.3f} us, both at once {:.3f} us\n",
+                       static_cast<double>(comm) * 1e-6,
+                       static_cast<double>(stats_.activity.busy(timing::OverlapMeter::Kind::compute)) * 1e-6,
+                       static_cast<double>(stats_.activity.overlap()) * 1e-6);
   }
   double compute = 0, vector = 0;
   for (const auto& c : core_stats_) compute += static_cast<double>(c.compute_busy_ps), vector += static_cast<double>(c.vector_busy_ps);

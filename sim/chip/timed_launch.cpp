@@ -237,6 +237,11 @@ void Chip::Impl::abort_deadlocked(TimedLaunch& launch) {
   }
 }
 
+Picoseconds Chip::Impl::earliest_launch_start(Picoseconds bound) const {
+  for (const auto& launch : launches) bound = std::min(bound, launch->exec.record().start);
+  return bound;
+}
+
 bool Chip::Impl::abort(std::uint64_t id, const std::string& reason) {
   for (const auto& launch : launches) {
     if (launch->exec.record().id != id || launch->exec.faulted()) continue;

@@ -106,6 +106,7 @@ class Executor {
   std::uint32_t num_streams() const { return static_cast<std::uint32_t>(streams_.size()); }
   bool faulted() const { return record_.fault.has_value(); }
   LaunchRecord& record() { return record_; }
+  const LaunchRecord& record() const { return record_; }
   // What a blocked stream waits for (empty if it does not).
   std::string waiting_for(std::uint32_t stream) const;
 

@@ -77,30 +77,73 @@ Picoseconds CardLinks::latency(std::uint32_t src, std::uint32_t dst) const {
   return h * ns_to_ps(link_ns);
 }
 
-Server& CardLinks::ring_link(std::uint32_t from, bool clockwise) { return clockwise ? cw_[from] : ccw_[from]; }
-
-std::vector<Server*> CardLinks::route(std::uint32_t src, std::uint32_t dst) {
+std::vector<CardLinks::LinkId> CardLinks::path(std::uint32_t src, std::uint32_t dst) const {
+  using Kind = LinkId::Kind;
   const std::uint32_t h = hops(src, dst);
   const std::uint32_t n = cards();
   switch (system_.topology) {
     case config::Topology::switched:
-      return {ports_[src].out, ports_[dst].in};
+      return {{Kind::port_out, src, src}, {Kind::port_in, dst, dst}};
     case config::Topology::full:
-      return {&full_[static_cast<std::size_t>(src) * n + dst]};
+      return {{Kind::direct, src, dst}};
     case config::Topology::ring: {
       // Clockwise when it is no longer than the other way (so on a tie).
       const bool clockwise = (dst + n - src) % n == h;
-      std::vector<Server*> out;
+      std::vector<LinkId> out;
       out.reserve(h);
       std::uint32_t at = src;
       for (std::uint32_t i = 0; i < h; ++i) {
-        out.push_back(&ring_link(at, clockwise));
-        at = clockwise ? (at + 1) % n : (at + n - 1) % n;
+        const std::uint32_t next = clockwise ? (at + 1) % n : (at + n - 1) % n;
+        out.push_back({clockwise ? Kind::ring_cw : Kind::ring_ccw, at, next});
+        at = next;
       }
       return out;
     }
   }
   return {};
+}
+
+const Server& CardLinks::server(const LinkId& link) const {
+  switch (link.kind) {
+    case LinkId::Kind::port_out:
+      return *ports_[link.from].out;
+    case LinkId::Kind::port_in:
+      return *ports_[link.from].in;
+    case LinkId::Kind::ring_cw:
+      return cw_[link.from];
+    case LinkId::Kind::ring_ccw:
+      return ccw_[link.from];
+    case LinkId::Kind::direct:
+      break;
+  }
+  return full_[static_cast<std::size_t>(link.from) * cards() + link.to];
+}
+
+std::string CardLinks::name(const LinkId& link) const {
+  switch (link.kind) {
+    case LinkId::Kind::port_out:
+      return fmt::format("spyre:{} port out", link.from);
+    case LinkId::Kind::port_in:
+      return fmt::format("spyre:{} port in", link.from);
+    case LinkId::Kind::ring_ccw:
+      return fmt::format("spyre:{} -> spyre:{} (ccw)", link.from, link.to);
+    case LinkId::Kind::ring_cw:
+    case LinkId::Kind::direct:
+      break;
+  }
+  return fmt::format("spyre:{} -> spyre:{}", link.from, link.to);
+}
+
+std::vector<Server*> CardLinks::route(std::uint32_t src, std::uint32_t dst) {
+  std::vector<Server*> out;
+  for (const LinkId& link : path(src, dst)) out.push_back(&server(link));
+  return out;
+}
+
+std::vector<std::string> CardLinks::route_names(std::uint32_t src, std::uint32_t dst) const {
+  std::vector<std::string> out;
+  for (const LinkId& link : path(src, dst)) out.push_back(name(link));
+  return out;
 }
 
 Server::Interval CardLinks::transfer(Picoseconds now, Picoseconds ready, std::uint32_t src, std::uint32_t dst,
@@ -119,13 +162,15 @@ Server::Interval CardLinks::transfer(Picoseconds now, Picoseconds ready, std::ui
 }
 
 nlohmann::json CardLinks::report(Picoseconds elapsed_ps) const {
+  using Kind = LinkId::Kind;
   nlohmann::json links = nlohmann::json::array();
   const std::uint32_t n = cards();
+  const auto add = [&](const LinkId& link) { links.push_back(server_json(name(link), server(link), elapsed_ps)); };
   switch (system_.topology) {
     case config::Topology::switched:
       for (std::uint32_t i = 0; i < n; ++i) {
-        links.push_back(server_json(fmt::format("spyre:{} port out", i), *ports_[i].out, elapsed_ps));
-        links.push_back(server_json(fmt::format("spyre:{} port in", i), *ports_[i].in, elapsed_ps));
+        add({Kind::port_out, i, i});
+        add({Kind::port_in, i, i});
       }
       if (has_uplink_) {
         links.push_back(server_json("switch -> host", uplink_up_, elapsed_ps));
@@ -134,16 +179,14 @@ nlohmann::json CardLinks::report(Picoseconds elapsed_ps) const {
       break;
     case config::Topology::ring:
       for (std::uint32_t i = 0; i < n && n > 1; ++i) {
-        links.push_back(server_json(fmt::format("spyre:{} -> spyre:{}", i, (i + 1) % n), cw_[i], elapsed_ps));
-        links.push_back(server_json(fmt::format("spyre:{} -> spyre:{} (ccw)", i, (i + n - 1) % n), ccw_[i], elapsed_ps));
+        add({Kind::ring_cw, i, (i + 1) % n});
+        add({Kind::ring_ccw, i, (i + n - 1) % n});
       }
       break;
     case config::Topology::full:
       for (std::uint32_t i = 0; i < n; ++i) {
         for (std::uint32_t j = 0; j < n; ++j) {
-          if (i != j) {
-            links.push_back(server_json(fmt::format("spyre:{} -> spyre:{}", i, j), full_[std::size_t{i} * n + j], elapsed_ps));
-          }
+          if (i != j) add({Kind::direct, i, j});
         }
       }
       break;
@@ -182,6 +225,23 @@ Picoseconds schedule_time(const config::ChipConfig& chip, std::uint32_t cards,
     t = end;
   }
   return t;
+}
+
+std::map<std::string, std::uint64_t> sent_link_bytes(const config::ChipConfig& chip, std::uint32_t cards,
+                                                     std::uint32_t card, const std::vector<LinkTransfer>& transfers) {
+  if (cards < 2) throw std::invalid_argument(fmt::format("a schedule needs 2 or more cards, found {}", cards));
+  if (card >= cards) throw std::out_of_range(fmt::format("card {}: expected one below {}", card, cards));
+  // Naming needs no servers' state: idle stand-ins for the ports.
+  std::vector<Server> out(cards, Server(1.0)), in(cards, Server(1.0));
+  std::vector<CardLinks::Port> ports;
+  for (std::uint32_t i = 0; i < cards; ++i) ports.push_back({&out[i], &in[i]});
+  const CardLinks links(chip, std::move(ports));
+  std::map<std::string, std::uint64_t> bytes;
+  for (const LinkTransfer& t : transfers) {
+    if (t.src != card) continue;
+    for (const std::string& link : links.route_names(t.src, t.dst)) bytes[link] += t.bytes;
+  }
+  return bytes;
 }
 
 }  // namespace spyre::timing

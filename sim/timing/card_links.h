@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -35,6 +38,9 @@ class CardLinks {
   //   full:   the src -> dst link.
   // Throws std::out_of_range for a card index past cards() or src == dst.
   std::vector<Server*> route(std::uint32_t src, std::uint32_t dst);
+  // The names of those links, as report() names them ("spyre:0 port out", "spyre:1 ->
+  // spyre:2", "spyre:1 -> spyre:0 (ccw)").
+  std::vector<std::string> route_names(std::uint32_t src, std::uint32_t dst) const;
   // Hops on that route: switch 1 (through the switch), ring the shorter distance, full 1.
   std::uint32_t hops(std::uint32_t src, std::uint32_t dst) const;
   // From a byte leaving `src` to it arriving at `dst`:
@@ -69,7 +75,16 @@ class CardLinks {
   void reset_stats();
 
  private:
-  Server& ring_link(std::uint32_t from, bool clockwise);
+  // A link: a card's port (out or in), a ring link from a card (clockwise or not), or
+  // the direct link from one card to another.
+  struct LinkId {
+    enum class Kind { port_out, port_in, ring_cw, ring_ccw, direct } kind;
+    std::uint32_t from = 0, to = 0;  // ports: the card; ring links: from; direct: both
+  };
+  std::vector<LinkId> path(std::uint32_t src, std::uint32_t dst) const;
+  const Server& server(const LinkId& link) const;
+  Server& server(const LinkId& link) { return const_cast<Server&>(std::as_const(*this).server(link)); }
+  std::string name(const LinkId& link) const;
 
   config::SystemConfig system_;
   Picoseconds host_link_latency_ps_ = 0;
@@ -98,5 +113,12 @@ struct LinkTransfer {
 // Throws std::invalid_argument for fewer than 2 cards, std::out_of_range for a bad card.
 Picoseconds schedule_time(const config::ChipConfig& chip, std::uint32_t cards,
                           const std::vector<std::vector<LinkTransfer>>& steps);
+
+// The bytes of `transfers` that leave card `card` on each link of their routes in that
+// system, by link name (CardLinks::route_names): what a card's report counts of a
+// collective, so that summing every card's counts each byte on each link once.
+// Transfers from other cards are skipped. Throws as schedule_time.
+std::map<std::string, std::uint64_t> sent_link_bytes(const config::ChipConfig& chip, std::uint32_t cards,
+                                                     std::uint32_t card, const std::vector<LinkTransfer>& transfers);
 
 }  // namespace spyre::timing

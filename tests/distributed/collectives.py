@@ -191,6 +191,7 @@ check("all_reduce after a failed one", x, torch.full((3,), float(n)))
 S = 16 << 20
 x = torch.ones(S // 4, device="spyre")
 dist.barrier()
+torch.ops.spyre.reset_device_stats(0)  # the report's link bytes of this all-reduce alone
 start, end = torch.spyre.Event(enable_timing=True), torch.spyre.Event(enable_timing=True)
 start.record()
 dist.all_reduce(x)
@@ -200,6 +201,12 @@ modelled_ms = start.elapsed_time(end)
 B = 32e9 * 16 * 128 / 130 / 8 * 0.85
 formula_ms = (2 * (n - 1) / n * S / B + 2 * (n - 1) * 1150e-9) * 1e3
 check("ring all_reduce values", x, torch.full((S // 4,), float(n)))
+# Bytes per link: in each of the 2(N-1) steps this rank sends S/N bytes out of its port
+# and into the next rank's (the report counts what this card sends, on its route).
+links = torch.spyre.report(0)["communication"]["link_bytes"]
+want_links = {f"spyre:{rank} port out": 2 * (n - 1) * S // n, f"spyre:{(rank + 1) % n} port in": 2 * (n - 1) * S // n}
+if links != want_links:
+    failures.append(f"rank {rank}: ring all_reduce's bytes per link {links}, expected {want_links}")
 if abs(modelled_ms - formula_ms) > 0.05 * formula_ms:
     failures.append(f"rank {rank}: ring all_reduce of {S} bytes: modelled {modelled_ms:.4f} ms, "
                     f"formula {formula_ms:.4f} ms (more than 5% apart)")

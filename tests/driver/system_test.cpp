@@ -3,6 +3,7 @@
 // copies between different pairs contending exactly where the topology shares a link.
 // Every expected time is the arithmetic below, from the default chip (configs/spyre.yaml).
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -206,6 +207,10 @@ TEST_CASE("given 2 cards behind a switch, a 256 MiB peer copy takes the link tim
   OK(spyreDeviceGetReport(device(1), json.data(), &bytes));
   CHECK_THAT(json, ContainsSubstring("\"received_bytes\":268435456"));
   CHECK_THAT(json, ContainsSubstring("\"topology\":\"switch\""));
+  // Both cards communicate from the first byte on the links to the last landing (the
+  // transfer, the route's latency, the DRAM latency) and compute nothing meanwhile.
+  CHECK_THAT(json, ContainsSubstring("\"card_busy_ps\":{\"communication\":" + std::to_string(kT + kSwitch + kDram) +
+                                     ",\"compute\":0,\"overlap\":0}"));
 }
 
 TEST_CASE("given 4 cards behind a switch, copies contend only where they share a card's port", "[timed]") {
@@ -324,6 +329,14 @@ TEST_CASE("given external work on a queue, it runs when the queue reaches it, en
   desc.fn = doubling;
   desc.user = &work;
   desc.bytes = 4096;
+  // This card is card 0 of 4 behind the default switch, sending 100 bytes to card 2 and
+  // 10 to card 3 (card 1's 50 are card 1's to count): the report counts them on the
+  // links of their routes, card 0's port out and the others' ports in.
+  const spyre_link_transfer_t transfers[] = {{0, 2, 100}, {1, 2, 50}, {0, 3, 10}};
+  desc.card = 0;
+  desc.cards = 4;
+  desc.transfers = transfers;
+  desc.num_transfers = 3;
   OK(spyreEventRecord(before, q));
   OK(spyreQueueExternal(q, &desc));
   OK(spyreEventRecord(after, q));
@@ -341,7 +354,10 @@ TEST_CASE("given external work on a queue, it runs when the queue reaches it, en
   OK(spyreDeviceGetReport(device(0), nullptr, &bytes));
   std::string json(bytes, '\0');
   OK(spyreDeviceGetReport(device(0), json.data(), &bytes));
-  CHECK_THAT(json, ContainsSubstring("\"communication\":{\"bytes\":4096,\"collectives\":1,\"time_ps\":5000000}"));
+  CHECK_THAT(json, ContainsSubstring("\"communication\":{\"bytes\":4096,\"collectives\":1,\"link_bytes\":{"
+                                     "\"spyre:0 port out\":110,\"spyre:2 port in\":100,\"spyre:3 port in\":10},"
+                                     "\"time_ps\":5000000}"));
+  CHECK_THAT(json, ContainsSubstring("\"card_busy_ps\":{\"communication\":5000000,\"compute\":0,\"overlap\":0}"));
 
   // A failing work faults the queue with its reason; work behind it is cancelled (its
   // function called with no views); the device keeps working.
@@ -369,6 +385,22 @@ TEST_CASE("given external work on a queue, it runs when the queue reaches it, en
   desc.buffers = host_range;
   CHECK(spyreQueueExternal(q, &desc) == SPYRE_ERROR_INVALID_DEVICE_POINTER);
   desc.buffers = buffers;
+  // Transfers naming a card past the system, or this card past it, are refused; a
+  // caller of 0.8 (a descriptor without the transfers) is served.
+  desc.card = 4;
+  CHECK(spyreQueueExternal(q, &desc) == SPYRE_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(spyreGetLastErrorMessage()), ContainsSubstring("desc->card 4 of desc->cards 4"));
+  desc.card = 0;
+  const spyre_link_transfer_t to_itself[] = {{0, 0, 8}};
+  desc.transfers = to_itself;
+  desc.num_transfers = 1;
+  CHECK(spyreQueueExternal(q, &desc) == SPYRE_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(spyreGetLastErrorMessage()), ContainsSubstring("expected two different cards below 4, found 0 -> 0"));
+  work.fail = false;
+  desc.struct_size = offsetof(spyre_external_desc_t, card);
+  OK(spyreQueueExternal(q, &desc));
+  OK(spyreQueueSynchronize(q));
+  desc.struct_size = sizeof desc;
   desc.fn = nullptr;
   CHECK(spyreQueueExternal(q, &desc) == SPYRE_ERROR_INVALID_NULL_POINTER);
   OK(spyreMemFree(buffer));

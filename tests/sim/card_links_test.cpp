@@ -3,6 +3,8 @@
 // chip's host link in the simulator).
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -153,4 +155,32 @@ TEST_CASE("given a ring all-reduce's steps, the schedule takes 2(N-1) x (S/N / r
   CHECK(schedule_time(chip, n, {{}, {{0, 1, 0}}}) == 1'150'000);
   CHECK_THROWS_AS(schedule_time(chip, 1, {}), std::invalid_argument);
   CHECK_THROWS_AS(schedule_time(chip, 2, {{{0, 2, 1}}}), std::out_of_range);
+}
+
+TEST_CASE("given a collective's transfers, a card counts the bytes it sends on every link of their routes") {
+  const auto chip = [](const char* topology) { return load_config("", {std::string("system.topology=") + topology}).chip; };
+  // Card 0 sends 100 bytes to 2 and 10 to 3; card 1's 50 to 2 are not card 0's to count.
+  const std::vector<LinkTransfer> transfers = {{0, 2, 100}, {1, 2, 50}, {0, 3, 10}};
+  using Bytes = std::map<std::string, std::uint64_t>;
+  // Switch: out of card 0's port (110), into 2's (100) and 3's (10).
+  CHECK(sent_link_bytes(chip("switch"), 4, 0, transfers) ==
+        Bytes{{"spyre:0 port out", 110}, {"spyre:2 port in", 100}, {"spyre:3 port in", 10}});
+  // Ring of 4: 0 -> 2 is a tie, clockwise over 0 -> 1 -> 2; 0 -> 3 one hop the other way.
+  CHECK(sent_link_bytes(chip("ring"), 4, 0, transfers) ==
+        Bytes{{"spyre:0 -> spyre:1", 100}, {"spyre:1 -> spyre:2", 100}, {"spyre:0 -> spyre:3 (ccw)", 10}});
+  // Fully connected: one link per pair.
+  CHECK(sent_link_bytes(chip("full"), 4, 0, transfers) == Bytes{{"spyre:0 -> spyre:2", 100}, {"spyre:0 -> spyre:3", 10}});
+  // The names are the report's: every counted link is one the report lists.
+  std::vector<Server> out(4, Server(1e9)), in(4, Server(1e9));
+  std::vector<CardLinks::Port> ports;
+  for (std::uint32_t i = 0; i < 4; ++i) ports.push_back({&out[i], &in[i]});
+  const CardLinks ring(chip("ring"), ports);
+  std::vector<std::string> listed;
+  const nlohmann::json report = ring.report(1);
+  for (const auto& l : report["links"]) listed.push_back(l["name"].get<std::string>());
+  for (const auto& [name, bytes] : sent_link_bytes(chip("ring"), 4, 0, transfers)) {
+    CHECK(std::find(listed.begin(), listed.end(), name) != listed.end());
+  }
+  CHECK_THROWS_AS(sent_link_bytes(chip("switch"), 4, 4, transfers), std::out_of_range);
+  CHECK_THROWS_AS(sent_link_bytes(chip("switch"), 2, 0, transfers), std::out_of_range);  // card 2 of 2
 }

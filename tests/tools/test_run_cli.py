@@ -393,6 +393,48 @@ def test_a_paged_kv_cache_generates_the_tokens_of_the_contiguous_one():
         assert paged["llm"]["decode_us_per_token"] == pytest.approx(flat["llm"]["decode_us_per_token"], rel=0.1)
 
 
+TP_LLM = "llm:layers=2,dim=256,heads=8,kv_heads=4,ffn=512,vocab=512,prompt=24,gen=6,dtype=fp32"
+
+
+def test_tensor_parallel_llm_generates_the_cpus_tokens_over_2_and_4_cards(tmp_path):
+    single = report("--workload", TP_LLM + ",check=cpu", "--config", CI)
+    assert "tensor_parallel" not in single["llm"]
+    for cards in (2, 4):
+        trace = tmp_path / "tp.json"
+        j = report("--workload", TP_LLM + f",check=cpu,tp={cards}", "--config", CI, "--trace", str(trace))
+        g, m = j["llm"], j["metrics"]
+        assert g["spec"].endswith(f",tp={cards}") and m["cpu_fallbacks"] == 0
+        # fp32: the cards' partial sums added by the ring give the CPU's greedy tokens.
+        assert g["cpu_check"]["equal"] == g["cpu_check"]["tokens"] == 6
+        t = g["tensor_parallel"]
+        assert t["cards"] == cards and len(t["per_card"]) == cards
+        # Every card sends 2 (N - 1) / N of each all-reduced tensor: two per layer per
+        # forward of [tokens, 256] fp32, the prefill's 24 tokens and 5 decode steps' 1:
+        #   2 layers x 2 x 2 (N - 1) / N x (24 + 5) x 256 x 4 bytes.
+        sent = 2 * 2 * 2 * (cards - 1) / cards * 29 * 256 * 4
+        for c in t["per_card"]:
+            assert c["peer_sent_bytes"] == c["peer_received_bytes"] == sent
+            assert c["compute_us"] > 0 and c["communication_us"] > 0
+            assert 0 <= c["overlap_us"] <= min(c["compute_us"], c["communication_us"])
+            assert c["compute_us"] + c["communication_us"] - c["overlap_us"] <= m["time_us"] * 1.0001
+        assert 0 < t["communication_share"] < 1
+        # Each card holds 1/N of the layers' weights and cache (the embeddings and the
+        # output projection whole), so its decode bound falls.
+        assert g["decode_bound_us_per_token"] < single["llm"]["decode_bound_us_per_token"]
+        assert g["weight_bytes"] < single["llm"]["weight_bytes"]
+        # Every card is traced: card 0 to the file given, card r beside it.
+        for r in range(cards):
+            path = trace if r == 0 else tmp_path / f"tp.card{r}.json"
+            events = json.loads(path.read_text())
+            events = events["traceEvents"] if isinstance(events, dict) else events
+            assert any(e.get("name", "").endswith(f"spyre:{(r + 1) % cards}") for e in events), r
+    text = spyre_sim("run", "--workload", TP_LLM + ",tp=2", "--config", CI)
+    assert text.returncode == 0, text.stderr
+    assert "tensor parallel      2 cards" in text.stdout and "communicate us" in text.stdout
+    r = spyre_sim("run", "--workload", TP_LLM + ",tp=3", "--config", CI)
+    assert r.returncode == 2 and "tp=3 cards must split heads 8 evenly" in r.stderr, r.stderr
+
+
 def torchvision_macs(name, resolution):
     """The multiply-accumulates of torchvision's own model at a resolution, batch 1,
     counted on the CPU: every Conv2d and Linear by forward hooks, and for vit_b_16 the

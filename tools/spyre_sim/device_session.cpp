@@ -29,7 +29,7 @@ std::int64_t positive_integer(const std::string& s, const std::string& what) {
   throw UsageError(fmt::format("{}: expected a positive integer, found '{}'", what, s));
 }
 
-void configure_driver(const ConfigOptions& config, spyre_device_mode_t mode) {
+void configure_driver(const ConfigOptions& config, spyre_device_mode_t mode, std::uint32_t devices) {
   // Validate the config here (a clear usage error), then hand it to the driver.
   (void)config::load_config(config.config_path, config.overrides);
   // Each --set goes to the driver as it is (no joined string to split again).
@@ -39,7 +39,7 @@ void configure_driver(const ConfigOptions& config, spyre_device_mode_t mode) {
                                     .config_path = config.config_path.c_str(),
                                     .overrides = overrides.data(),
                                     .num_overrides = static_cast<std::uint32_t>(overrides.size()),
-                                    .device_count = 1,
+                                    .device_count = devices,
                                     .config_yaml = nullptr,
                                     .mode = mode};
   if (spyreDriverConfigure(&start) != SPYRE_SUCCESS) throw UsageError(spyreGetLastErrorMessage());

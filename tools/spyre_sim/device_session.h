@@ -18,8 +18,9 @@
 namespace spyre::tools {
 
 // Validates the config (a clear UsageError), then hands it and the mode to the
-// driver through spyreDriverConfigure (one device).
-void configure_driver(const ConfigOptions& config, spyre_device_mode_t mode);
+// driver through spyreDriverConfigure (`devices` cards, linked as the config's
+// system section says).
+void configure_driver(const ConfigOptions& config, spyre_device_mode_t mode, std::uint32_t devices = 1);
 
 spyre_device_t device_handle();
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
@@ -41,6 +43,9 @@
 
 #include "aten/cpu_fallback.h"
 #include "report/run_report.h"
+#include "runtime/derived.h"
+#include "runtime/launch.h"
+#include "runtime/streams.h"
 #include "spyre/cost/roofline.h"
 #include "spyre_sim/device_session.h"
 
@@ -75,24 +80,22 @@ constexpr double kNormEps = 1e-5;
 
 std::int64_t max_positions(const LlmSpec& s) { return s.prompt + s.gen; }
 
-// Random weights made where they live (the device's generator on spyre): linear
-// weights ~ N(0, 0.02), embeddings ~ N(0, 1), norms 1; rotary tables from the positions.
-Model make_model(const LlmSpec& s, const at::TensorOptions& o) {
-  const auto normal = [&](std::vector<std::int64_t> sizes, double std) {
-    return at::empty(sizes, o).normal_(0.0, std);
-  };
+// Seeds the generator of the device `o` names (the device's own on spyre), so every
+// run makes the same weights.
+void seed_generator(const at::TensorOptions& o, std::uint64_t seed) {
+  at::Generator g = at::globalContext().defaultGenerator(o.device());
+  std::lock_guard<std::mutex> lock(g.mutex());
+  g.set_current_seed(seed);
+}
+
+at::Tensor random_normal(const at::TensorOptions& o, std::vector<std::int64_t> sizes, double std) {
+  return at::empty(sizes, o).normal_(0.0, std);
+}
+
+// The rotary tables: inv_freq_i = theta^(-2i / hd); angle(p, i) = p x inv_freq_i,
+// repeated for both halves.
+void make_rotary(const LlmSpec& s, const at::TensorOptions& o, Model& m) {
   const std::int64_t hd = s.head_dim();
-  Model m;
-  for (std::int64_t i = 0; i < s.layers; ++i) {
-    m.layers.push_back({at::ones({s.dim}, o), normal({s.heads * hd, s.dim}, 0.02),
-                        normal({s.kv_heads * hd, s.dim}, 0.02), normal({s.kv_heads * hd, s.dim}, 0.02),
-                        normal({s.dim, s.heads * hd}, 0.02), at::ones({s.dim}, o), normal({s.ffn, s.dim}, 0.02),
-                        normal({s.ffn, s.dim}, 0.02), normal({s.dim, s.ffn}, 0.02)});
-  }
-  m.embed = normal({s.vocab, s.dim}, 1.0);
-  m.norm = at::ones({s.dim}, o);
-  m.head = normal({s.vocab, s.dim}, 0.02);
-  // inv_freq_i = theta^(-2i / hd); angle(p, i) = p x inv_freq_i, repeated for both halves.
   const auto f32 = o.dtype(c10::kFloat);
   const at::Tensor exponent = at::arange(0, hd, 2, f32).mul(-1.0 / double(hd));
   const at::Tensor inv_freq = at::pow(kRopeTheta, exponent);
@@ -101,6 +104,48 @@ Model make_model(const LlmSpec& s, const at::TensorOptions& o) {
   m.cos = at::cos(both).to(s.dtype);
   m.sin = at::sin(both).to(s.dtype);
   m.first_half = at::arange(2, f32).lt(1.0).view({2, 1});
+}
+
+// Random weights made where they live (the device's generator on spyre, seeded with
+// the spec's seed): linear weights ~ N(0, 0.02), embeddings ~ N(0, 1), norms 1; rotary
+// tables from the positions.
+Model make_model(const LlmSpec& s, const at::TensorOptions& o) {
+  seed_generator(o, s.seed);
+  const std::int64_t hd = s.head_dim();
+  Model m;
+  for (std::int64_t i = 0; i < s.layers; ++i) {
+    m.layers.push_back({at::ones({s.dim}, o), random_normal(o, {s.heads * hd, s.dim}, 0.02),
+                        random_normal(o, {s.kv_heads * hd, s.dim}, 0.02), random_normal(o, {s.kv_heads * hd, s.dim}, 0.02),
+                        random_normal(o, {s.dim, s.heads * hd}, 0.02), at::ones({s.dim}, o), random_normal(o, {s.ffn, s.dim}, 0.02),
+                        random_normal(o, {s.ffn, s.dim}, 0.02), random_normal(o, {s.dim, s.ffn}, 0.02)});
+  }
+  m.embed = random_normal(o, {s.vocab, s.dim}, 1.0);
+  m.norm = at::ones({s.dim}, o);
+  m.head = random_normal(o, {s.vocab, s.dim}, 0.02);
+  make_rotary(s, o, m);
+  return m;
+}
+
+// Card r's share of the model under tensor parallelism (LlmSpec::tp), made on the card
+// it lives on (no copies between cards, so a no-data run touches no host memory for
+// it): the embeddings, output projection and norms whole, the same on every card (the
+// card's generator seeded with the spec's seed); then, from a seed of the card's own,
+// its heads' rows of wq, wk and wv and columns of wo, its rows of w1 and w3 and columns
+// of w2. (Other weights than tp=1's: gather_model assembles the whole model they make.)
+Model make_shard(const LlmSpec& s, std::int64_t r, const at::TensorOptions& o) {
+  seed_generator(o, s.seed);
+  Model m;
+  m.embed = random_normal(o, {s.vocab, s.dim}, 1.0);
+  m.norm = at::ones({s.dim}, o);
+  m.head = random_normal(o, {s.vocab, s.dim}, 0.02);
+  make_rotary(s, o, m);
+  seed_generator(o, s.seed + 0x9E3779B97F4A7C15ull * std::uint64_t(r + 1));
+  const std::int64_t q = s.local_heads() * s.head_dim(), kv = s.local_kv_heads() * s.head_dim(), f = s.local_ffn();
+  for (std::int64_t i = 0; i < s.layers; ++i) {
+    m.layers.push_back({at::ones({s.dim}, o), random_normal(o, {q, s.dim}, 0.02), random_normal(o, {kv, s.dim}, 0.02),
+                        random_normal(o, {kv, s.dim}, 0.02), random_normal(o, {s.dim, q}, 0.02), at::ones({s.dim}, o),
+                        random_normal(o, {f, s.dim}, 0.02), random_normal(o, {f, s.dim}, 0.02), random_normal(o, {s.dim, f}, 0.02)});
+  }
   return m;
 }
 
@@ -125,8 +170,8 @@ Cache make_cache(const LlmSpec& s, const at::TensorOptions& o) {
   if (s.page > 0) {
     const std::int64_t per_seq = (max_positions(s) + s.page - 1) / s.page, pages = per_seq * s.batch;
     for (std::int64_t i = 0; i < s.layers; ++i) {
-      c.k.push_back(at::zeros({pages, s.page, s.kv_heads, s.head_dim()}, o));
-      c.v.push_back(at::zeros({pages, s.page, s.kv_heads, s.head_dim()}, o));
+      c.k.push_back(at::zeros({pages, s.page, s.local_kv_heads(), s.head_dim()}, o));
+      c.v.push_back(at::zeros({pages, s.page, s.local_kv_heads(), s.head_dim()}, o));
     }
     // Position t of sequence b: page t / P of the sequence, which is pool page
     // (t / P) x batch + b; row t % P of it.
@@ -139,8 +184,8 @@ Cache make_cache(const LlmSpec& s, const at::TensorOptions& o) {
     return c;
   }
   for (std::int64_t i = 0; i < s.layers; ++i) {
-    c.k.push_back(at::zeros({s.batch, s.kv_heads, max_positions(s), s.head_dim()}, o));
-    c.v.push_back(at::zeros({s.batch, s.kv_heads, max_positions(s), s.head_dim()}, o));
+    c.k.push_back(at::zeros({s.batch, s.local_kv_heads(), max_positions(s), s.head_dim()}, o));
+    c.v.push_back(at::zeros({s.batch, s.local_kv_heads(), max_positions(s), s.head_dim()}, o));
   }
   return c;
 }
@@ -180,6 +225,16 @@ at::Tensor linear_residual(const at::Tensor& x, const at::Tensor& w, const at::T
           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
                             const std::optional<at::Tensor>&, c10::string_view)>();
   return op.call(x, w.t(), std::nullopt, "", residual, "add");
+}
+// x @ w^T by the same kernel without the residual: the output projections of cards
+// 1..tp-1, whose partial sums the all-reduce adds to card 0's (which has the residual).
+at::Tensor linear_plain(const at::Tensor& x, const at::Tensor& w) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("spyre::matmul_epilogue", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
+                            const std::optional<at::Tensor>&, c10::string_view)>();
+  return op.call(x, w.t(), std::nullopt, "", std::nullopt, "add");
 }
 
 // x [B, L, heads, hd] (the projections' layout; so is the result, which K's cache
@@ -223,74 +278,262 @@ at::Tensor rotary(const at::Tensor& x, const Model& m, std::int64_t pos) {
   return at::add(at::mul(x, m.cos.narrow(0, pos, len)), at::mul(rotated, m.sin.narrow(0, pos, len)));
 }
 
-// One forward over tokens [B, L] at positions pos..pos+L-1; returns the greedy next
-// token [B, 1] (int64). `mask`: [B, 1, L, pos+L] boolean, or undefined (causal, one
-// length for the whole batch).
-at::Tensor forward(const LlmSpec& s, const Model& m, Cache& cache, const at::Tensor& tokens, std::int64_t pos,
-                   const at::Tensor& mask) {
-  const std::int64_t b = tokens.size(0), len = tokens.size(1), hd = s.head_dim();
-  at::Tensor h = at::embedding(m.embed, tokens);
-  const bool fused = h.device().type() == c10::DeviceType::PrivateUse1;
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    const Layer& l = m.layers[i];
-    const at::Tensor a = at::rms_norm(h, {s.dim}, l.attn_norm, kNormEps);
-    // Q, K (rotated) and V as [B, heads, L, hd]. On the device: one kernel for the three
-    // projections and one rotating Q's and K's heads together (adjacent in its result).
-    at::Tensor q, k_new, v_new;
-    if (fused) {
-      const at::Tensor qkv = linear_concat(a.reshape({b * len, s.dim}), {l.wq, l.wk, l.wv});
-      const auto heads = [&](std::int64_t first, std::int64_t n) {  // [B, L, n, hd]
-        return qkv.narrow(1, first * hd, n * hd).view({b, len, n, hd});
-      };
-      const at::Tensor qk = rotary_fused(heads(0, s.heads + s.kv_heads), m, pos);
-      q = qk.narrow(2, 0, s.heads).transpose(1, 2);
-      k_new = qk.narrow(2, s.heads, s.kv_heads).transpose(1, 2);
-      v_new = heads(s.heads + s.kv_heads, s.kv_heads).transpose(1, 2);
-    } else {
-      const auto heads_of = [&](const at::Tensor& w, std::int64_t n) {
-        return at::linear(a, w).view({b, len, n, hd}).transpose(1, 2);
-      };
-      q = rotary(heads_of(l.wq, s.heads), m, pos);
-      k_new = rotary(heads_of(l.wk, s.kv_heads), m, pos);
-      v_new = heads_of(l.wv, s.kv_heads);
-    }
-    const std::optional<at::Tensor> opt_mask = mask.defined() ? std::optional(mask) : std::nullopt;
-    at::Tensor att;
-    if (s.page > 0) {
-      // The new rows written at their slots; the prompt attends over its own keys, a
-      // decode step through the slot table.
-      // (Rows in (sequence, position) order: a decode step has one position.)
-      const at::Tensor where = pos == 0 ? cache.prompt_rows : cache.step_rows.narrow(0, pos, len).reshape({-1});
-      const auto rows = [&](const at::Tensor& x) { return x.transpose(1, 2).reshape({b * len, s.kv_heads, hd}); };
-      cache.k[i].view({-1, s.kv_heads, hd}).index_copy_(0, where, rows(k_new));
-      cache.v[i].view({-1, s.kv_heads, hd}).index_copy_(0, where, rows(v_new));
-      if (pos == 0) {
-        att = at::scaled_dot_product_attention(q, k_new, v_new, opt_mask, 0.0, /*is_causal=*/!mask.defined() && len > 1,
-                                               std::nullopt, /*enable_gqa=*/s.kv_heads != s.heads);
-      } else {
-        att = paged_attention(q, cache.k[i], cache.v[i], cache.slots.narrow(1, 0, pos + len), opt_mask);
-      }
-    } else {
-      cache.k[i].narrow(2, pos, len).copy_(k_new);
-      cache.v[i].narrow(2, pos, len).copy_(v_new);
-      const at::Tensor k = cache.k[i].narrow(2, 0, pos + len), v = cache.v[i].narrow(2, 0, pos + len);
-      att = at::scaled_dot_product_attention(q, k, v, opt_mask, 0.0, /*is_causal=*/!mask.defined() && len > 1,
-                                             std::nullopt, /*enable_gqa=*/s.kv_heads != s.heads);
-    }
-    if (fused) {  // the residual adds in the projections' epilogues; SwiGLU's two linears as one kernel
-      const at::Tensor rows = att.transpose(1, 2).reshape({b * len, s.heads * hd});
-      h = linear_residual(rows, l.wo, h.reshape({b * len, s.dim})).view({b, len, s.dim});
-      const at::Tensor f = at::rms_norm(h, {s.dim}, l.ffn_norm, kNormEps);
-      const at::Tensor g = linear_gated(f.reshape({b * len, s.dim}), l.w1, l.w3);
-      h = linear_residual(g, l.w2, h.reshape({b * len, s.dim})).view({b, len, s.dim});
-    } else {
-      h = at::add(h, at::linear(att.transpose(1, 2).reshape({b, len, s.heads * hd}), l.wo));
-      const at::Tensor f = at::rms_norm(h, {s.dim}, l.ffn_norm, kNormEps);
-      h = at::add(h, at::linear(at::mul(at::silu(at::linear(f, l.w1)), at::linear(f, l.w3)), l.w2));
+// One card of a generation: its share of the model (all of it without tensor
+// parallelism), its KV cache, and its device.
+struct Card {
+  Model model;
+  Cache cache;
+  c10::Device device;
+};
+
+// The whole model the cards' shares make, on the CPU (the reference of check=cpu):
+// the row-split matrices stacked in card order, the column-split ones side by side.
+Model gather_model(const std::vector<Card>& cards) {
+  const auto cpu = [](const at::Tensor& t) { return t.cpu(); };
+  const auto joined = [&](std::size_t layer, at::Tensor Layer::*w, std::int64_t dim) {
+    std::vector<at::Tensor> parts;
+    for (const Card& c : cards) parts.push_back(cpu(c.model.layers[layer].*w));
+    return at::cat(parts, dim);
+  };
+  const Model& first = cards[0].model;
+  Model m;
+  for (std::size_t i = 0; i < first.layers.size(); ++i) {
+    const Layer& l = first.layers[i];
+    m.layers.push_back({cpu(l.attn_norm), joined(i, &Layer::wq, 0), joined(i, &Layer::wk, 0), joined(i, &Layer::wv, 0),
+                        joined(i, &Layer::wo, 1), cpu(l.ffn_norm), joined(i, &Layer::w1, 0), joined(i, &Layer::w3, 0),
+                        joined(i, &Layer::w2, 1)});
+  }
+  m.embed = cpu(first.embed);
+  m.norm = cpu(first.norm);
+  m.head = cpu(first.head);
+  m.cos = cpu(first.cos);
+  m.sin = cpu(first.sin);
+  m.first_half = cpu(first.first_half);
+  return m;
+}
+
+// Ring all-reduce (sum) of one tensor per card, in place, by peer copies and adds on
+// the cards (the in-process counterpart of the spyre process group's ring): the flat
+// tensor in N chunks; N - 1 reduce-scatter steps, in each of which every card sends a
+// chunk to the next card, which adds it to its own; then N - 1 all-gather steps passing
+// the summed chunks on. Each card sends 2 (N - 1) / N of the tensor's bytes.
+//
+// One host thread drives every card, and each driver call costs it the config's
+// host_link.call_overhead_ns, so the ring is built from the fewest calls: copies on a
+// send queue per card (spyreMemcpyAsync), ordered against the cards' compute streams
+// by reused events (a wait takes the event's latest record), about 3 calls per card
+// and step besides the adds.
+class CardRing {
+ public:
+  explicit CardRing(const std::vector<Card>& cards) {
+    for (const Card& c : cards) {
+      Side side;
+      side.send = backend::queue_of(backend::stream_from_pool(c.device.index(), false));
+      check(spyreEventCreate(card_handle(c.device.index()), &side.sent), "an event");
+      check(spyreEventCreate(card_handle(c.device.index()), &side.computed), "an event");
+      sides_.push_back(side);
     }
   }
-  const at::Tensor last = at::rms_norm(h.narrow(1, len - 1, 1), {s.dim}, m.norm, kNormEps);
-  return at::argmax(at::linear(last, m.head), -1);
+  ~CardRing() {
+    for (const Side& side : sides_) {
+      spyreEventDestroy(side.sent);
+      spyreEventDestroy(side.computed);
+    }
+  }
+  CardRing(const CardRing&) = delete;
+  CardRing& operator=(const CardRing&) = delete;
+
+  void all_reduce(std::vector<at::Tensor>& x) const {
+    const std::size_t n = x.size();
+    if (n < 2) return;
+    backend::flush_deferred();  // launches this thread holds back go before the copies
+    std::vector<at::Tensor> flat;
+    std::vector<spyre_queue_t> compute;
+    for (const at::Tensor& t : x) {
+      flat.push_back(t.view({-1}));
+      compute.push_back(backend::queue_of(backend::current_stream(t.device().index())));
+    }
+    const std::int64_t numel = flat[0].numel();
+    const auto begin = [&](std::size_t c) { return std::int64_t(c) * numel / std::int64_t(n); };
+    const auto chunk = [&](std::size_t r, std::size_t c) { return flat[r].narrow(0, begin(c), begin(c + 1) - begin(c)); };
+    const auto next = [&](std::size_t r) { return (r + 1) % n; };
+    const auto copy = [&](std::size_t r, const at::Tensor& to, const at::Tensor& from) {
+      backend::derived::note_write(to.data_ptr());
+      check(spyreMemcpyAsync(sides_[r].send, to.data_ptr(), from.data_ptr(), std::size_t(from.nbytes())), "a copy");
+    };
+    // `queue` runs what it is given next after what `on` has so far, through `event`.
+    const auto after = [&](spyre_queue_t queue, spyre_event_t event, spyre_queue_t on) {
+      check(spyreEventRecord(event, on), "an event record");
+      check(spyreQueueWaitEvent(queue, event), "an event wait");
+    };
+    for (std::size_t r = 0; r < n; ++r) after(sides_[r].send, sides_[r].computed, compute[r]);  // x is ready
+    // Reduce-scatter: at step k card r sends chunk (r - k) mod N; after N - 1 steps card
+    // r holds the sum of chunk (r + 1) mod N. Received chunks land in buffers made on the
+    // compute streams (which wait for every copy before they are reused). A step's
+    // copies are all queued before anything waits for them, so they run at once.
+    std::vector<std::vector<at::Tensor>> buffers(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      const c10::DeviceGuard guard(x[r].device());
+      for (std::size_t k = 0; k + 1 < n; ++k) buffers[r].push_back(at::empty({begin(1) + 1}, flat[r].options()));
+    }
+    for (std::size_t k = 0; k + 1 < n; ++k) {
+      for (std::size_t r = 0; r < n; ++r) {
+        const at::Tensor from = chunk(r, (r + n - k) % n);
+        copy(r, buffers[next(r)][k].narrow(0, 0, from.numel()), from);
+      }
+      // (Every copy recorded before anything waits: a record after a wait would chain
+      // the cards' steps together.)
+      for (std::size_t r = 0; r < n; ++r) check(spyreEventRecord(sides_[r].sent, sides_[r].send), "an event record");
+      for (std::size_t r = 0; r < n; ++r) {
+        const std::size_t from = (r + n - 1) % n, c = (from + n - k) % n;
+        check(spyreQueueWaitEvent(compute[r], sides_[from].sent), "an event wait");
+        const c10::DeviceGuard guard(x[r].device());
+        at::Tensor mine = chunk(r, c);
+        mine.add_(buffers[r][k].narrow(0, 0, mine.numel()));
+        backend::flush_deferred();
+        after(sides_[r].send, sides_[r].computed, compute[r]);  // the sum goes on next
+      }
+    }
+    // All-gather: at step k card r passes chunk (r + 1 - k) mod N on, into the next
+    // card's tensor, once that card's compute stream is done with its adds.
+    for (std::size_t r = 0; r < n; ++r) check(spyreQueueWaitEvent(sides_[r].send, sides_[next(r)].computed), "an event wait");
+    for (std::size_t k = 0; k + 1 < n; ++k) {
+      for (std::size_t r = 0; r < n; ++r) {
+        const std::size_t c = (r + 1 + n - k) % n;
+        copy(r, chunk(next(r), c), chunk(r, c));
+      }
+      if (k + 2 < n) {
+        for (std::size_t r = 0; r < n; ++r) check(spyreEventRecord(sides_[r].sent, sides_[r].send), "an event record");
+        for (std::size_t r = 0; r < n; ++r) check(spyreQueueWaitEvent(sides_[next(r)].send, sides_[r].sent), "an event wait");
+      }
+    }
+    // Each compute stream waits for the copies into its tensor and for its own sends
+    // (they read its tensor and buffers).
+    for (std::size_t r = 0; r < n; ++r) check(spyreEventRecord(sides_[r].sent, sides_[r].send), "an event record");
+    for (std::size_t r = 0; r < n; ++r) {
+      check(spyreQueueWaitEvent(compute[r], sides_[r].sent), "an event wait");
+      check(spyreQueueWaitEvent(compute[next(r)], sides_[r].sent), "an event wait");
+    }
+  }
+
+ private:
+  struct Side {
+    spyre_queue_t send = nullptr;  // this card's copies out
+    spyre_event_t sent = nullptr, computed = nullptr;  // recorded on the send queue / compute stream
+  };
+
+  static void check(spyre_result_t r, const char* what) {
+    if (r != SPYRE_SUCCESS) throw DeviceFault(fmt::format("llm tp all-reduce: {}: {}", what, spyreGetLastErrorMessage()));
+  }
+  static spyre_device_t card_handle(c10::DeviceIndex r) {
+    spyre_device_t d = nullptr;
+    check(spyreDeviceGet(r, &d), "the card");
+    return d;
+  }
+
+  std::vector<Side> sides_;
+};
+
+// One forward over tokens [B, L] at positions pos..pos+L-1 on every card (each with
+// its own copy of the tokens and the mask); returns each card's greedy next token
+// [B, 1] (int64). `mask`: [B, 1, L, pos+L] boolean, or undefined (causal, one length for
+// the whole batch). With several cards, card 0's output projections add the residual,
+// the others' only their partial sums, and `ring` adds them up across the cards.
+std::vector<at::Tensor> forward(const LlmSpec& s, std::vector<Card>& cards, const std::vector<at::Tensor>& tokens,
+                                std::int64_t pos, const std::vector<at::Tensor>& masks, const CardRing* ring) {
+  const std::size_t n = cards.size();
+  const std::int64_t b = tokens[0].size(0), len = tokens[0].size(1), hd = s.head_dim();
+  const std::int64_t heads = s.local_heads(), kv_heads = s.local_kv_heads();
+  const bool fused = cards[0].device.type() == c10::DeviceType::PrivateUse1;
+  std::vector<at::Tensor> h(n), part(n);
+  const auto reduce = [&] {
+    if (ring != nullptr) ring->all_reduce(part);
+    for (std::size_t r = 0; r < n; ++r) h[r] = part[r].view({b, len, s.dim});
+  };
+  for (std::size_t r = 0; r < n; ++r) {
+    const c10::DeviceGuard guard(cards[r].device);
+    h[r] = at::embedding(cards[r].model.embed, tokens[r]);
+  }
+  for (std::size_t i = 0; i < cards[0].model.layers.size(); ++i) {
+    for (std::size_t r = 0; r < n; ++r) {
+      const c10::DeviceGuard guard(cards[r].device);
+      const Model& m = cards[r].model;
+      Cache& cache = cards[r].cache;
+      const Layer& l = m.layers[i];
+      const at::Tensor& mask = masks[r];
+      const at::Tensor a = at::rms_norm(h[r], {s.dim}, l.attn_norm, kNormEps);
+      // Q, K (rotated) and V as [B, heads, L, hd]. On the device: one kernel for the three
+      // projections and one rotating Q's and K's heads together (adjacent in its result).
+      at::Tensor q, k_new, v_new;
+      if (fused) {
+        const at::Tensor qkv = linear_concat(a.reshape({b * len, s.dim}), {l.wq, l.wk, l.wv});
+        const auto heads_at = [&](std::int64_t first, std::int64_t count) {  // [B, L, count, hd]
+          return qkv.narrow(1, first * hd, count * hd).view({b, len, count, hd});
+        };
+        const at::Tensor qk = rotary_fused(heads_at(0, heads + kv_heads), m, pos);
+        q = qk.narrow(2, 0, heads).transpose(1, 2);
+        k_new = qk.narrow(2, heads, kv_heads).transpose(1, 2);
+        v_new = heads_at(heads + kv_heads, kv_heads).transpose(1, 2);
+      } else {
+        const auto heads_of = [&](const at::Tensor& w, std::int64_t count) {
+          return at::linear(a, w).view({b, len, count, hd}).transpose(1, 2);
+        };
+        q = rotary(heads_of(l.wq, heads), m, pos);
+        k_new = rotary(heads_of(l.wk, kv_heads), m, pos);
+        v_new = heads_of(l.wv, kv_heads);
+      }
+      const std::optional<at::Tensor> opt_mask = mask.defined() ? std::optional(mask) : std::nullopt;
+      at::Tensor att;
+      if (s.page > 0) {
+        // The new rows written at their slots; the prompt attends over its own keys, a
+        // decode step through the slot table.
+        // (Rows in (sequence, position) order: a decode step has one position.)
+        const at::Tensor where = pos == 0 ? cache.prompt_rows : cache.step_rows.narrow(0, pos, len).reshape({-1});
+        const auto rows = [&](const at::Tensor& x) { return x.transpose(1, 2).reshape({b * len, kv_heads, hd}); };
+        cache.k[i].view({-1, kv_heads, hd}).index_copy_(0, where, rows(k_new));
+        cache.v[i].view({-1, kv_heads, hd}).index_copy_(0, where, rows(v_new));
+        if (pos == 0) {
+          att = at::scaled_dot_product_attention(q, k_new, v_new, opt_mask, 0.0,
+                                                 /*is_causal=*/!mask.defined() && len > 1, std::nullopt,
+                                                 /*enable_gqa=*/kv_heads != heads);
+        } else {
+          att = paged_attention(q, cache.k[i], cache.v[i], cache.slots.narrow(1, 0, pos + len), opt_mask);
+        }
+      } else {
+        cache.k[i].narrow(2, pos, len).copy_(k_new);
+        cache.v[i].narrow(2, pos, len).copy_(v_new);
+        const at::Tensor k = cache.k[i].narrow(2, 0, pos + len), v = cache.v[i].narrow(2, 0, pos + len);
+        att = at::scaled_dot_product_attention(q, k, v, opt_mask, 0.0, /*is_causal=*/!mask.defined() && len > 1,
+                                               std::nullopt, /*enable_gqa=*/kv_heads != heads);
+      }
+      if (fused) {  // the residual added in the projection's epilogue (card 0)
+        const at::Tensor rows = att.transpose(1, 2).reshape({b * len, heads * hd});
+        part[r] = r == 0 ? linear_residual(rows, l.wo, h[r].reshape({b * len, s.dim})) : linear_plain(rows, l.wo);
+      } else {
+        part[r] = at::add(h[r], at::linear(att.transpose(1, 2).reshape({b, len, heads * hd}), l.wo));
+      }
+    }
+    reduce();
+    for (std::size_t r = 0; r < n; ++r) {
+      const c10::DeviceGuard guard(cards[r].device);
+      const Layer& l = cards[r].model.layers[i];
+      const at::Tensor f = at::rms_norm(h[r], {s.dim}, l.ffn_norm, kNormEps);
+      if (fused) {  // SwiGLU's two linears as one kernel; the residual as above
+        const at::Tensor g = linear_gated(f.reshape({b * len, s.dim}), l.w1, l.w3);
+        part[r] = r == 0 ? linear_residual(g, l.w2, h[r].reshape({b * len, s.dim})) : linear_plain(g, l.w2);
+      } else {
+        part[r] = at::add(h[r], at::linear(at::mul(at::silu(at::linear(f, l.w1)), at::linear(f, l.w3)), l.w2));
+      }
+    }
+    reduce();
+  }
+  std::vector<at::Tensor> next(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    const c10::DeviceGuard guard(cards[r].device);
+    const at::Tensor last = at::rms_norm(h[r].narrow(1, len - 1, 1), {s.dim}, cards[r].model.norm, kNormEps);
+    next[r] = at::argmax(at::linear(last, cards[r].model.head), -1);
+  }
+  return next;
 }
 
 // The prompts [B, prompt] (left-padded with token 0) and, when lengths differ, the key
@@ -325,22 +568,29 @@ at::Tensor prefill_mask(const LlmSpec& s, const at::Tensor& key_valid) {
 }
 
 struct Generated {
-  std::vector<at::Tensor> tokens;  // gen tensors [B, 1]
+  std::vector<at::Tensor> tokens;  // gen tensors [B, 1] (card 0's)
 };
 
-// Prefill, then gen - 1 decode steps. `between` runs after the prefill's token is
-// enqueued (the phase boundary).
+// Prefill, then gen - 1 decode steps, on every card. `between` runs after the
+// prefill's token is enqueued (the phase boundary).
 template <class F>
-Generated generate(const LlmSpec& s, const Model& m, Cache& cache, const Prompts& p, const at::Device& d, F between) {
+Generated generate(const LlmSpec& s, std::vector<Card>& cards, const CardRing* ring, const Prompts& p, F between) {
   Generated g;
-  const at::Tensor valid = p.key_valid.defined() ? p.key_valid.to(d) : at::Tensor();
-  const at::Tensor pmask = valid.defined() ? prefill_mask(s, p.key_valid).to(d) : at::Tensor();
-  g.tokens.push_back(forward(s, m, cache, p.tokens.to(d), 0, pmask));
+  std::vector<at::Tensor> valid, pmask, tokens;
+  for (const Card& c : cards) {
+    valid.push_back(p.key_valid.defined() ? p.key_valid.to(c.device) : at::Tensor());
+    pmask.push_back(p.key_valid.defined() ? prefill_mask(s, p.key_valid).to(c.device) : at::Tensor());
+    tokens.push_back(p.tokens.to(c.device));
+  }
+  tokens = forward(s, cards, tokens, 0, pmask, ring);
+  g.tokens.push_back(tokens[0]);
   between();
   for (std::int64_t i = 1; i < s.gen; ++i) {
     const std::int64_t pos = s.prompt + i - 1;
-    const at::Tensor mask = valid.defined() ? valid.narrow(3, 0, pos + 1) : at::Tensor();
-    g.tokens.push_back(forward(s, m, cache, g.tokens.back(), pos, mask));
+    std::vector<at::Tensor> masks;
+    for (const at::Tensor& v : valid) masks.push_back(v.defined() ? v.narrow(3, 0, pos + 1) : at::Tensor());
+    tokens = forward(s, cards, tokens, pos, masks, ring);
+    g.tokens.push_back(tokens[0]);
   }
   return g;
 }
@@ -361,7 +611,8 @@ LlmSpec LlmSpec::parse(const std::vector<std::string>& items) {
   std::int64_t block = 0;
   const std::map<std::string, std::int64_t*> ints = {
       {"layers", &s.layers}, {"dim", &s.dim},       {"heads", &s.heads},   {"kv_heads", &s.kv_heads}, {"ffn", &s.ffn},
-      {"vocab", &s.vocab},   {"prompt", &s.prompt}, {"gen", &s.gen},       {"batch", &s.batch}};
+      {"vocab", &s.vocab},   {"prompt", &s.prompt}, {"gen", &s.gen},       {"batch", &s.batch},
+      {"tp", &s.tp}};
   for (const std::string& item : items) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) {
@@ -402,16 +653,24 @@ LlmSpec LlmSpec::parse(const std::vector<std::string>& items) {
     throw UsageError(fmt::format("llm: heads {} is not a multiple of kv_heads {}", s.heads, s.kv_heads));
   }
   if (s.head_dim() % 2 != 0) throw UsageError(fmt::format("llm: head dim {} must be even (rotary)", s.head_dim()));
+  for (const auto& [what, count] : {std::pair<const char*, std::int64_t>{"heads", s.heads},
+                                    {"kv_heads", s.kv_heads},
+                                    {"ffn", s.ffn}}) {
+    if (count % s.tp != 0) {
+      throw UsageError(fmt::format("llm: tp={} cards must split {} {} evenly (each card holds an equal share)", s.tp,
+                                   what, count));
+    }
+  }
   if (block > 0 && !paged) throw UsageError("llm: block= sizes the pages of a paged cache; add kv=paged");
   if (paged) s.page = block > 0 ? block : 16;
   return s;
 }
 
 std::string LlmSpec::describe() const {
-  return fmt::format("llm:layers={},dim={},heads={},kv_heads={},ffn={},vocab={},prompt={},gen={},batch={},dtype={}{}",
+  return fmt::format("llm:layers={},dim={},heads={},kv_heads={},ffn={},vocab={},prompt={},gen={},batch={},dtype={}{}{}",
                      layers, dim, heads, kv_heads, ffn, vocab, prompt, gen, batch,
                      dtype == c10::kFloat ? "fp32" : dtype == c10::kBFloat16 ? "bf16" : "fp16",
-                     page > 0 ? fmt::format(",kv=paged,block={}", page) : "");
+                     page > 0 ? fmt::format(",kv=paged,block={}", page) : "", tp > 1 ? fmt::format(",tp={}", tp) : "");
 }
 
 std::vector<std::int64_t> llm_prompt_lengths(const LlmSpec& s) {
@@ -424,14 +683,17 @@ LlmBounds llm_bounds(const LlmSpec& s, const json& derived) {
   const double e = double(c10::elementSize(s.dtype));
   const double hd = double(s.head_dim()), dim = double(s.dim), b = double(s.batch);
   const double q_width = double(s.heads) * hd, kv_width = double(s.kv_heads) * hd;
-  // Parameters a token passes through: per layer the four attention projections, the
-  // three FFN matrices and two norms; then the final norm and the output projection.
-  const double layer_params = dim * q_width + 2 * dim * kv_width + q_width * dim + 3 * dim * double(s.ffn) + 2 * dim;
+  // Parameters a token passes through on one card: per layer its share of the four
+  // attention projections and the three FFN matrices, and two norms; then the final norm
+  // and the output projection (whole on every card).
+  const double t = double(s.tp);
+  const double sharded = dim * q_width + 2 * dim * kv_width + q_width * dim + 3 * dim * double(s.ffn);
+  const double layer_params = sharded / t + 2 * dim;
   const double matmul_params = double(s.layers) * layer_params;
   const double head_params = dim * double(s.vocab) + dim;
   LlmBounds r;
   r.weight_bytes = (matmul_params + head_params) * e;
-  const double kv_per_position = double(s.layers) * 2 * b * kv_width * e;  // bytes of K and V, all layers
+  const double kv_per_position = double(s.layers) * 2 * b * kv_width * e / t;  // K and V bytes, all layers, one card
   const std::string dt = s.dtype == c10::kFloat ? "fp32" : s.dtype == c10::kBFloat16 ? "bf16" : "fp16";
   const json ops = derived.value("peak_ops_per_s", json::object());
   const double peak = ops.value(dt, ops.value("fp16", 0.0));
@@ -440,12 +702,13 @@ LlmBounds llm_bounds(const LlmSpec& s, const json& derived) {
   // Prefill: every prompt token through the layers (the output projection for the last
   // one only); attention 4 x hd FLOPs per (query, key) pair per head, p(p+1)/2 pairs.
   r.prefill_flops = 2 * b * p * matmul_params + 2 * b * head_params +
-                    double(s.layers) * 4 * b * double(s.heads) * hd * p * (p + 1) / 2;
+                    double(s.layers) * 4 * b * double(s.local_heads()) * hd * p * (p + 1) / 2;
   const double prefill_read = r.weight_bytes + b * p * dim * e;  // weights + embedding rows
   r.prefill_s = cost::roofline_s(r.prefill_flops, peak, prefill_read, p * kv_per_position, bw, turn);
   for (std::int64_t i = 1; i < s.gen; ++i) {
     const double keys = p + double(i);  // positions attended, the new one included
-    const double flops = 2 * b * (matmul_params + head_params) + double(s.layers) * 4 * b * double(s.heads) * hd * keys;
+    const double flops =
+        2 * b * (matmul_params + head_params) + double(s.layers) * 4 * b * double(s.local_heads()) * hd * keys;
     r.decode_flops += flops;
     const double read = r.weight_bytes + b * dim * e + (keys - 1) * kv_per_position;
     r.decode_s += cost::roofline_s(flops, peak, read, kv_per_position, bw, turn);
@@ -453,43 +716,142 @@ LlmBounds llm_bounds(const LlmSpec& s, const json& derived) {
   return r;
 }
 
+namespace {
+
+spyre_device_t card_handle(std::int64_t r) {
+  spyre_device_t d = nullptr;
+  if (spyreDeviceGet(static_cast<int>(r), &d) != SPYRE_SUCCESS) {
+    throw UsageError(fmt::format("llm tp: card spyre:{}: {}", r, spyreGetLastErrorMessage()));
+  }
+  return d;
+}
+
+json card_report(std::int64_t r) { return json::parse(backend::device_report_json(card_handle(r))); }
+
+// Card r's trace path: `trace` itself for card 0, else ".card<r>" before its extension.
+std::string card_trace(const std::string& trace, std::int64_t r) {
+  if (r == 0) return trace;
+  const auto slash = trace.find_last_of('/'), dot = trace.find_last_of('.');
+  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+  const std::string stem = has_ext ? trace.substr(0, dot) : trace, ext = has_ext ? trace.substr(dot) : "";
+  return fmt::format("{}.card{}{}", stem, r, ext);
+}
+
+// The cards' launches from the first start to the last end, in microseconds.
+double span_us(const std::vector<json>& reports) {
+  double first = 0, last = 0;
+  bool any = false;
+  for (const json& d : reports) {
+    if (num(d, "launches") == 0) continue;
+    const json span = d.value("launch_span_ps", json::array({0, 0}));
+    first = any ? std::min(first, span[0].get<double>()) : span[0].get<double>();
+    last = any ? std::max(last, span[1].get<double>()) : span[1].get<double>();
+    any = true;
+  }
+  return (last - first) * 1e-6;
+}
+
+}  // namespace
+
 json run_llm(const LlmSpec& s, const std::string& workload, const std::string& trace) {
   const c10::Device device(c10::DeviceType::PrivateUse1, 0);
   const at::TensorOptions o = at::TensorOptions().device(device).dtype(s.dtype);
-  {
-    // The weights come from the device's generator: seeded, so every run is the same.
-    at::Generator g = at::globalContext().defaultGenerator(device);
-    std::lock_guard<std::mutex> lock(g.mutex());
-    g.set_current_seed(s.seed);
+  // The weights come from the devices' generators, seeded: every run is the same. With
+  // tp > 1 each card makes its own share.
+  std::vector<Card> cards;
+  for (std::int64_t r = 0; r < s.tp; ++r) {
+    const c10::Device d(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(r));
+    (void)card_handle(r);  // a clear error when the driver has fewer cards
+    cards.push_back({s.tp == 1 ? make_model(s, o) : make_shard(s, r, o.device(d)), make_cache(s, o.device(d)), d});
   }
-  const Model model = make_model(s, o);
-  Cache cache = make_cache(s, o);
+  const Model reference = !s.check_cpu ? Model{} : s.tp == 1 ? copy_model(cards[0].model, c10::kCPU) : gather_model(cards);
+  const std::unique_ptr<CardRing> ring = s.tp > 1 ? std::make_unique<CardRing>(cards) : nullptr;
   const Prompts prompts = make_prompts(s);
-  if (s.warmup) generate(s, model, cache, prompts, device, [] {});  // compiles and loads every kernel
-  spyreDeviceSynchronize(device_handle());
-  spyreDeviceResetStats(device_handle());
+  const auto synchronize = [&] {
+    for (std::int64_t r = 0; r < s.tp; ++r) {
+      if (spyreDeviceSynchronize(card_handle(r)) != SPYRE_SUCCESS) return false;
+    }
+    return true;
+  };
+  if (s.warmup) generate(s, cards, ring.get(), prompts, [] {});  // compiles and loads every kernel
+  (void)synchronize();
+  for (std::int64_t r = 0; r < s.tp; ++r) spyreDeviceResetStats(card_handle(r));
   backend::reset_fallback_counts();
-  if (!trace.empty()) spyreTraceStart(device_handle());
+  if (!trace.empty()) {
+    for (std::int64_t r = 0; r < s.tp; ++r) spyreTraceStart(card_handle(r));
+  }
+  const auto stop_traces = [&] {
+    bool ok = true;
+    for (std::int64_t r = 0; r < s.tp && !trace.empty(); ++r) {
+      ok = spyreTraceStop(card_handle(r), card_trace(trace, r).c_str()) == SPYRE_SUCCESS && ok;
+    }
+    return ok;
+  };
+  const auto reports = [&] {
+    std::vector<json> all;
+    for (std::int64_t r = 0; r < s.tp; ++r) all.push_back(card_report(r));
+    return all;
+  };
   json prefill;
-  const auto fault = [&](spyre_result_t r) {
-    if (r == SPYRE_SUCCESS) return;
+  double ttft_us = 0;
+  std::int64_t prefill_kernels = 0;
+  const auto fault = [&](bool ok) {
+    if (ok) return;
     const std::string what = spyreGetLastErrorMessage();
-    if (!trace.empty()) spyreTraceStop(device_handle(), trace.c_str());
+    if (!trace.empty()) stop_traces();
     throw DeviceFault(what);
   };
-  const Generated g = generate(s, model, cache, prompts, device, [&] {
-    fault(spyreDeviceSynchronize(device_handle()));
-    prefill = report::make_report(workload, 0, device_report(), backend::fallback_counts());
+  const Generated g = generate(s, cards, ring.get(), prompts, [&] {
+    fault(synchronize());
+    const std::vector<json> at_prefill = reports();
+    prefill = report::make_report(workload, 0, at_prefill[0], backend::fallback_counts());
+    ttft_us = s.tp > 1 ? span_us(at_prefill) : prefill["metrics"].value("time_us", 0.0);
+    for (const json& d : at_prefill) prefill_kernels += static_cast<std::int64_t>(num(d, "launches"));
   });
-  fault(spyreDeviceSynchronize(device_handle()));
-  if (!trace.empty() && spyreTraceStop(device_handle(), trace.c_str()) != SPYRE_SUCCESS) {
-    throw UsageError(fmt::format("--trace: {}", spyreGetLastErrorMessage()));
+  fault(synchronize());
+  if (!trace.empty() && !stop_traces()) throw UsageError(fmt::format("--trace: {}", spyreGetLastErrorMessage()));
+  const std::vector<json> devs = reports();
+  const LlmBounds bounds = llm_bounds(s, devs[0].value("derived", json::object()));
+  json result =
+      report::make_report(workload, bounds.prefill_flops + bounds.decode_flops, devs[0], backend::fallback_counts());
+  double total_us = result["metrics"].value("time_us", 0.0);
+  json tensor_parallel = nullptr;
+  if (s.tp > 1) {
+    // The system's figures: the cards' span, and the sums of their work and traffic.
+    json& m = result["metrics"];
+    total_us = span_us(devs);
+    const double clock_hz = num(devs[0].value("derived", json::object()), "clock_hz");
+    double kernels = 0, read = 0, write = 0, share = 0;
+    json per_card = json::array();
+    for (std::size_t r = 0; r < devs.size(); ++r) {
+      const json& d = devs[r];
+      const json busy = d.value("card_busy_ps", json::object()), peer = d.value("peer", json::object());
+      const json dram = d.value("dram", json::object());
+      const double comm_us = num(busy, "communication") * 1e-6;
+      kernels += num(d, "launches");
+      read += num(dram, "read_bytes");
+      write += num(dram, "write_bytes");
+      share += total_us > 0 ? comm_us / total_us : 0.0;
+      per_card.push_back({{"card", r},
+                          {"kernels", num(d, "launches")},
+                          {"compute_us", num(busy, "compute") * 1e-6},
+                          {"communication_us", comm_us},
+                          {"overlap_us", num(busy, "overlap") * 1e-6},
+                          {"peer_sent_bytes", num(peer, "sent_bytes")},
+                          {"peer_received_bytes", num(peer, "received_bytes")},
+                          {"dram_bytes", num(dram, "read_bytes") + num(dram, "write_bytes")}});
+    }
+    m["time_us"] = total_us;
+    m["cycles"] = std::llround(total_us * 1e-6 * clock_hz);
+    m["kernels"] = kernels;
+    m["dram_read_bytes"] = read;
+    m["dram_write_bytes"] = write;
+    m["dram_bytes_per_s"] = total_us > 0 ? (read + write) / (total_us * 1e-6) : 0.0;
+    // (Per card: one card's FLOPs over the span.)
+    m["achieved_flops_per_s"] = total_us > 0 ? (bounds.prefill_flops + bounds.decode_flops) / (total_us * 1e-6) : 0.0;
+    m["communication_share"] = share / double(devs.size());
+    tensor_parallel = {{"cards", s.tp}, {"communication_share", share / double(devs.size())}, {"per_card", per_card}};
   }
-  const json dev = device_report();
-  const LlmBounds bounds = llm_bounds(s, dev.value("derived", json::object()));
-  json result = report::make_report(workload, bounds.prefill_flops + bounds.decode_flops, dev, backend::fallback_counts());
-  const double ttft_us = prefill["metrics"].value("time_us", 0.0);
-  const double total_us = result["metrics"].value("time_us", 0.0);
   const double steps = double(s.gen - 1);
   const double decode_us = total_us - ttft_us;
   json llm = {{"spec", s.describe()},
@@ -497,22 +859,23 @@ json run_llm(const LlmSpec& s, const std::string& workload, const std::string& t
               {"weight_bytes", bounds.weight_bytes},
               {"ttft_us", ttft_us},
               {"prefill_bound_us", bounds.prefill_s * 1e6},
-              {"prefill_kernels", prefill["metrics"].value("kernels", 0)},
+              {"prefill_kernels", prefill_kernels},
               {"decode_steps", s.gen - 1},
               {"decode_us_per_token", steps > 0 ? decode_us / steps : 0.0},
               {"decode_bound_us_per_token", steps > 0 ? bounds.decode_s * 1e6 / steps : 0.0},
               {"decode_tokens_per_s", decode_us > 0 ? double(s.batch) * steps / (decode_us * 1e-6) : 0.0},
               {"tokens_per_s", total_us > 0 ? double(s.batch * s.gen) / (total_us * 1e-6) : 0.0}};
+  if (!tensor_parallel.is_null()) llm["tensor_parallel"] = tensor_parallel;
   for (const char* k : {"ttft_us", "prefill_bound_us", "decode_us_per_token", "decode_bound_us_per_token",
                         "decode_tokens_per_s", "tokens_per_s"}) {
     result["metrics"][k] = llm[k];
   }
   if (s.check_cpu) {
     const at::Tensor ours = on_host(g);
-    const c10::Device cpu(c10::kCPU);
-    const Model reference = copy_model(model, cpu);
-    Cache cpu_cache = make_cache(s, at::TensorOptions().dtype(s.dtype));
-    const at::Tensor theirs = on_host(generate(s, reference, cpu_cache, prompts, cpu, [] {}));
+    LlmSpec whole = s;
+    whole.tp = 1;
+    std::vector<Card> cpu{{reference, make_cache(whole, at::TensorOptions().dtype(s.dtype)), c10::Device(c10::kCPU)}};
+    const at::Tensor theirs = on_host(generate(whole, cpu, nullptr, prompts, [] {}));
     const at::Tensor same = ours.eq(theirs);
     llm["cpu_check"] = {{"tokens", ours.numel()}, {"equal", same.sum().item<std::int64_t>()}};
   }

@@ -33,8 +33,18 @@ struct LlmSpec {
   // writes each new token's row at its slot, and decode steps attend through the slot
   // table (spyre::paged_attention).
   std::int64_t page = 0;
+  // tp=N: tensor parallelism over cards spyre:0..N-1 (Megatron-style: each card holds
+  // heads/N query heads, kv_heads/N KV heads and ffn/N of the FFN's width; norms,
+  // embeddings and the output projection whole on every card), the partial sums of
+  // the attention's and the FFN's output projections added across the cards by a ring
+  // all-reduce of peer copies: two per layer.
+  std::int64_t tp = 1;
 
   std::int64_t head_dim() const { return dim / heads; }
+  // What one card of tp holds.
+  std::int64_t local_heads() const { return heads / tp; }
+  std::int64_t local_kv_heads() const { return kv_heads / tp; }
+  std::int64_t local_ffn() const { return ffn / tp; }
   // Parses "layers=2,dim=256,..." items (UsageError on a bad key or value).
   static LlmSpec parse(const std::vector<std::string>& items);
   std::string describe() const;
@@ -42,7 +52,7 @@ struct LlmSpec {
 
 inline constexpr const char* kLlmHelp =
     "llm[:layers=,dim=,heads=,kv_heads=,ffn=,vocab=,prompt=,gen=,batch=,dtype=,seed=,warmup=0|1,check=cpu,"
-    "kv=contiguous|paged,block=]";
+    "kv=contiguous|paged,block=,tp=]";
 
 // Prompt lengths when batch > 1: sequence b keeps prompt - b x prompt / (2 x batch)
 // tokens, left-padded to `prompt`, so a batch mixes lengths (masks keep the padding out).
@@ -51,19 +61,23 @@ std::vector<std::int64_t> llm_prompt_lengths(const LlmSpec& spec);
 // The phases' analytic least times (include/spyre/cost/roofline.h) on the chip whose
 // derived figures are given (spyreDeviceGetReport's "derived"): prefill reads the
 // weights and writes the prompt's K/V; each decode step reads the weights and the
-// cache so far and writes one position's K/V.
+// cache so far and writes one position's K/V. With tp > 1, one card's: its share of
+// the weights, the cache and the FLOPs (communication is not in the bound).
 struct LlmBounds {
   double prefill_s = 0;
   double decode_s = 0;  // all decode steps
-  double weight_bytes = 0;
+  double weight_bytes = 0;  // one card's
   double prefill_flops = 0;
   double decode_flops = 0;
 };
 LlmBounds llm_bounds(const LlmSpec& spec, const nlohmann::json& derived);
 
-// Runs the generation on device 0 (configured by the caller) and returns the run
-// report (report/run_report.h) of the measured generation with an "llm" section and
-// the phase metrics. `trace`: a Perfetto trace of the measured generation ("" none).
+// Runs the generation on devices 0..tp-1 (configured by the caller) and returns the
+// run report (report/run_report.h) of the measured generation with an "llm" section
+// and the phase metrics; with tp > 1 the time is the cards' span and the "llm" section
+// has each card's compute, communication and their overlap. `trace`: a Perfetto trace
+// of the measured generation ("" none; with tp > 1 card r > 0 writes its own, the
+// path with ".card<r>" before its extension).
 nlohmann::json run_llm(const LlmSpec& spec, const std::string& workload, const std::string& trace);
 
 }  // namespace spyre::tools

@@ -69,7 +69,8 @@ struct Workload {
 const char* kWorkloadHelp =
     "gemm:M,N,K[,dtype] | add:N[,dtype] | softmax:ROWS,COLS[,dtype] | mlp[:BATCH,IN,HIDDEN,OUT[,dtype]] | "
     "attention[:BATCH,SEQ,HEADS,HEAD_DIM[,dtype]] | block[:TOKENS,DIM,HEADS,HIDDEN[,dtype]] | "
-    "llm[:layers=,dim=,heads=,kv_heads=,ffn=,vocab=,prompt=,gen=,batch=,dtype=,seed=,warmup=0|1,check=cpu] | "
+    "llm[:layers=,dim=,heads=,kv_heads=,ffn=,vocab=,prompt=,gen=,batch=,dtype=,seed=,warmup=0|1,check=cpu,"
+    "kv=contiguous|paged,block=,tp=] | "
     "resnet18|resnet50|mobilenet_v3_small|vit_b_16[:BATCH,RES[,dtype]] | train:MODEL[,BATCH,RES[,dtype]] (dtype fp16 by "
     "default)";
 
@@ -263,14 +264,14 @@ json run_workload(const RunOptions& o) {
                      backend::fallback_counts());
 }
 
-// llm: a generation (llm_workload.h), reported per phase.
-json run_llm_workload(const RunOptions& o) {
-  const LlmSpec spec = LlmSpec::parse(parse_workload(o.workload).second);
-  return run_llm(spec, o.workload, o.trace);
-}
-
 int run(const RunOptions& o) {
-  configure_driver(o.config, o.mode);
+  // An llm workload with tp=N runs on N cards (the workload is parsed first so that a
+  // bad one is reported before the driver starts).
+  std::optional<LlmSpec> llm;
+  if (o.model.empty() && !o.workload.empty() && parse_workload(o.workload).first == "llm") {
+    llm = LlmSpec::parse(parse_workload(o.workload).second);
+  }
+  configure_driver(o.config, o.mode, llm ? static_cast<std::uint32_t>(llm->tp) : 1);
 
   if (o.workload.empty() == o.model.empty()) throw UsageError("give either --workload or --model (one of them)");
   if (!o.trace.empty()) require_writable(o.trace, "--trace");
@@ -279,7 +280,7 @@ int run(const RunOptions& o) {
     require_writable(o.expect, "--expect-json");
   }
   const auto [name, args] = o.model.empty() ? parse_workload(o.workload) : std::pair<std::string, std::vector<std::string>>();
-  const json result = name == "llm"                ? run_llm_workload(o)
+  const json result = llm                          ? run_llm(*llm, o.workload, o.trace)
                       : is_vision_workload(name) ? run_vision(VisionSpec::parse(name, args), o.workload, o.trace)
                                                  : run_workload(o);
   if (o.json_out) {
