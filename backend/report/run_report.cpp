@@ -220,12 +220,12 @@ std::string report_text(const json& r) {
       const json& t = g["tensor_parallel"];
       s += fmt::format("tensor parallel      {} cards, communication {:.1f}% of the time (mean over cards)\n",
                        t.value("cards", 0), t.value("communication_share", 0.0) * 100);
-      s += fmt::format("  {:<6} {:>8} {:>12} {:>16} {:>12} {:>14}\n", "card", "kernels", "compute us",
-                       "communicate us", "overlap us", "peer sent MB");
+      s += fmt::format("  {:<6} {:>8} {:>12} {:>16} {:>12} {:>12} {:>14}\n", "card", "kernels", "compute us",
+                       "communicate us", "overlap us", "idle us", "peer sent MB");
       for (const auto& c : t.value("per_card", json::array())) {
-        s += fmt::format("  {:<6} {:>8.0f} {:>12.3f} {:>16.3f} {:>12.3f} {:>14.3f}\n", c.value("card", 0),
+        s += fmt::format("  {:<6} {:>8.0f} {:>12.3f} {:>16.3f} {:>12.3f} {:>12.3f} {:>14.3f}\n", c.value("card", 0),
                          c.value("kernels", 0.0), c.value("compute_us", 0.0), c.value("communication_us", 0.0),
-                         c.value("overlap_us", 0.0), c.value("peer_sent_bytes", 0.0) * 1e-6);
+                         c.value("overlap_us", 0.0), c.value("idle_us", 0.0), c.value("peer_sent_bytes", 0.0) * 1e-6);
       }
     }
     if (g.contains("cpu_check")) {

@@ -416,7 +416,9 @@ def test_tensor_parallel_llm_generates_the_cpus_tokens_over_2_and_4_cards(tmp_pa
             assert c["peer_sent_bytes"] == c["peer_received_bytes"] == sent
             assert c["compute_us"] > 0 and c["communication_us"] > 0
             assert 0 <= c["overlap_us"] <= min(c["compute_us"], c["communication_us"])
-            assert c["compute_us"] + c["communication_us"] - c["overlap_us"] <= m["time_us"] * 1.0001
+            busy = c["compute_us"] + c["communication_us"] - c["overlap_us"]
+            assert busy <= m["time_us"] * 1.0001
+            assert c["idle_us"] == pytest.approx(m["time_us"] - busy, abs=1e-6)
         assert 0 < t["communication_share"] < 1
         # Each card holds 1/N of the layers' weights and cache (the embeddings and the
         # output projection whole), so its decode bound falls.

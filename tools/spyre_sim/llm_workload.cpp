@@ -827,16 +827,20 @@ json run_llm(const LlmSpec& s, const std::string& workload, const std::string& t
       const json& d = devs[r];
       const json busy = d.value("card_busy_ps", json::object()), peer = d.value("peer", json::object());
       const json dram = d.value("dram", json::object());
-      const double comm_us = num(busy, "communication") * 1e-6;
+      const double comm_us = num(busy, "communication") * 1e-6, compute_us = num(busy, "compute") * 1e-6;
+      const double overlap_us = num(busy, "overlap") * 1e-6;
       kernels += num(d, "launches");
       read += num(dram, "read_bytes");
       write += num(dram, "write_bytes");
       share += total_us > 0 ? comm_us / total_us : 0.0;
       per_card.push_back({{"card", r},
                           {"kernels", num(d, "launches")},
-                          {"compute_us", num(busy, "compute") * 1e-6},
+                          {"compute_us", compute_us},
                           {"communication_us", comm_us},
-                          {"overlap_us", num(busy, "overlap") * 1e-6},
+                          {"overlap_us", overlap_us},
+                          // Neither computing nor communicating over the span: waiting for
+                          // the other cards, or for the host (one thread drives them all).
+                          {"idle_us", std::max(0.0, total_us - (compute_us + comm_us - overlap_us))},
                           {"peer_sent_bytes", num(peer, "sent_bytes")},
                           {"peer_received_bytes", num(peer, "received_bytes")},
                           {"dram_bytes", num(dram, "read_bytes") + num(dram, "write_bytes")}});
