@@ -1,6 +1,7 @@
 #define SC_INCLUDE_DYNAMIC_PROCESSES
 #include "driver/runtime.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <string_view>
@@ -102,8 +103,7 @@ class Runtime::SimulationLoop final : public WorkLoop {
   void post(const Device* device, std::function<void()> action) override {
     {
       const std::lock_guard lock(rt_.mutex_);
-      rt_.host_time_ += device != nullptr ? device->call_overhead : 1;
-      rt_.inbox_.push_back({rt_.host_time_, std::move(action)});
+      rt_.inbox_.push_back({rt_.tick(device), std::move(action)});
     }
     rt_.sim_cv_.notify_one();
   }
@@ -112,15 +112,17 @@ class Runtime::SimulationLoop final : public WorkLoop {
     auto waiter = std::make_shared<Waiter>();
     waiter->condition = std::move(condition);
     std::unique_lock lock(rt_.mutex_);
-    rt_.host_time_ += device != nullptr ? device->call_overhead : 1;
+    const Picoseconds arrival = rt_.tick(device);
     ++rt_.waiting_;
-    rt_.inbox_.push_back({rt_.host_time_, [rt = &rt_, waiter] {
+    rt_.inbox_.push_back({arrival, [rt = &rt_, waiter] {
                             rt->waiters_.push_back(waiter);
                             rt->check_waiters();
                           }});
     rt_.sim_cv_.notify_one();
     rt_.host_cv_.wait(lock, [&] { return waiter->done; });
-    rt_.host_time_ = std::max(rt_.host_time_, waiter->time);
+    Picoseconds& clock = rt_.clock_of(device);
+    clock = std::max(clock, waiter->time);
+    rt_.host_time_ = std::max(rt_.host_time_, clock);
     return waiter->time;
   }
 
@@ -247,6 +249,9 @@ void Runtime::start_devices() {
   // simulation context (query), never on a host thread.
   const sim::Timing timing = mode_ == Mode::functional ? sim::Timing::untimed : sim::Timing::timed;
   const sim::Data data = mode_ == Mode::no_data ? sim::Data::none : sim::Data::real;
+  // host.threads per_card: a clock per card, each from the host's time now.
+  const bool per_card = loaded.chip.host.threads == config::HostThreads::per_card && count > 1 &&
+                        mode_ != Mode::functional;
   const auto build = [&] {
     for (std::uint32_t i = 0; i < count; ++i) {
       auto d = std::make_unique<Device>(i, loaded, timing, data, record_limit, [this] { return host_time(); },
@@ -260,7 +265,13 @@ void Runtime::start_devices() {
     for (auto& d : devices) ports.push_back(d->link_port());
     card_links_ = std::make_unique<timing::CardLinks>(loaded.chip, std::move(ports));
     for (auto& d : devices) d->join_system(card_links_.get());
+    sorted_schedule_ = per_card;
   };
+  {
+    const std::lock_guard lock(mutex_);
+    per_card_hosts_ = per_card;
+    card_clocks_.assign(per_card ? count : 0, host_time_);
+  }
   query(nullptr, build);
   devices_ = std::move(devices);
   for (auto& d : devices_) {
@@ -314,8 +325,24 @@ void Runtime::stop_thread() {
 
 Picoseconds Runtime::advance(const Device* device) {
   const std::lock_guard lock(mutex_);
-  host_time_ += device != nullptr ? device->call_overhead : 1;
+  return tick(device);
+}
+
+Picoseconds& Runtime::clock_of(const Device* device) {
+  if (per_card_hosts_ && device != nullptr && device->index < card_clocks_.size()) return card_clocks_[device->index];
   return host_time_;
+}
+
+Picoseconds Runtime::tick(const Device* device) {
+  Picoseconds& clock = clock_of(device);
+  clock += device != nullptr ? device->call_overhead : 1;
+  host_time_ = std::max(host_time_, clock);
+  return clock;
+}
+
+Picoseconds Runtime::sim_limit() const {
+  if (!per_card_hosts_ || card_clocks_.empty()) return host_time_;
+  return *std::min_element(card_clocks_.begin(), card_clocks_.end());
 }
 
 Picoseconds Runtime::host_time() {
@@ -364,7 +391,13 @@ void Runtime::dispatcher() {
     while (scheduled_.empty()) sc_core::wait(*dispatch_event_);
     const Picoseconds arrival = scheduled_.front().arrival, now = sim_now();
     // Arrivals are in order; one earlier than now can only come from another host
-    // thread while the simulation ran ahead for a blocked one: it is delivered late.
+    // thread while the simulation ran ahead for a blocked one (or, per-card clocks,
+    // from a card whose host is behind the card that blocked): it is delivered late.
+    if (arrival > now && sorted_schedule_) {
+      // An earlier arrival may be scheduled in front of this one meanwhile: look again.
+      sc_core::wait(sc_core::sc_time::from_value(arrival - now), *dispatch_event_);
+      continue;
+    }
     if (arrival > now) sc_core::wait(sc_core::sc_time::from_value(arrival - now));
     auto action = std::move(scheduled_.front().action);
     scheduled_.pop_front();
@@ -378,17 +411,26 @@ void Runtime::sim_main() {
   std::unique_lock lock(mutex_);
   for (;;) {
     sim_cv_.wait(lock, [&] {
-      return stop_ || !inbox_.empty() || (waiting_ > 0 && !starved_) || host_time_ > sim_time_ + 1;
+      return stop_ || !inbox_.empty() || (waiting_ > 0 && !starved_) || sim_limit() > sim_time_ + 1;
     });
     if (stop_ && inbox_.empty() && waiting_ == 0) break;
     std::deque<Item> items;
     items.swap(inbox_);
     if (!items.empty()) starved_ = false;
-    const Picoseconds limit = host_time_;
+    const Picoseconds limit = sim_limit();
     const bool unbounded = waiting_ > 0;
     lock.unlock();
 
-    for (auto& item : items) scheduled_.push_back(std::move(item));
+    for (auto& item : items) {
+      if (!sorted_schedule_) {
+        scheduled_.push_back(std::move(item));
+        continue;
+      }
+      // After every item that arrives no later (so equal arrivals keep their order).
+      const auto at = std::upper_bound(scheduled_.begin(), scheduled_.end(), item.arrival,
+                                       [](Picoseconds a, const Item& i) { return a < i.arrival; });
+      scheduled_.insert(at, std::move(item));
+    }
     if (!scheduled_.empty()) dispatch_event_->notify(sc_core::SC_ZERO_TIME);
     bool starved = false;
     if (unbounded) {

@@ -153,10 +153,21 @@ class Runtime {
   void check_waiters();  // simulation context
   void stop_thread();
 
+  // The host clock a call advances: the process's, or with host.threads per_card the
+  // card's (then host_time_ is the latest of them). Called with mutex_ held.
+  Picoseconds& clock_of(const Device* device);
+  // Advances clock_of(device) by the call's overhead and returns it (mutex_ held).
+  Picoseconds tick(const Device* device);
+  // How far the simulation may run while no host call waits: to the host clock, or
+  // per card to the earliest card's clock (no card's later calls arrive before it).
+  Picoseconds sim_limit() const;
+
   // Guarded by mutex_.
   std::mutex mutex_;
   std::condition_variable sim_cv_, host_cv_;
   Picoseconds host_time_ = 0;
+  bool per_card_hosts_ = false;
+  std::vector<Picoseconds> card_clocks_;  // per device index, with per_card_hosts_
   Picoseconds sim_time_ = 0;
   std::deque<Item> inbox_;
   std::size_t waiting_ = 0;  // registered blocking calls not yet answered
@@ -164,7 +175,8 @@ class Runtime {
   bool starved_ = false;     // the last unbounded run found nothing to do
 
   // Simulation thread only.
-  std::deque<Item> scheduled_;
+  std::deque<Item> scheduled_;  // by arrival (in submission order when it is one clock)
+  bool sorted_schedule_ = false;  // per-card clocks: arrivals come out of order
   std::vector<std::shared_ptr<Waiter>> waiters_;
   sc_core::sc_event* dispatch_event_ = nullptr;
 

@@ -295,12 +295,26 @@ struct SystemConfig {
   }
 };
 
+// Who drives the cards (the driver's virtual host clock, docs/ARCHITECTURE.md §8):
+//   one:      one host thread; every driver call advances its one clock.
+//   per_card: each card as if by a host of its own (one process per card, as
+//             tensor-parallel serving runs); a call advances the clock of the card it
+//             is for, so one real thread issuing work for N cards costs each card only
+//             its own calls.
+enum class HostThreads { one, per_card };
+inline const Choices<HostThreads>& host_threads_choices() {
+  static const Choices<HostThreads> choices = {{"one", HostThreads::one}, {"per_card", HostThreads::per_card}};
+  return choices;
+}
+
 struct HostConfig {
   double call_overhead_ns = 0;
+  HostThreads threads = HostThreads::one;
 
   template <class V>
   void describe(V& v) {
     v.real("call_overhead_ns", call_overhead_ns, Range{0, 1e9});
+    v.choice("threads", threads, host_threads_choices(), std::optional{HostThreads::one});
   }
 };
 

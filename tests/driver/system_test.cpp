@@ -213,6 +213,38 @@ TEST_CASE("given 2 cards behind a switch, a 256 MiB peer copy takes the link tim
                                      ",\"compute\":0,\"overlap\":0}"));
 }
 
+TEST_CASE("given host.threads per_card, a card's commands arrive at its own host clock", "[timed]") {
+  // 20 calls for card 0, then one record on card 1: the two records' times.
+  const auto run = [](const char* threads) {
+    start({"system.cards=2", std::string("host.threads=") + threads});
+    spyre_queue_t q0 = nullptr, q1 = nullptr;
+    spyre_event_t e0 = nullptr, e1 = nullptr;
+    OK(spyreQueueCreate(device(0), SPYRE_QUEUE_PRIORITY_NORMAL, &q0));
+    OK(spyreEventCreate(device(0), &e0));
+    for (int i = 0; i < 20; ++i) OK(spyreEventRecord(e0, q0));
+    OK(spyreQueueCreate(device(1), SPYRE_QUEUE_PRIORITY_NORMAL, &q1));
+    OK(spyreEventCreate(device(1), &e1));
+    OK(spyreEventRecord(e1, q1));
+    OK(spyreQueueSynchronize(q0));
+    OK(spyreQueueSynchronize(q1));
+    return std::pair{timestamp(e0), timestamp(e1)};
+  };
+  // One host thread: card 1's record arrives after card 0's 20 calls (1 us each), so it
+  // completes after card 0's last record.
+  const auto [one0, one1] = run("one");
+  CHECK(one1 > one0);
+  // A host per card: card 1's clock has only its own calls (its queue, its event, the
+  // record), so its record completes more than 15 of card 0's calls earlier.
+  const auto [own0, own1] = run("per_card");
+  CHECK(own1 + 15'000'000 < own0);
+  // Deterministic either way (simulated time goes on across restarts of the driver:
+  // compare the gap between the records).
+  const auto [again0, again1] = run("one");
+  CHECK(again1 - again0 == one1 - one0);
+  const auto [own_again0, own_again1] = run("per_card");
+  CHECK(own_again0 - own_again1 == own0 - own1);
+}
+
 TEST_CASE("given 4 cards behind a switch, copies contend only where they share a card's port", "[timed]") {
   start({"system.cards=4"});
   // Different cards throughout: no shared port.

@@ -430,6 +430,13 @@ def test_tensor_parallel_llm_generates_the_cpus_tokens_over_2_and_4_cards(tmp_pa
             events = json.loads(path.read_text())
             events = events["traceEvents"] if isinstance(events, dict) else events
             assert any(e.get("name", "").endswith(f"spyre:{(r + 1) % cards}") for e in events), r
+    # The cards are driven as by a host process each (host.threads=per_card, which the
+    # workload sets): with one host thread for all four, each card waits for the host's
+    # calls for the others, and the same generation takes longer. Deterministic.
+    per_card = report("--workload", TP_LLM + ",tp=4", "--config", CI)["metrics"]
+    one_host = report("--workload", TP_LLM + ",tp=4", "--config", CI, "--set", "host.threads=one")["metrics"]
+    assert one_host["time_us"] > 1.5 * per_card["time_us"]
+    assert report("--workload", TP_LLM + ",tp=4", "--config", CI)["metrics"]["cycles"] == per_card["cycles"]
     text = spyre_sim("run", "--workload", TP_LLM + ",tp=2", "--config", CI)
     assert text.returncode == 0, text.stderr
     assert "tensor parallel      2 cards" in text.stdout and "communicate us" in text.stdout

@@ -839,7 +839,7 @@ json run_llm(const LlmSpec& s, const std::string& workload, const std::string& t
                           {"communication_us", comm_us},
                           {"overlap_us", overlap_us},
                           // Neither computing nor communicating over the span: waiting for
-                          // the other cards, or for the host (one thread drives them all).
+                          // the other cards, or for its host.
                           {"idle_us", std::max(0.0, total_us - (compute_us + comm_us - overlap_us))},
                           {"peer_sent_bytes", num(peer, "sent_bytes")},
                           {"peer_received_bytes", num(peer, "received_bytes")},

@@ -271,7 +271,12 @@ int run(const RunOptions& o) {
   if (o.model.empty() && !o.workload.empty() && parse_workload(o.workload).first == "llm") {
     llm = LlmSpec::parse(parse_workload(o.workload).second);
   }
-  configure_driver(o.config, o.mode, llm ? static_cast<std::uint32_t>(llm->tp) : 1);
+  // Its cards are driven as tensor-parallel serving drives them, a host process per
+  // card (host.threads=per_card; a --set host.threads=one after it gives one host
+  // thread for all of them).
+  ConfigOptions config = o.config;
+  if (llm && llm->tp > 1) config.overrides.insert(config.overrides.begin(), "host.threads=per_card");
+  configure_driver(config, o.mode, llm ? static_cast<std::uint32_t>(llm->tp) : 1);
 
   if (o.workload.empty() == o.model.empty()) throw UsageError("give either --workload or --model (one of them)");
   if (!o.trace.empty()) require_writable(o.trace, "--trace");
