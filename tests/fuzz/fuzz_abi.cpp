@@ -5,6 +5,8 @@
 // pointer is the caller's bug, a wild device pointer or handle must be the driver's
 // error. Findings: a crash or hang, SPYRE_ERROR_INTERNAL, or a result that is not a
 // documented code. Every object an input made is released after it.
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -101,6 +103,18 @@ std::uint8_t* host_pointer(Reader& r, std::size_t& room) {
   return g_host + at;
 }
 
+// External work for case 24: ends 1 us after it arrives, or fails when `user` says so.
+int external_work(void* user, uint64_t arrival_ps, void* const* views, uint64_t* end_ps, char* message,
+                  size_t message_size) {
+  if (views == nullptr) return 0;  // skipped: its queue had faulted
+  if (user != nullptr) {
+    std::snprintf(message, message_size, "the fuzzer's work failed");
+    return 1;
+  }
+  *end_ps = arrival_ps + 1'000'000;
+  return 0;
+}
+
 }  // namespace
 
 int fuzz_one(std::span<const std::uint8_t> input) {
@@ -124,7 +138,7 @@ int fuzz_one(std::span<const std::uint8_t> input) {
   while (!r.done() && steps++ < 256) {
     spyre_result_t rc = SPYRE_SUCCESS;
     std::size_t room = 0;
-    switch (r.byte() % 24) {
+    switch (r.byte() % 26) {
       case 0: {
         void* p = nullptr;
         rc = spyreMemAlloc(pick(r, s.devices), r.value() % (1 << 20), &p);
@@ -219,6 +233,47 @@ int fuzz_one(std::span<const std::uint8_t> input) {
         void* p = nullptr;
         rc = spyreHostAlloc(r.value() % (1 << 20) + (r.byte() % 16 == 0 ? r.value() : 0), &p);
         if (rc == SPYRE_SUCCESS) s.pinned.push_back(p);
+        break;
+      }
+      case 23: {  // a schedule of card-to-card transfers (cards and steps of any size)
+        std::vector<spyre_link_transfer_t> transfers(r.byte() % 8);
+        for (auto& t : transfers) t = {static_cast<uint32_t>(r.byte() % 6), static_cast<uint32_t>(r.byte() % 6), r.value()};
+        // (The steps never count more transfers than the array holds: the ABI cannot know
+        // its length.)
+        std::vector<uint32_t> step_sizes(r.byte() % 4);
+        std::size_t left = transfers.size();
+        for (auto& n : step_sizes) {
+          n = static_cast<uint32_t>(r.byte() % (left + 1));
+          left -= n;
+        }
+        std::uint64_t ps = 0;
+        rc = spyreSystemScheduleTime(pick(r, s.devices), static_cast<uint32_t>(r.value()),
+                                     transfers.empty() ? nullptr : transfers.data(),
+                                     step_sizes.empty() ? nullptr : step_sizes.data(),
+                                     static_cast<uint32_t>(step_sizes.size()), r.byte() % 8 == 0 ? nullptr : &ps);
+        break;
+      }
+      case 24: {  // external work: ranges, a schedule's transfers, and work that may fail
+        std::vector<spyre_link_transfer_t> transfers(r.byte() % 4);
+        for (auto& t : transfers) t = {static_cast<uint32_t>(r.byte() % 6), static_cast<uint32_t>(r.byte() % 6), r.value()};
+        void* buffer = device_pointer(r, s);
+        const std::size_t size = r.value() % (1 << 16);
+        spyre_external_desc_t desc;
+        std::memset(&desc, 0, sizeof desc);
+        desc.struct_size = r.byte() % 4 == 0 ? static_cast<uint32_t>(offsetof(spyre_external_desc_t, card)) : sizeof desc;
+        desc.name = "fuzz";
+        desc.buffers = r.byte() % 8 == 0 ? nullptr : &buffer;
+        desc.sizes = &size;
+        desc.num_buffers = r.byte() % 2;
+        desc.fn = r.byte() % 8 == 0 ? nullptr : external_work;
+        desc.user = reinterpret_cast<void*>(static_cast<std::uintptr_t>(r.byte() % 2));  // 1: the work fails
+        desc.bytes = r.value();
+        desc.card = static_cast<uint32_t>(r.byte() % 6);
+        desc.cards = static_cast<uint32_t>(r.byte() % 6);
+        desc.transfers = transfers.empty() && r.byte() % 2 ? nullptr : transfers.data();
+        desc.num_transfers = static_cast<uint32_t>(transfers.size() + (r.byte() % 16 == 0 ? 1 : 0));
+        if (desc.transfers == nullptr || desc.num_transfers > transfers.size()) desc.num_transfers = 0;
+        rc = spyreQueueExternal(pick(r, s.queues), &desc);
         break;
       }
       default: {

@@ -289,26 +289,22 @@ struct Card {
 // The whole model the cards' shares make, on the CPU (the reference of check=cpu):
 // the row-split matrices stacked in card order, the column-split ones side by side.
 Model gather_model(const std::vector<Card>& cards) {
-  const auto cpu = [](const at::Tensor& t) { return t.cpu(); };
   const auto joined = [&](std::size_t layer, at::Tensor Layer::*w, std::int64_t dim) {
     std::vector<at::Tensor> parts;
-    for (const Card& c : cards) parts.push_back(cpu(c.model.layers[layer].*w));
+    for (const Card& c : cards) parts.push_back((c.model.layers[layer].*w).cpu());
     return at::cat(parts, dim);
   };
-  const Model& first = cards[0].model;
-  Model m;
-  for (std::size_t i = 0; i < first.layers.size(); ++i) {
-    const Layer& l = first.layers[i];
-    m.layers.push_back({cpu(l.attn_norm), joined(i, &Layer::wq, 0), joined(i, &Layer::wk, 0), joined(i, &Layer::wv, 0),
-                        joined(i, &Layer::wo, 1), cpu(l.ffn_norm), joined(i, &Layer::w1, 0), joined(i, &Layer::w3, 0),
-                        joined(i, &Layer::w2, 1)});
+  Model m = copy_model(cards[0].model, c10::Device(c10::kCPU));  // the whole parts; the shares replaced below
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    Layer& l = m.layers[i];
+    l.wq = joined(i, &Layer::wq, 0);
+    l.wk = joined(i, &Layer::wk, 0);
+    l.wv = joined(i, &Layer::wv, 0);
+    l.wo = joined(i, &Layer::wo, 1);
+    l.w1 = joined(i, &Layer::w1, 0);
+    l.w3 = joined(i, &Layer::w3, 0);
+    l.w2 = joined(i, &Layer::w2, 1);
   }
-  m.embed = cpu(first.embed);
-  m.norm = cpu(first.norm);
-  m.head = cpu(first.head);
-  m.cos = cpu(first.cos);
-  m.sin = cpu(first.sin);
-  m.first_half = cpu(first.first_half);
   return m;
 }
 
