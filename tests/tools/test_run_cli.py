@@ -410,8 +410,10 @@ def test_tensor_parallel_llm_generates_the_cpus_tokens_over_2_and_4_cards(tmp_pa
         assert t["cards"] == cards and len(t["per_card"]) == cards
         # Every card sends 2 (N - 1) / N of each all-reduced tensor: two per layer per
         # forward of [tokens, 256] fp32, the prefill's 24 tokens and 5 decode steps' 1:
-        #   2 layers x 2 x 2 (N - 1) / N x (24 + 5) x 256 x 4 bytes.
-        sent = 2 * 2 * 2 * (cards - 1) / cards * 29 * 256 * 4
+        #   2 layers x 2 x 2 (N - 1) / N x (24 + 5) x 256 x 4 bytes;
+        # and passes on N - 1 cards' best tokens (a logit and a token, 2 x 4 bytes) per
+        # forward of the vocab-parallel output projection: 6 x (N - 1) x 8 bytes.
+        sent = 2 * 2 * 2 * (cards - 1) / cards * 29 * 256 * 4 + 6 * (cards - 1) * 8
         for c in t["per_card"]:
             assert c["peer_sent_bytes"] == c["peer_received_bytes"] == sent
             assert c["compute_us"] > 0 and c["communication_us"] > 0
@@ -420,8 +422,8 @@ def test_tensor_parallel_llm_generates_the_cpus_tokens_over_2_and_4_cards(tmp_pa
             assert busy <= m["time_us"] * 1.0001
             assert c["idle_us"] == pytest.approx(m["time_us"] - busy, abs=1e-6)
         assert 0 < t["communication_share"] < 1
-        # Each card holds 1/N of the layers' weights and cache (the embeddings and the
-        # output projection whole), so its decode bound falls.
+        # Each card holds 1/N of the layers' weights, the cache and the output projection
+        # (the embeddings whole), so its decode bound falls.
         assert g["decode_bound_us_per_token"] < single["llm"]["decode_bound_us_per_token"]
         assert g["weight_bytes"] < single["llm"]["weight_bytes"]
         # Every card is traced: card 0 to the file given, card r beside it.
@@ -442,6 +444,11 @@ def test_tensor_parallel_llm_generates_the_cpus_tokens_over_2_and_4_cards(tmp_pa
     assert "tensor parallel      2 cards" in text.stdout and "communicate us" in text.stdout
     r = spyre_sim("run", "--workload", TP_LLM + ",tp=3", "--config", CI)
     assert r.returncode == 2 and "tp=3 cards must split heads 8 evenly" in r.stderr, r.stderr
+    r = spyre_sim("run", "--workload", TP_LLM.replace("vocab=512", "vocab=510") + ",tp=4", "--config", CI)
+    assert r.returncode == 2 and "tp=4 cards must split vocab 510 evenly" in r.stderr, r.stderr
+    # Batch 3 (prompts of 24, 20 and 16 tokens): every sequence's tokens are the CPU's.
+    g = report("--workload", TP_LLM + ",check=cpu,batch=3,tp=2", "--config", CI)["llm"]
+    assert g["cpu_check"]["equal"] == g["cpu_check"]["tokens"] == 18
 
 
 def torchvision_macs(name, resolution):

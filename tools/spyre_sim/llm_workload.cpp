@@ -28,7 +28,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/gather.h>
 #include <ATen/ops/lt.h>
+#include <ATen/ops/max.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/neg.h>
 #include <ATen/ops/ones.h>
@@ -128,18 +130,19 @@ Model make_model(const LlmSpec& s, const at::TensorOptions& o) {
 
 // Card r's share of the model under tensor parallelism (LlmSpec::tp), made on the card
 // it lives on (no copies between cards, so a no-data run touches no host memory for
-// it): the embeddings, output projection and norms whole, the same on every card (the
-// card's generator seeded with the spec's seed); then, from a seed of the card's own,
-// its heads' rows of wq, wk and wv and columns of wo, its rows of w1 and w3 and columns
-// of w2. (Other weights than tp=1's: gather_model assembles the whole model they make.)
+// it): the embeddings and norms whole, the same on every card (the card's generator
+// seeded with the spec's seed); then, from a seed of the card's own, its vocab/N rows
+// of the output projection, its heads' rows of wq, wk and wv and columns of wo, its
+// rows of w1 and w3 and columns of w2. (Other weights than tp=1's: gather_model
+// assembles the whole model they make.)
 Model make_shard(const LlmSpec& s, std::int64_t r, const at::TensorOptions& o) {
   seed_generator(o, s.seed);
   Model m;
   m.embed = random_normal(o, {s.vocab, s.dim}, 1.0);
   m.norm = at::ones({s.dim}, o);
-  m.head = random_normal(o, {s.vocab, s.dim}, 0.02);
   make_rotary(s, o, m);
   seed_generator(o, s.seed + 0x9E3779B97F4A7C15ull * std::uint64_t(r + 1));
+  m.head = random_normal(o, {s.vocab / s.tp, s.dim}, 0.02);
   const std::int64_t q = s.local_heads() * s.head_dim(), kv = s.local_kv_heads() * s.head_dim(), f = s.local_ffn();
   for (std::int64_t i = 0; i < s.layers; ++i) {
     m.layers.push_back({at::ones({s.dim}, o), random_normal(o, {q, s.dim}, 0.02), random_normal(o, {kv, s.dim}, 0.02),
@@ -305,20 +308,26 @@ Model gather_model(const std::vector<Card>& cards) {
     l.w3 = joined(i, &Layer::w3, 0);
     l.w2 = joined(i, &Layer::w2, 1);
   }
+  std::vector<at::Tensor> heads;
+  for (const Card& c : cards) heads.push_back(c.model.head.cpu());
+  m.head = at::cat(heads, 0);
   return m;
 }
 
-// Ring all-reduce (sum) of one tensor per card, in place, by peer copies and adds on
-// the cards (the in-process counterpart of the spyre process group's ring): the flat
-// tensor in N chunks; N - 1 reduce-scatter steps, in each of which every card sends a
-// chunk to the next card, which adds it to its own; then N - 1 all-gather steps passing
-// the summed chunks on. Each card sends 2 (N - 1) / N of the tensor's bytes.
+// Collectives between the cards of one process, by peer copies over the modelled
+// links (the in-process counterparts of the spyre process group's ring):
+//  - all_reduce (sum, in place): the flat tensor in N chunks; N - 1 reduce-scatter
+//    steps, in each of which every card sends a chunk to the next card, which adds it
+//    to its own; then N - 1 all-gather steps passing the summed chunks on. Each card
+//    sends 2 (N - 1) / N of the tensor's bytes.
+//  - all_gather: every card's part to every card, N - 1 steps passing them on.
 //
-// One host thread drives every card, and each driver call costs it the config's
-// host_link.call_overhead_ns, so the ring is built from the fewest calls: copies on a
-// send queue per card (spyreMemcpyAsync), ordered against the cards' compute streams
-// by reused events (a wait takes the event's latest record), about 3 calls per card
-// and step besides the adds.
+// One host thread drives every card, and each driver call costs its host
+// host.call_overhead_ns, so a ring is built from few calls: copies on a send queue per
+// card (spyreMemcpyAsync), ordered against the cards' compute streams by reused events
+// (a wait takes the event's latest record): about 3 calls per card and step besides
+// the adds. Copies into memory a compute stream allocated wait for that stream first
+// (the caching allocator hands a block on once its stream has queued its last use).
 class CardRing {
  public:
   explicit CardRing(const std::vector<Card>& cards) {
@@ -342,43 +351,27 @@ class CardRing {
   void all_reduce(std::vector<at::Tensor>& x) const {
     const std::size_t n = x.size();
     if (n < 2) return;
-    backend::flush_deferred();  // launches this thread holds back go before the copies
     std::vector<at::Tensor> flat;
-    std::vector<spyre_queue_t> compute;
-    for (const at::Tensor& t : x) {
-      flat.push_back(t.view({-1}));
-      compute.push_back(backend::queue_of(backend::current_stream(t.device().index())));
-    }
+    for (const at::Tensor& t : x) flat.push_back(t.view({-1}));
     const std::int64_t numel = flat[0].numel();
     const auto begin = [&](std::size_t c) { return std::int64_t(c) * numel / std::int64_t(n); };
     const auto chunk = [&](std::size_t r, std::size_t c) { return flat[r].narrow(0, begin(c), begin(c + 1) - begin(c)); };
-    const auto next = [&](std::size_t r) { return (r + 1) % n; };
-    const auto copy = [&](std::size_t r, const at::Tensor& to, const at::Tensor& from) {
-      backend::derived::note_write(to.data_ptr());
-      check(spyreMemcpyAsync(sides_[r].send, to.data_ptr(), from.data_ptr(), std::size_t(from.nbytes())), "a copy");
-    };
-    // `queue` runs what it is given next after what `on` has so far, through `event`.
-    const auto after = [&](spyre_queue_t queue, spyre_event_t event, spyre_queue_t on) {
-      check(spyreEventRecord(event, on), "an event record");
-      check(spyreQueueWaitEvent(queue, event), "an event wait");
-    };
-    for (std::size_t r = 0; r < n; ++r) after(sides_[r].send, sides_[r].computed, compute[r]);  // x is ready
-    // Reduce-scatter: at step k card r sends chunk (r - k) mod N; after N - 1 steps card
-    // r holds the sum of chunk (r + 1) mod N. Received chunks land in buffers made on the
-    // compute streams (which wait for every copy before they are reused). A step's
-    // copies are all queued before anything waits for them, so they run at once.
+    // Received chunks land in buffers made on the compute streams.
     std::vector<std::vector<at::Tensor>> buffers(n);
     for (std::size_t r = 0; r < n; ++r) {
       const c10::DeviceGuard guard(x[r].device());
       for (std::size_t k = 0; k + 1 < n; ++k) buffers[r].push_back(at::empty({begin(1) + 1}, flat[r].options()));
     }
+    const std::vector<spyre_queue_t> compute = start(x);
+    // Reduce-scatter: at step k card r sends chunk (r - k) mod N; after N - 1 steps card
+    // r holds the sum of chunk (r + 1) mod N. A step's copies are all queued, and then
+    // recorded, before anything waits for them, so they run at once (a record after a
+    // wait would chain the cards' steps together).
     for (std::size_t k = 0; k + 1 < n; ++k) {
       for (std::size_t r = 0; r < n; ++r) {
         const at::Tensor from = chunk(r, (r + n - k) % n);
-        copy(r, buffers[next(r)][k].narrow(0, 0, from.numel()), from);
+        copy(r, buffers[next(r, n)][k].narrow(0, 0, from.numel()), from);
       }
-      // (Every copy recorded before anything waits: a record after a wait would chain
-      // the cards' steps together.)
       for (std::size_t r = 0; r < n; ++r) check(spyreEventRecord(sides_[r].sent, sides_[r].send), "an event record");
       for (std::size_t r = 0; r < n; ++r) {
         const std::size_t from = (r + n - 1) % n, c = (from + n - k) % n;
@@ -392,24 +385,36 @@ class CardRing {
     }
     // All-gather: at step k card r passes chunk (r + 1 - k) mod N on, into the next
     // card's tensor, once that card's compute stream is done with its adds.
-    for (std::size_t r = 0; r < n; ++r) check(spyreQueueWaitEvent(sides_[r].send, sides_[next(r)].computed), "an event wait");
-    for (std::size_t k = 0; k + 1 < n; ++k) {
-      for (std::size_t r = 0; r < n; ++r) {
-        const std::size_t c = (r + 1 + n - k) % n;
-        copy(r, chunk(next(r), c), chunk(r, c));
-      }
-      if (k + 2 < n) {
-        for (std::size_t r = 0; r < n; ++r) check(spyreEventRecord(sides_[r].sent, sides_[r].send), "an event record");
-        for (std::size_t r = 0; r < n; ++r) check(spyreQueueWaitEvent(sides_[next(r)].send, sides_[r].sent), "an event wait");
-      }
-    }
-    // Each compute stream waits for the copies into its tensor and for its own sends
-    // (they read its tensor and buffers).
-    for (std::size_t r = 0; r < n; ++r) check(spyreEventRecord(sides_[r].sent, sides_[r].send), "an event record");
     for (std::size_t r = 0; r < n; ++r) {
-      check(spyreQueueWaitEvent(compute[r], sides_[r].sent), "an event wait");
-      check(spyreQueueWaitEvent(compute[next(r)], sides_[r].sent), "an event wait");
+      check(spyreQueueWaitEvent(sides_[r].send, sides_[next(r, n)].computed), "an event wait");
     }
+    pass_on(n, [&](std::size_t r, std::size_t k) {
+      const std::size_t c = (r + 1 + n - k) % n;
+      copy(r, chunk(next(r, n), c), chunk(r, c));
+    });
+    finish(compute);
+  }
+
+  // Card r's result [N, numel]: row j is card j's part (each part contiguous, all of
+  // one size).
+  std::vector<at::Tensor> all_gather(const std::vector<at::Tensor>& parts) const {
+    const std::size_t n = parts.size();
+    std::vector<at::Tensor> out;
+    for (std::size_t r = 0; r < n; ++r) {
+      const c10::DeviceGuard guard(parts[r].device());
+      out.push_back(at::empty({std::int64_t(n), parts[r].numel()}, parts[r].options()));
+      out.back().select(0, std::int64_t(r)).copy_(parts[r].reshape({-1}));
+    }
+    if (n < 2) return out;
+    const std::vector<spyre_queue_t> compute = start(out);
+    // At step k card r passes row (r - k) mod N on: its own at first, then the one it
+    // received at the step before.
+    pass_on(n, [&](std::size_t r, std::size_t k) {
+      const auto c = std::int64_t((r + n - k) % n);
+      copy(r, out[next(r, n)].select(0, c), out[r].select(0, c));
+    });
+    finish(compute);
+    return out;
   }
 
  private:
@@ -418,8 +423,63 @@ class CardRing {
     spyre_event_t sent = nullptr, computed = nullptr;  // recorded on the send queue / compute stream
   };
 
+  static std::size_t next(std::size_t r, std::size_t n) { return (r + 1) % n; }
+
+  // The cards' compute streams (current streams) after each card's send queue has been
+  // made to wait for its own compute stream and the next card's (what they have queued
+  // so far wrote the tensors sent, or used the memory copied into).
+  std::vector<spyre_queue_t> start(const std::vector<at::Tensor>& on) const {
+    backend::flush_deferred();  // launches this thread holds back go before the copies
+    std::vector<spyre_queue_t> compute;
+    for (const at::Tensor& t : on) compute.push_back(backend::queue_of(backend::current_stream(t.device().index())));
+    const std::size_t n = on.size();
+    for (std::size_t r = 0; r < n; ++r) check(spyreEventRecord(sides_[r].computed, compute[r]), "an event record");
+    for (std::size_t r = 0; r < n; ++r) {
+      check(spyreQueueWaitEvent(sides_[r].send, sides_[r].computed), "an event wait");
+      check(spyreQueueWaitEvent(sides_[r].send, sides_[next(r, n)].computed), "an event wait");
+    }
+    return compute;
+  }
+
+  // N - 1 steps of `step(r, k)` (card r's copy at step k); after each but the last,
+  // every card's next copies wait for what it received.
+  template <class Step>
+  void pass_on(std::size_t n, Step step) const {
+    for (std::size_t k = 0; k + 1 < n; ++k) {
+      for (std::size_t r = 0; r < n; ++r) step(r, k);
+      if (k + 2 < n) {
+        for (std::size_t r = 0; r < n; ++r) check(spyreEventRecord(sides_[r].sent, sides_[r].send), "an event record");
+        for (std::size_t r = 0; r < n; ++r) {
+          check(spyreQueueWaitEvent(sides_[next(r, n)].send, sides_[r].sent), "an event wait");
+        }
+      }
+    }
+  }
+
+  // Each compute stream waits for the copies into its tensors and for its own sends
+  // (they read its tensors and buffers).
+  void finish(const std::vector<spyre_queue_t>& compute) const {
+    const std::size_t n = compute.size();
+    for (std::size_t r = 0; r < n; ++r) check(spyreEventRecord(sides_[r].sent, sides_[r].send), "an event record");
+    for (std::size_t r = 0; r < n; ++r) {
+      check(spyreQueueWaitEvent(compute[r], sides_[r].sent), "an event wait");
+      check(spyreQueueWaitEvent(compute[next(r, n)], sides_[r].sent), "an event wait");
+    }
+  }
+
+  void copy(std::size_t r, const at::Tensor& to, const at::Tensor& from) const {
+    backend::derived::note_write(to.data_ptr());
+    check(spyreMemcpyAsync(sides_[r].send, to.data_ptr(), from.data_ptr(), std::size_t(from.nbytes())), "a copy");
+  }
+
+  // `queue` runs what it is given next after what `on` has so far, through `event`.
+  static void after(spyre_queue_t queue, spyre_event_t event, spyre_queue_t on) {
+    check(spyreEventRecord(event, on), "an event record");
+    check(spyreQueueWaitEvent(queue, event), "an event wait");
+  }
+
   static void check(spyre_result_t r, const char* what) {
-    if (r != SPYRE_SUCCESS) throw DeviceFault(fmt::format("llm tp all-reduce: {}: {}", what, spyreGetLastErrorMessage()));
+    if (r != SPYRE_SUCCESS) throw DeviceFault(fmt::format("llm tp ring: {}: {}", what, spyreGetLastErrorMessage()));
   }
   static spyre_device_t card_handle(c10::DeviceIndex r) {
     spyre_device_t d = nullptr;
@@ -524,10 +584,33 @@ std::vector<at::Tensor> forward(const LlmSpec& s, std::vector<Card>& cards, cons
     reduce();
   }
   std::vector<at::Tensor> next(n);
+  if (ring == nullptr) {
+    for (std::size_t r = 0; r < n; ++r) {
+      const c10::DeviceGuard guard(cards[r].device);
+      const at::Tensor last = at::rms_norm(h[r].narrow(1, len - 1, 1), {s.dim}, cards[r].model.norm, kNormEps);
+      next[r] = at::argmax(at::linear(last, cards[r].model.head), -1);
+    }
+    return next;
+  }
+  // The output projection is vocab-parallel: card r has the logits of tokens
+  // [r V/N, (r + 1) V/N). Each card's best (its largest logit and that token, in fp32:
+  // token numbers up to 2^24 are exact) goes to every card, which takes the first card's
+  // with the largest logit: the whole vocabulary's first argmax, as on one card.
+  std::vector<at::Tensor> best(n);
+  const std::int64_t shard = s.vocab / s.tp;
   for (std::size_t r = 0; r < n; ++r) {
     const c10::DeviceGuard guard(cards[r].device);
     const at::Tensor last = at::rms_norm(h[r].narrow(1, len - 1, 1), {s.dim}, cards[r].model.norm, kNormEps);
-    next[r] = at::argmax(at::linear(last, cards[r].model.head), -1);
+    const auto [value, index] = at::max(at::linear(last, cards[r].model.head), -1);  // [B, 1]
+    best[r] = at::cat({value.to(c10::kFloat).unsqueeze(-1), index.to(c10::kFloat).add(double(std::int64_t(r) * shard)).unsqueeze(-1)},
+                      -1);  // [B, 1, 2]
+  }
+  const std::vector<at::Tensor> all = ring->all_gather(best);  // [N, B x 2] per card
+  for (std::size_t r = 0; r < n; ++r) {
+    const c10::DeviceGuard guard(cards[r].device);
+    const at::Tensor pairs = all[r].view({std::int64_t(n), b, 1, 2});
+    const at::Tensor card = pairs.select(-1, 0).argmax(0, /*keepdim=*/true);  // [1, B, 1]
+    next[r] = pairs.select(-1, 1).gather(0, card).squeeze(0).to(c10::kLong);
   }
   return next;
 }
@@ -651,7 +734,8 @@ LlmSpec LlmSpec::parse(const std::vector<std::string>& items) {
   if (s.head_dim() % 2 != 0) throw UsageError(fmt::format("llm: head dim {} must be even (rotary)", s.head_dim()));
   for (const auto& [what, count] : {std::pair<const char*, std::int64_t>{"heads", s.heads},
                                     {"kv_heads", s.kv_heads},
-                                    {"ffn", s.ffn}}) {
+                                    {"ffn", s.ffn},
+                                    {"vocab", s.vocab}}) {
     if (count % s.tp != 0) {
       throw UsageError(fmt::format("llm: tp={} cards must split {} {} evenly (each card holds an equal share)", s.tp,
                                    what, count));
@@ -686,7 +770,7 @@ LlmBounds llm_bounds(const LlmSpec& s, const json& derived) {
   const double sharded = dim * q_width + 2 * dim * kv_width + q_width * dim + 3 * dim * double(s.ffn);
   const double layer_params = sharded / t + 2 * dim;
   const double matmul_params = double(s.layers) * layer_params;
-  const double head_params = dim * double(s.vocab) + dim;
+  const double head_params = dim * double(s.vocab) / t + dim;  // vocab-parallel with tp > 1
   LlmBounds r;
   r.weight_bytes = (matmul_params + head_params) * e;
   const double kv_per_position = double(s.layers) * 2 * b * kv_width * e / t;  // K and V bytes, all layers, one card

@@ -34,10 +34,11 @@ struct LlmSpec {
   // table (spyre::paged_attention).
   std::int64_t page = 0;
   // tp=N: tensor parallelism over cards spyre:0..N-1 (Megatron-style: each card holds
-  // heads/N query heads, kv_heads/N KV heads and ffn/N of the FFN's width; norms,
-  // embeddings and the output projection whole on every card), the partial sums of
-  // the attention's and the FFN's output projections added across the cards by a ring
-  // all-reduce of peer copies: two per layer.
+  // heads/N query heads, kv_heads/N KV heads, ffn/N of the FFN's width and vocab/N of
+  // the output projection; norms and embeddings whole on every card), the partial sums
+  // of the attention's and the FFN's output projections added across the cards by a
+  // ring all-reduce of peer copies, two per layer, and each card's best token passed to
+  // every card by a ring all-gather.
   std::int64_t tp = 1;
 
   std::int64_t head_dim() const { return dim / heads; }
