@@ -11,6 +11,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <ATen/core/ivalue.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "distributed/transport.h"
@@ -239,9 +241,10 @@ int run_op(void* user, uint64_t arrival_ps, void* const* views, uint64_t* end_ps
 
 class SpyreWork final : public c10d::Work {
  public:
-  SpyreWork(int rank, c10d::OpType type, std::shared_ptr<Op> op, spyre_queue_t queue, spyre_event_t event,
+  SpyreWork(int rank, c10d::OpType type, std::shared_ptr<Op> op, c10::Stream stream, spyre_event_t event,
             std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type), op_(std::move(op)), queue_(queue), event_(event), outputs_(std::move(outputs)) {}
+      : c10d::Work(rank, type), op_(std::move(op)), stream_(stream), queue_(backend::queue_of(stream)), event_(event),
+        outputs_(std::move(outputs)) {}
   ~SpyreWork() override { spyreEventDestroy(event_); }
 
   bool isCompleted() override { return spyreEventQuery(event_) == SPYRE_SUCCESS; }
@@ -254,15 +257,22 @@ class SpyreWork final : public c10d::Work {
   }
   void synchronize() override { wait(kNoTimeout); }
   std::vector<at::Tensor> result() override { return outputs_; }
+  // Stream-ordered, as CUDA's futures are: completed at once with an event on the
+  // collective stream, which whoever uses the value (its current stream) waits for.
+  // DDP takes its buckets' all-reduces this way, so the backward goes on meanwhile. A
+  // collective that fails then leaves the collective stream in error: the group's next
+  // collective and torch.spyre.synchronize() raise its reason.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
-    wait(kNoTimeout);
-    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                           std::vector<c10::Device>{stream_.device()});
+    const c10::StreamGuard guard(stream_);
     future->markCompleted(c10::IValue(outputs_));
     return future;
   }
 
  private:
   std::shared_ptr<Op> op_;
+  c10::Stream stream_;
   spyre_queue_t queue_;
   spyre_event_t event_;
   std::vector<at::Tensor> outputs_;
@@ -420,7 +430,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op,
     sizes.push_back(nbytes(t));
   }
   op->transport = transport_;
-  const spyre_queue_t queue = backend::queue_of(backend::current_stream(device));
+  // On the collective stream, after what the current stream has queued (the inputs'
+  // producers, the outputs' last users); the tensors stay in use on the collective
+  // stream until it has run (the caching allocator hands their memory on only then).
+  const c10::Stream stream = collective_stream(device);
+  const spyre_queue_t queue = backend::queue_of(stream);
+  {
+    spyre_event_t ready = nullptr;
+    SPYRE_CHECK(spyreEventCreate(driver_device(device), &ready));
+    spyre_result_t rc = spyreEventRecord(ready, backend::queue_of(backend::current_stream(device)));
+    if (rc == SPYRE_SUCCESS) rc = spyreQueueWaitEvent(queue, ready);
+    spyreEventDestroy(ready);
+    SPYRE_CHECK(rc);
+  }
+  const c10::impl::VirtualGuardImpl guard_impl(c10::DeviceType::PrivateUse1);
+  for (const auto& t : op->tensors) {
+    if (t.numel() > 0) guard_impl.recordDataPtrOnStream(t.storage().data_ptr(), stream);
+  }
   spyre_external_desc_t desc{};
   desc.struct_size = sizeof desc;
   desc.name = op->name.c_str();
@@ -457,7 +483,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op,
   spyre_event_t event = nullptr;
   SPYRE_CHECK(spyreEventCreate(driver_device(device), &event));
   SPYRE_CHECK(spyreEventRecord(event, queue));
-  return c10::make_intrusive<SpyreWork>(rank_, type, op, queue, event, std::move(outputs));
+  return c10::make_intrusive<SpyreWork>(rank_, type, op, stream, event, std::move(outputs));
+}
+
+c10::Stream ProcessGroupSpyre::collective_stream(c10::DeviceIndex device) {
+  const auto it = streams_.find(device);
+  if (it != streams_.end()) return it->second;
+  return streams_.emplace(device, backend::stream_from_pool(device, /*high_priority=*/true)).first->second;
 }
 
 namespace {

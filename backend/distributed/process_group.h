@@ -1,6 +1,7 @@
 // The spyre torch.distributed backend (c10d::Backend): collectives between processes
 // that each drive one card, as the real stack runs them. Each collective is a command
-// of the current stream's queue (spyreQueueExternal): when the queue reaches it, the
+// of the group's collective stream (spyreQueueExternal), queued behind what the current
+// stream has so far: when the queue reaches it, the
 // card's bytes go to the other ranks through the transport (distributed/transport.h),
 // the results are written into the card's memory, and the command ends at the latest
 // rank's arrival plus the collective's modelled time (spyreSystemScheduleTime over the
@@ -62,13 +63,18 @@ class ProcessGroupSpyre final : public c10d::Backend {
   struct Schedule;
 
  private:
-  // Submits `op` to the current stream of its tensors' device (or of the current
-  // device) with the modelled time of `schedule` on this group's cards and the bytes
-  // this card sends in it, then records an event that the returned Work waits for.
+  // Submits `op` to the group's collective stream of its tensors' device (or of the
+  // current device), after what the current stream has queued so far, with the
+  // modelled time of `schedule` on this group's cards and the bytes this card sends in
+  // it, then records an event that the returned Work waits for.
   c10::intrusive_ptr<c10d::Work> submit(std::shared_ptr<Op> op, c10d::OpType type, const Schedule& schedule,
                                         std::vector<at::Tensor> outputs, bool writes_outputs = true);
+  // The stream the group's collectives run on, one per device (as NCCL's): the current
+  // stream's work after a collective overlaps it until something waits for it.
+  c10::Stream collective_stream(c10::DeviceIndex device);
 
   std::shared_ptr<Transport> transport_;
+  std::map<c10::DeviceIndex, c10::Stream> streams_;
   std::uint64_t sequence_ = 0;
   std::map<std::pair<int, int>, std::uint64_t> sent_, received_;  // (peer, tag) -> sends / recvs so far
 };

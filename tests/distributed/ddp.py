@@ -49,5 +49,6 @@ for step in range(3):
             failures.append(f"rank {rank} step {step}: {name} {err:.2e} of the single process's")
 report = torch.spyre.report(0)
 with open(f"{sys.argv[1]}.{rank}.json", "w") as f:
-    json.dump({"rank": rank, "failures": failures, "communication": report["communication"]}, f)
+    json.dump({"rank": rank, "failures": failures, "communication": report["communication"],
+               "busy_ps": report["card_busy_ps"]}, f)
 dist.destroy_process_group()

@@ -97,9 +97,16 @@ def main() -> int:
         start = time.time()
         results = launch(2, pathlib.Path(tmp) / "ddp", script="ddp.py")
         problems = [f for r in results for f in r["failures"]]
+        # The buckets' all-reduces run on the group's collective stream while the
+        # backward goes on: each rank computes and communicates at once for a while.
+        busy = results[0]["busy_ps"]
+        for r in results:
+            if not 0 < r["busy_ps"]["overlap"] <= min(r["busy_ps"]["compute"], r["busy_ps"]["communication"]):
+                problems.append(f"rank {r['rank']}: no overlap of communication with compute: {r['busy_ps']}")
         print(f"DDP over 2 ranks, 3 SGD steps: gradients and parameters against one process "
               f"{'ok' if not problems else 'FAILED'} ({results[0]['communication']['collectives']} collectives on rank "
-              f"0; {time.time() - start:.1f} s)", flush=True)
+              f"0; computing {busy['compute'] * 1e-6:.1f} us, communicating {busy['communication'] * 1e-6:.1f} us, "
+              f"both at once {busy['overlap'] * 1e-6:.1f} us; {time.time() - start:.1f} s)", flush=True)
         for p in problems[:20]:
             print("   ", p)
         passed += not problems
