@@ -261,7 +261,7 @@ class SpyreWork final : public c10d::Work {
   // collective stream, which whoever uses the value (its current stream) waits for.
   // DDP takes its buckets' all-reduces this way, so the backward goes on meanwhile. A
   // collective that fails then leaves the collective stream in error: the group's next
-  // collective and torch.spyre.synchronize() raise its reason.
+  // collective (or a wait() on this one) raises its reason.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
                                                            std::vector<c10::Device>{stream_.device()});
