@@ -380,7 +380,9 @@ ProcessGroupSpyre::ProcessGroupSpyre(const c10::intrusive_ptr<c10d::Store>& stor
               "their collectives' times");
 }
 
-ProcessGroupSpyre::~ProcessGroupSpyre() = default;
+ProcessGroupSpyre::~ProcessGroupSpyre() {
+  for (const auto& [device, event] : ready_) spyreEventDestroy(event);
+}
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupSpyre::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                             int size, const std::chrono::duration<float>& timeout) {
@@ -436,12 +438,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op,
   const c10::Stream stream = collective_stream(device);
   const spyre_queue_t queue = backend::queue_of(stream);
   {
-    spyre_event_t ready = nullptr;
-    SPYRE_CHECK(spyreEventCreate(driver_device(device), &ready));
-    spyre_result_t rc = spyreEventRecord(ready, backend::queue_of(backend::current_stream(device)));
-    if (rc == SPYRE_SUCCESS) rc = spyreQueueWaitEvent(queue, ready);
-    spyreEventDestroy(ready);
-    SPYRE_CHECK(rc);
+    const spyre_event_t ready = ready_event(device);
+    SPYRE_CHECK(spyreEventRecord(ready, backend::queue_of(backend::current_stream(device))));
+    SPYRE_CHECK(spyreQueueWaitEvent(queue, ready));
   }
   const c10::impl::VirtualGuardImpl guard_impl(c10::DeviceType::PrivateUse1);
   for (const auto& t : op->tensors) {
@@ -484,6 +483,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op,
   SPYRE_CHECK(spyreEventCreate(driver_device(device), &event));
   SPYRE_CHECK(spyreEventRecord(event, queue));
   return c10::make_intrusive<SpyreWork>(rank_, type, op, stream, event, std::move(outputs));
+}
+
+spyre_event_t ProcessGroupSpyre::ready_event(c10::DeviceIndex device) {
+  const auto it = ready_.find(device);
+  if (it != ready_.end()) return it->second;
+  spyre_event_t event = nullptr;
+  SPYRE_CHECK(spyreEventCreate(driver_device(device), &event));
+  return ready_.emplace(device, event).first->second;
 }
 
 c10::Stream ProcessGroupSpyre::collective_stream(c10::DeviceIndex device) {

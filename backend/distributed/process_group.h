@@ -18,6 +18,8 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "spyre/spyre_drv.h"
+
 namespace spyre::distributed {
 
 class Transport;
@@ -72,9 +74,13 @@ class ProcessGroupSpyre final : public c10d::Backend {
   // The stream the group's collectives run on, one per device (as NCCL's): the current
   // stream's work after a collective overlaps it until something waits for it.
   c10::Stream collective_stream(c10::DeviceIndex device);
+  // The event that orders a collective after the current stream's work, one per device
+  // and re-recorded for each (a queue waits for the record as of its wait).
+  spyre_event_t ready_event(c10::DeviceIndex device);
 
   std::shared_ptr<Transport> transport_;
   std::map<c10::DeviceIndex, c10::Stream> streams_;
+  std::map<c10::DeviceIndex, spyre_event_t> ready_;
   std::uint64_t sequence_ = 0;
   std::map<std::pair<int, int>, std::uint64_t> sent_, received_;  // (peer, tag) -> sends / recvs so far
 };

@@ -45,13 +45,17 @@ void configure_driver(const ConfigOptions& config, spyre_device_mode_t mode, std
   if (spyreDriverConfigure(&start) != SPYRE_SUCCESS) throw UsageError(spyreGetLastErrorMessage());
 }
 
-spyre_device_t device_handle() {
+spyre_device_t device_handle(int index) {
   spyre_device_t d = nullptr;
-  if (spyreDeviceGet(0, &d) != SPYRE_SUCCESS) throw std::runtime_error(spyreGetLastErrorMessage());
+  if (spyreDeviceGet(index, &d) != SPYRE_SUCCESS) {
+    throw UsageError(fmt::format("card spyre:{}: {}", index, spyreGetLastErrorMessage()));
+  }
   return d;
 }
 
-nlohmann::json device_report() { return nlohmann::json::parse(backend::device_report_json(device_handle())); }
+nlohmann::json device_report(int index) {
+  return nlohmann::json::parse(backend::device_report_json(device_handle(index)));
+}
 
 void add_mode_option(CLI::App& command, spyre_device_mode_t& mode, const char* help) {
   command.add_option("--mode", mode, help)

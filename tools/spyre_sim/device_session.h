@@ -22,15 +22,17 @@ namespace spyre::tools {
 // system section says).
 void configure_driver(const ConfigOptions& config, spyre_device_mode_t mode, std::uint32_t devices = 1);
 
-spyre_device_t device_handle();
+// Card `index` of the configured driver (spyre:index); a UsageError naming the card
+// when the driver has fewer.
+spyre_device_t device_handle(int index = 0);
 
 // Workload parameters: "fp16" / "bf16" / "fp32" (and their PyTorch names), and a
 // positive integer; a UsageError naming `what` otherwise.
 c10::ScalarType dtype_of(const std::string& s);
 std::int64_t positive_integer(const std::string& s, const std::string& what);
 
-// The device's report (launch records, per-kernel and chip statistics) as JSON.
-nlohmann::json device_report();
+// Card `index`'s report (launch records, per-kernel and chip statistics) as JSON.
+nlohmann::json device_report(int index = 0);
 
 // The --mode option of run and calibrate.
 void add_mode_option(CLI::App& command, spyre_device_mode_t& mode, const char* help);

@@ -334,8 +334,8 @@ class CardRing {
     for (const Card& c : cards) {
       Side side;
       side.send = backend::queue_of(backend::stream_from_pool(c.device.index(), false));
-      check(spyreEventCreate(card_handle(c.device.index()), &side.sent), "an event");
-      check(spyreEventCreate(card_handle(c.device.index()), &side.computed), "an event");
+      check(spyreEventCreate(device_handle(c.device.index()), &side.sent), "an event");
+      check(spyreEventCreate(device_handle(c.device.index()), &side.computed), "an event");
       sides_.push_back(side);
     }
   }
@@ -480,11 +480,6 @@ class CardRing {
 
   static void check(spyre_result_t r, const char* what) {
     if (r != SPYRE_SUCCESS) throw DeviceFault(fmt::format("llm tp ring: {}: {}", what, spyreGetLastErrorMessage()));
-  }
-  static spyre_device_t card_handle(c10::DeviceIndex r) {
-    spyre_device_t d = nullptr;
-    check(spyreDeviceGet(r, &d), "the card");
-    return d;
   }
 
   std::vector<Side> sides_;
@@ -798,16 +793,6 @@ LlmBounds llm_bounds(const LlmSpec& s, const json& derived) {
 
 namespace {
 
-spyre_device_t card_handle(std::int64_t r) {
-  spyre_device_t d = nullptr;
-  if (spyreDeviceGet(static_cast<int>(r), &d) != SPYRE_SUCCESS) {
-    throw UsageError(fmt::format("llm tp: card spyre:{}: {}", r, spyreGetLastErrorMessage()));
-  }
-  return d;
-}
-
-json card_report(std::int64_t r) { return json::parse(backend::device_report_json(card_handle(r))); }
-
 // Card r's trace path: `trace` itself for card 0, else ".card<r>" before its extension.
 std::string card_trace(const std::string& trace, std::int64_t r) {
   if (r == 0) return trace;
@@ -841,7 +826,7 @@ json run_llm(const LlmSpec& s, const std::string& workload, const std::string& t
   std::vector<Card> cards;
   for (std::int64_t r = 0; r < s.tp; ++r) {
     const c10::Device d(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(r));
-    (void)card_handle(r);  // a clear error when the driver has fewer cards
+    (void)device_handle(static_cast<int>(r));  // a clear error when the driver has fewer cards
     cards.push_back({s.tp == 1 ? make_model(s, o) : make_shard(s, r, o.device(d)), make_cache(s, o.device(d)), d});
   }
   const Model reference = !s.check_cpu ? Model{} : s.tp == 1 ? copy_model(cards[0].model, c10::kCPU) : gather_model(cards);
@@ -849,27 +834,27 @@ json run_llm(const LlmSpec& s, const std::string& workload, const std::string& t
   const Prompts prompts = make_prompts(s);
   const auto synchronize = [&] {
     for (std::int64_t r = 0; r < s.tp; ++r) {
-      if (spyreDeviceSynchronize(card_handle(r)) != SPYRE_SUCCESS) return false;
+      if (spyreDeviceSynchronize(device_handle(static_cast<int>(r))) != SPYRE_SUCCESS) return false;
     }
     return true;
   };
   if (s.warmup) generate(s, cards, ring.get(), prompts, [] {});  // compiles and loads every kernel
   (void)synchronize();
-  for (std::int64_t r = 0; r < s.tp; ++r) spyreDeviceResetStats(card_handle(r));
+  for (std::int64_t r = 0; r < s.tp; ++r) spyreDeviceResetStats(device_handle(static_cast<int>(r)));
   backend::reset_fallback_counts();
   if (!trace.empty()) {
-    for (std::int64_t r = 0; r < s.tp; ++r) spyreTraceStart(card_handle(r));
+    for (std::int64_t r = 0; r < s.tp; ++r) spyreTraceStart(device_handle(static_cast<int>(r)));
   }
   const auto stop_traces = [&] {
     bool ok = true;
     for (std::int64_t r = 0; r < s.tp && !trace.empty(); ++r) {
-      ok = spyreTraceStop(card_handle(r), card_trace(trace, r).c_str()) == SPYRE_SUCCESS && ok;
+      ok = spyreTraceStop(device_handle(static_cast<int>(r)), card_trace(trace, r).c_str()) == SPYRE_SUCCESS && ok;
     }
     return ok;
   };
   const auto reports = [&] {
     std::vector<json> all;
-    for (std::int64_t r = 0; r < s.tp; ++r) all.push_back(card_report(r));
+    for (std::int64_t r = 0; r < s.tp; ++r) all.push_back(device_report(static_cast<int>(r)));
     return all;
   };
   json prefill;
