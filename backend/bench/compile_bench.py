@@ -1,7 +1,10 @@
 """What torch.compile(backend="spyre") buys on the default chip: eager against compiled
 for a few real blocks, in modelled device time, kernels launched and DRAM bytes.
 
-    tools/dev run python3 backend/bench/compile_bench.py [--quick]
+    tools/dev run python3 backend/bench/compile_bench.py [--quick] [--kernels]
+
+--kernels adds each compiled block's kernels, one line each (modelled time, DRAM bytes
+moved against the op's least, % of its own roofline bound).
 
 Figures (and the command) go in backend/README.md. Modelled times are deterministic;
 the script takes about a minute (--quick: small shapes, a few seconds).
@@ -22,12 +25,23 @@ def measure(model, x):
     # The block's roofline bound: the sum of its kernels' bounds (each its FLOPs at the
     # peak or its op's least DRAM bytes; include/spyre/cost/roofline.h), from the report.
     return (m["time_us"], m["kernels"], (m["dram_read_bytes"] + m["dram_write_bytes"]) / 1e6, m["cpu_fallbacks"],
-            m["roofline_fraction"] * m["time_us"])
+            m["roofline_fraction"] * m["time_us"], r["kernels"])
+
+
+def print_kernels(kernels):
+    """The report's kernel rows in launch order: modelled time, DRAM bytes moved against
+    the op's least, and the fraction of the kernel's own roofline bound."""
+    for k in kernels:
+        moved = (k["dram_read_bytes"] + k["dram_write_bytes"]) / 1e6
+        launches = f" x{int(k['launches'])}" if k["launches"] > 1 else ""
+        print(f"    {k['name'] + launches:60} {k['time_ps'] / 1e6:9.1f} us {moved:7.1f} MB "
+              f"(least {k['min_dram_bytes'] / 1e6:6.1f}) {k['roofline_fraction'] * 100:5.1f}% of its bound")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes (a smoke test)")
+    parser.add_argument("--kernels", action="store_true", help="list each compiled block's kernels")
     args = parser.parse_args()
     tokens, d, hidden, heads = (64, 256, 512, 4) if args.quick else (512, 2048, 5632, 16)
     torch.manual_seed(0)
@@ -56,6 +70,8 @@ def main():
         print(f"{name:46} {eager[0]:9.1f} {compiled[0]:11.1f} {eager[0] / compiled[0]:7.2f}x "
               f"{eager[1]:4d}->{compiled[1]:<4d} {eager[2]:7.1f}->{compiled[2]:<7.1f} {eager[4]:9.1f} "
               f"{compiled[0] / eager[4]:13.2f}x")
+        if args.kernels:
+            print_kernels(compiled[5])
 
 
 if __name__ == "__main__":

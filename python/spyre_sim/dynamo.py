@@ -9,7 +9,8 @@ single kernel that reads the group's inputs once and writes its result once. The
 of the graph (matmuls, reductions, views) runs the eager spyre kernels, except that an
 activation right after a matmul (relu, gelu, silu, ... of mm or of nn.Linear's addmm)
 moves into the matmul kernel's epilogue, and so does a residual add of the matmul's
-result (``x + linear(h)``) or a multiply by it (SwiGLU's ``silu(gate) * up``). Inner results stay in fp32 (no rounding to
+result (``x + linear(h)``) or a multiply by it (SwiGLU's ``silu(gate) * up``), and an
+RMSNorm written out in ops becomes the one rms_norm kernel. Inner results stay in fp32 (no rounding to
 fp16/bf16 between fused ops, as PyTorch's Inductor does).
 
 The backend is registered with Dynamo through the ``torch_dynamo_backends`` entry point
@@ -25,7 +26,7 @@ from typing import Callable
 import torch
 import torch.fx
 
-__all__ = ["backend", "drop_layout_preserving_clones", "fold_conversions_into_arange", "fuse_pointwise", "fuse_matmul_epilogues", "fuse_conv_epilogues",
+__all__ = ["backend", "drop_layout_preserving_clones", "fold_conversions_into_arange", "fuse_pointwise", "fuse_rms_norms", "fuse_matmul_epilogues", "fuse_conv_epilogues",
            "fuse_matmul_residuals", "FUSIBLE_OPS"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -926,6 +927,113 @@ def drop_layout_preserving_clones(gm: torch.fx.GraphModule) -> torch.fx.GraphMod
 _ARANGES = (aten.arange.default, aten.arange.start, aten.arange.start_step)
 
 
+def _only_user(node: torch.fx.Node):
+    """The one node that reads `node`, or None."""
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def _is_call(node, *targets) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in targets
+
+
+def _other_arg(node: torch.fx.Node, one):
+    """The argument of a two-operand mul that is not `one`, or None."""
+    if len(node.args) != 2 or node.kwargs:
+        return None
+    a, b = node.args
+    return b if a is one else a if b is one else None
+
+
+def _rms_norm_at(mean: torch.fx.Node):
+    """(x, weight, eps, last) when `mean` is the mean of squares of an RMSNorm written
+    out, ``x * rsqrt(mean(x ** 2, -1, keepdim=True) + eps) [* weight]`` (Llama's
+    reference code; Hugging Face's upcasts x to fp32 first and casts the normalised x
+    back before the weight), its inner results read only inside it; `last` is the
+    node the norm replaces. None otherwise."""
+    if (not _is_call(mean, aten.mean.dim) or len(mean.args) < 3 or mean.args[2] is not True
+            or mean.kwargs.get("dtype") is not None):
+        return None
+    square, dims = mean.args[0], mean.args[1]
+    val = _val(mean)
+    if val is None or not isinstance(dims, (list, tuple)) or len(dims) != 1 or dims[0] not in (-1, val.dim() - 1):
+        return None
+    if _is_call(square, aten.pow.Tensor_Scalar) and square.args[1] == 2:
+        x = square.args[0]
+    elif _is_call(square, aten.mul.Tensor) and len(square.args) == 2 and square.args[0] is square.args[1]:
+        x = square.args[0]
+    else:
+        return None
+    add, = mean.users if len(mean.users) == 1 else (None,)
+    if (_only_user(square) is not mean or not _is_call(add, aten.add.Tensor) or add.args[0] is not mean
+            or not isinstance(add.args[1], (int, float)) or add.kwargs):
+        return None
+    rsqrt = _only_user(add)
+    scaled = _only_user(rsqrt) if _is_call(rsqrt, aten.rsqrt.default) else None
+    if not _is_call(scaled, aten.mul.Tensor) or _other_arg(scaled, rsqrt) is not x:
+        return None
+    xv = _val(x)
+    if xv is None or xv.dtype not in _FLOATS or _val(scaled).shape != xv.shape:
+        return None
+    source, last = x, scaled
+    # Hugging Face's form: x upcast to fp32 for the statistics, the result cast back.
+    if (_is_call(x, aten._to_copy.default) and set(x.kwargs) == {"dtype"} and x.kwargs["dtype"] == torch.float32
+            and _val(x.args[0]) is not None and _val(x.args[0]).dtype in (torch.float16, torch.bfloat16)
+            and len(x.users) == 2):
+        back = _only_user(scaled)
+        if (_is_call(back, aten._to_copy.default) and set(back.kwargs) == {"dtype"}
+                and back.kwargs["dtype"] == _val(x.args[0]).dtype):
+            source, last = x.args[0], back
+    elif len(x.users) < 2:
+        return None
+    weight = None
+    user = _only_user(last)
+    if _is_call(user, aten.mul.Tensor):
+        w = _other_arg(user, last)
+        wv = _val(w)
+        if (isinstance(w, torch.fx.Node) and wv is not None and wv.dim() == 1 and wv.shape[0] == xv.shape[-1]
+                and wv.dtype == _val(last).dtype and _val(user).shape == xv.shape):
+            weight, last = w, user
+    return source, weight, float(add.args[1]), last
+
+
+def fuse_rms_norms(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """An RMSNorm written out in elementwise ops and a mean (Llama's and Hugging Face's
+    ``LlamaRMSNorm``: pow, mean, add, rsqrt, mul, [casts,] mul by the weight: three
+    kernels after fuse_pointwise) becomes one ``torch.ops.spyre.rms_norm`` call, the
+    kernel ``nn.RMSNorm`` runs: one read of x and one write. Its statistics are in fp32
+    and the normalised x is rounded once to x's dtype before the weight's multiply, as
+    PyTorch's rms_norm (and Hugging Face's upcast form) compute; eps is rounded to x's
+    dtype, as rms_norm does. Only in graphs that keep none of the inner results (a
+    training forward that saves them for its backward keeps its ops)."""
+    erased = set()
+    for node in list(gm.graph.nodes):
+        found = None if node in erased else _rms_norm_at(node)
+        if found is None:
+            continue
+        x, weight, eps, last = found
+        inner = []
+        stack = [last]
+        while stack:  # the pattern's nodes, from the last back to x
+            n = stack.pop()
+            if n is x or n is weight or n in inner or not isinstance(n, torch.fx.Node):
+                continue
+            inner.append(n)
+            stack.extend(n.all_input_nodes)
+        with gm.graph.inserting_before(last):
+            norm = gm.graph.call_function(torch.ops.spyre.rms_norm.default,
+                                          (x, [_val(x).shape[-1]], weight, eps))
+        norm.meta["val"] = _val(last)
+        last.replace_all_uses_with(norm)
+        for n in [n for n in gm.graph.nodes if n in set(inner)][::-1]:
+            if not n.users:
+                gm.graph.erase_node(n)
+                erased.add(n)
+    if erased:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
 def fold_conversions_into_arange(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """``arange(...)`` of integers converted to a float dtype (``torch.arange(n).float()``,
     rotary embeddings' positions) becomes ``arange(..., dtype=float)``: one kernel
@@ -978,7 +1086,7 @@ def reinplace_input_mutations(gm: torch.fx.GraphModule, example_inputs=()) -> to
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     gm = reinplace_input_mutations(gm, example_inputs)
-    gm = fuse_matmul_epilogues(drop_layout_preserving_clones(fold_conversions_into_arange(gm)))
+    gm = fuse_matmul_epilogues(drop_layout_preserving_clones(fuse_rms_norms(fold_conversions_into_arange(gm))))
     gm = fuse_conv_epilogues(gm)
     gm = fuse_gated_linears(fuse_matmul_residuals(gm))
     gm = merge_sibling_pointwise(fuse_shared_input_linears(fuse_pointwise(gm)))

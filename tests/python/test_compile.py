@@ -112,10 +112,78 @@ def test_an_rmsnorm_swiglu_block_matches_eager_with_fewer_kernels(dtype):
         assert_close(got.cpu(), want, atol=5e-3 if dtype == torch.float16 else 1e-4, rtol=5e-3)
         fused, _ = kernels(compiled, x.to("spyre"))
         eager, _ = kernels(model, x.to("spyre"))
-    assert any(n.startswith("spyre::fused[") and "rsqrt" in n for n in fused)
-    assert "spyre::linear_gated[silu]" in fused  # silu(w1 h) * w3 h: one kernel, one read of h
-    assert "spyre::matmul[residual]" in fused  # x + w2(...) in the down projection's
-    assert len(fused) == 5 and len(eager) == 12  # (the norm: pow, mean and one fused kernel)
+    # The written-out norm (pow, mean, add, rsqrt, mul, mul) is nn.RMSNorm's one kernel;
+    # silu(w1 h) * w3 h is one kernel reading h once; x + w2(...) is in the down
+    # projection's epilogue.
+    assert fused == ["aten::rms_norm", "spyre::linear_gated[silu]", "spyre::matmul[residual]"]
+    assert len(eager) == 12
+
+
+class HfRmsNorm(torch.nn.Module):
+    """Hugging Face's LlamaRMSNorm, as written there: statistics in fp32, the normalised
+    input cast back before the weight."""
+
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight, self.eps = torch.nn.Parameter(torch.rand(d) + 0.5), eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_a_hugging_face_rmsnorm_is_the_one_rms_norm_kernel(dtype):
+    torch._dynamo.reset()
+    torch.manual_seed(1)
+    norm = HfRmsNorm(96).to(dtype)
+    x = rand((3, 5, 96), dtype, 5) * 3
+    want = F.rms_norm(x.float(), (96,), eps=1e-6).to(dtype) * norm.weight.detach()  # PyTorch's own order
+    norm = norm.to("spyre")
+    with torch.no_grad():
+        compiled, got = compiled_run(norm, x)
+        fused, fused_bytes = kernels(compiled, x.to("spyre"))
+        eager, eager_bytes = kernels(norm, x.to("spyre"))
+    assert fused == ["aten::rms_norm"]
+    assert len(eager) >= 6  # two casts, pow, mean, add, rsqrt, mul, mul (fp32: no casts)
+    assert_close(got.cpu(), want, **tol(dtype))
+    x_bytes = x.numel() * x.element_size()
+    assert fused_bytes <= 2 * x_bytes + 4 * 96 * 4  # one read of x, one write, the weight
+    assert eager_bytes > 3 * fused_bytes
+
+
+def test_a_written_out_rmsnorm_whose_statistics_are_read_elsewhere_keeps_its_ops():
+    torch._dynamo.reset()
+
+    def f(x, w):
+        ms = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(ms + 1e-5) * w, ms  # the mean of squares is an output too
+
+    x, w = rand((4, 64), torch.float32, 6), rand((64,), torch.float32, 7)
+    compiled = torch.compile(f, backend="spyre")
+    got = compiled(x.to("spyre"), w.to("spyre"))
+    for g, want in zip(got, f(x, w)):
+        assert_close(g.cpu(), want, **tol(torch.float32))
+    names, _ = kernels(compiled, x.to("spyre"), w.to("spyre"))
+    assert "aten::rms_norm" not in names and "aten::mean" in names
+
+
+def test_a_written_out_rmsnorm_still_trains():
+    # A training forward saves the norm's inner results for its backward, so its ops
+    # stay; the gradients are the CPU's.
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    norm = HfRmsNorm(64)
+    x = rand((6, 64), torch.float32, 8)
+    norm(x).square().sum().backward()
+    want = norm.weight.grad.clone()
+    norm.weight.grad = None
+    norm = norm.to("spyre")
+    compiled = torch.compile(norm, backend="spyre")
+    compiled(x.to("spyre")).square().sum().backward()
+    assert_close(norm.weight.grad.cpu(), want, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
