@@ -972,7 +972,8 @@ def _rms_norm_at(mean: torch.fx.Node):
     if not _is_call(scaled, aten.mul.Tensor) or _other_arg(scaled, rsqrt) is not x:
         return None
     xv = _val(x)
-    if xv is None or xv.dtype not in _FLOATS or _val(scaled).shape != xv.shape:
+    if (xv is None or xv.dtype not in _FLOATS or _val(scaled).shape != xv.shape
+            or not isinstance(xv.shape[-1], int)):  # the normalised size is an int (not symbolic)
         return None
     source, last = x, scaled
     # Hugging Face's form: x upcast to fp32 for the statistics, the result cast back.
