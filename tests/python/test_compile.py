@@ -2,6 +2,8 @@
 device kernel each (python/spyre_sim/dynamo.py, backend/aten/fused_ops.cpp), checked
 against the CPU and against the same code run eagerly on the device."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -203,6 +205,75 @@ def test_activations_after_linear_layers_run_in_the_matmul_epilogue(dtype):
     assert names == ["spyre::matmul[bias,gelu_tanh]", "spyre::matmul[bias,silu]", "spyre::matmul[relu]"]
     with pytest.raises(RuntimeError, match="unknown activation 'swish'"):
         torch.ops.spyre.matmul_epilogue(x.to("spyre"), x.to("spyre").t(), None, "swish")
+
+
+# Activations as models write them out (Hugging Face's gelu_new and FastGELU, BLOOM's
+# GELU, the exact GELU through erf, SiLU as x * sigmoid(x)), each with the epilogue it is.
+WRITTEN_ACTIVATIONS = {
+    "gelu_new": (lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0)))),
+                 "gelu_tanh"),
+    "fast_gelu": (lambda x: 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x))), "gelu_tanh"),
+    "bloom_gelu": (lambda x: x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))), "gelu_tanh"),
+    "erf_gelu": (lambda x: x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0))), "gelu"),
+    "x_sigmoid_x": (lambda x: x * torch.sigmoid(x), "silu"),
+    "logistic": (lambda x: 1 / (1 + torch.exp(-x)), "sigmoid"),
+}
+
+
+class _WrittenMlp(torch.nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.up, self.down, self.act = torch.nn.Linear(64, 160), torch.nn.Linear(160, 64), act
+
+    def forward(self, x):
+        return self.down(self.act(self.up(x)))
+
+
+@pytest.mark.parametrize("name", WRITTEN_ACTIVATIONS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_an_activation_written_out_in_ops_runs_in_the_matmul_epilogue(name, dtype):
+    torch._dynamo.reset()
+    torch.manual_seed(4)
+    act, epilogue = WRITTEN_ACTIVATIONS[name]
+    model = _WrittenMlp(act)
+    x = rand((2, 17, 64), dtype, 9)
+    with torch.no_grad():
+        want = model(x.float()).to(dtype)
+        model = model.to(dtype).to("spyre")
+        compiled, got = compiled_run(model, x)
+        names, fused_bytes = kernels(compiled, x.to("spyre"))
+        eager, eager_bytes = kernels(model, x.to("spyre"))
+    assert names == [f"spyre::matmul[bias,{epilogue}]", "aten::addmm"]
+    assert len(eager) >= 4 and eager_bytes > fused_bytes  # the chain's own kernels and passes
+    assert_close(got.cpu(), want, **{torch.float32: dict(atol=1e-4, rtol=1e-4),
+                                     torch.float16: dict(atol=4e-3, rtol=4e-3)}[dtype])
+
+
+def test_a_chain_that_is_not_an_activation_stays_a_fused_kernel():
+    torch._dynamo.reset()
+
+    def almost_gelu(x):  # 0.8 for sqrt(2 / pi): close, but another function
+        return 0.5 * x * (1.0 + torch.tanh(0.8 * (x + 0.044715 * x * x * x)))
+
+    def shared(x):  # the activation's inner x * 0.5 is read elsewhere too
+        half = x * 0.5
+        return half * (1.0 + torch.erf(x / math.sqrt(2.0))), half
+
+    torch.manual_seed(5)
+    lin = torch.nn.Linear(64, 96)
+    x = rand((9, 64), torch.float32, 10)
+    for fn in (almost_gelu, shared):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            want = fn(lin(x))
+            dev = lin.to("spyre")
+            compiled = torch.compile(lambda t: fn(dev(t)), backend="spyre")
+            got = compiled(x.to("spyre"))
+            names, _ = kernels(compiled, x.to("spyre"))
+            lin = lin.cpu()
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            assert_close(g.cpu(), w, atol=1e-5, rtol=1e-5)
+        assert names[0] == "aten::addmm" and any(n.startswith("spyre::fused[") for n in names), names
 
 
 class _ResidualBlock(torch.nn.Module):
