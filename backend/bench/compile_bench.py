@@ -52,6 +52,7 @@ def main():
             d, heads, hidden, batch_first=True, activation="gelu"),
         f"Llama block {tokens}x{d}, {heads}/{heads // 4} heads": LlamaBlock(d, heads, heads // 4, hidden, tokens),
         f"GPT-2 block {tokens}x{d}, {heads} heads": Gpt2Block(d, heads, 4 * d),
+        f"GPT-2 block, Hugging Face's gelu_new": Gpt2Block(d, heads, 4 * d, written_gelu=True),
     }
     print(f"torch.compile(backend='spyre') against eager, fp16, on '{torch.spyre.report()['config']['name']}' "
           "(modelled device time of one call)")

@@ -1,30 +1,43 @@
 """Small reference blocks of real models, for what-if runs, benchmarks and tests:
 the shapes and op mixes transformer layers put on a device, without a model zoo.
 
-- ``GptMlp(d, hidden)``: Linear, GELU (tanh), Linear (GPT's feed-forward).
+- ``GptMlp(d, hidden, written_gelu=False)``: Linear, GELU (tanh), Linear (GPT's
+  feed-forward); ``written_gelu`` writes the GELU out in ops, as Hugging Face's GPT-2
+  does (``gelu_new``).
 - ``SwiGLU(d, hidden)``: RMSNorm, then a gated feed-forward with the residual (Llama's).
 - ``LlamaBlock(d, heads, kv_heads, hidden, max_len)``: a whole Llama decoder layer over a
   sequence (``nn.RMSNorm``, rotary embeddings from precomputed tables, causal
   grouped-query attention, SwiGLU, residuals).
-- ``Gpt2Block(d, heads, hidden)``: a whole GPT-2 layer (pre-norm ``nn.LayerNorm``, fused
+- ``Gpt2Block(d, heads, hidden, written_gelu=False)``: a whole GPT-2 layer (pre-norm ``nn.LayerNorm``, fused
   QKV projection with bias, causal attention, GELU (tanh) MLP, residuals).
 """
+
+import math
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["GptMlp", "SwiGLU", "LlamaBlock", "Gpt2Block"]
+__all__ = ["GptMlp", "SwiGLU", "LlamaBlock", "Gpt2Block", "gelu_new"]
+
+
+def gelu_new(x):
+    """GELU (tanh) written out in elementwise ops, as Hugging Face's GPT-2 (its
+    ``NewGELUActivation``, activation "gelu_new") computes it."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
 class GptMlp(torch.nn.Module):
-    """A GPT-style feed-forward block: Linear, GELU (tanh), Linear."""
+    """A GPT-style feed-forward block: Linear, GELU (tanh), Linear. ``written_gelu``:
+    the GELU written out in ops, as Hugging Face's GPT-2 has it (``gelu_new``)."""
 
-    def __init__(self, d: int, hidden: int):
+    def __init__(self, d: int, hidden: int, written_gelu: bool = False):
         super().__init__()
         self.up, self.down = torch.nn.Linear(d, hidden), torch.nn.Linear(hidden, d)
+        self.written_gelu = written_gelu
 
     def forward(self, x):
-        return self.down(F.gelu(self.up(x), approximate="tanh"))
+        h = self.up(x)
+        return self.down(gelu_new(h) if self.written_gelu else F.gelu(h, approximate="tanh"))
 
 
 class SwiGLU(torch.nn.Module):
@@ -88,14 +101,15 @@ class LlamaBlock(torch.nn.Module):
 class Gpt2Block(torch.nn.Module):
     """A GPT-2 layer over a whole sequence ``x [batch, length, d]``: LayerNorm, fused QKV
     projection (with bias), causal attention, output projection, residual, LayerNorm,
-    Linear, GELU (tanh), Linear, residual."""
+    Linear, GELU (tanh; ``written_gelu``: written out in ops as Hugging Face's GPT-2 has
+    it), Linear, residual."""
 
-    def __init__(self, d: int, heads: int, hidden: int):
+    def __init__(self, d: int, heads: int, hidden: int, written_gelu: bool = False):
         super().__init__()
         self.heads = heads
         self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
         self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
-        self.mlp = GptMlp(d, hidden)
+        self.mlp = GptMlp(d, hidden, written_gelu)
 
     def forward(self, x):
         b, t, d = x.shape
