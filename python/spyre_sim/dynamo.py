@@ -11,7 +11,8 @@ activation right after a matmul (relu, gelu, silu, ... of mm or of nn.Linear's a
 moves into the matmul kernel's epilogue, and so does a residual add of the matmul's
 result (``x + linear(h)``) or a multiply by it (SwiGLU's ``silu(gate) * up``), and an
 RMSNorm written out in ops becomes the one rms_norm kernel, and an activation written out
-in ops (Hugging Face's gelu_new) its one op, which then joins the matmul. Inner results stay in fp32 (no rounding to
+in ops (Hugging Face's gelu_new) its one op, which then joins the matmul; K and V
+repeated for grouped-query attention reach the attention unrepeated. Inner results stay in fp32 (no rounding to
 fp16/bf16 between fused ops, as PyTorch's Inductor does).
 
 The backend is registered with Dynamo through the ``torch_dynamo_backends`` entry point
@@ -27,7 +28,7 @@ from typing import Callable
 import torch
 import torch.fx
 
-__all__ = ["backend", "drop_layout_preserving_clones", "fold_conversions_into_arange", "fuse_pointwise", "fuse_rms_norms", "recognize_activations", "fuse_matmul_epilogues", "fuse_conv_epilogues",
+__all__ = ["backend", "drop_layout_preserving_clones", "fold_conversions_into_arange", "fuse_pointwise", "fuse_rms_norms", "recognize_activations", "drop_repeated_kv", "fuse_matmul_epilogues", "fuse_conv_epilogues",
            "fuse_matmul_residuals", "FUSIBLE_OPS"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -1132,6 +1133,88 @@ def recognize_activations(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
+def _without_full_slices(node):
+    """`node` with the slices that keep a whole dim (``x[:, :]``) peeled off."""
+    while (_is_call(node, aten.slice.Tensor) and len(node.args) >= 4 and node.args[2] == 0
+           and (len(node.args) < 5 or node.args[4] == 1) and not node.kwargs):
+        src, dim, end = node.args[0], node.args[1], node.args[3]
+        shape = _val(src).shape if isinstance(_val(src), torch.Tensor) else None
+        if shape is None or not isinstance(end, int) or end < shape[dim]:
+            break
+        node = src
+    return node
+
+
+def _repeated_kv_source(node):
+    """K (or V) of shape [b, kv_heads, s, d] when `node` is its heads repeated for grouped-
+    query attention the way Llama's reference code and Hugging Face's ``repeat_kv`` do it
+    (``k[:, :, None].expand(b, kv_heads, groups, s, d).reshape(b, kv_heads * groups, s, d)``:
+    a copy of the whole K), read by nothing else; else None."""
+    if not _is_call(node, aten._unsafe_view.default, aten.view.default, aten.reshape.default):
+        return None
+    inner = node.args[0]
+    if _is_call(inner, aten.clone.default) and len(inner.users) == 1:
+        inner = inner.args[0]
+    if not _is_call(inner, aten.expand.default) or len(inner.users) != 1:
+        return None
+    unsqueezed = _without_full_slices(inner.args[0])
+    if not _is_call(unsqueezed, aten.unsqueeze.default) or unsqueezed.args[1] != 2:
+        return None
+    k = _without_full_slices(unsqueezed.args[0])
+    kv, out, expanded = _val(k), _val(node), _val(inner)
+    if not all(isinstance(t, torch.Tensor) for t in (kv, out, expanded)) or kv.dim() != 4 or expanded.dim() != 5:
+        return None
+    b, heads, s, d = kv.shape
+    groups = expanded.shape[2]
+    if (tuple(expanded.shape) != (b, heads, groups, s, d) or tuple(out.shape) != (b, heads * groups, s, d)
+            or groups < 2):
+        return None
+    return k
+
+
+# The ops a repeat of K or V is made of (what drop_repeated_kv erases once unread).
+_REPEAT_OPS = (aten._unsafe_view.default, aten.view.default, aten.reshape.default, aten.clone.default,
+               aten.expand.default, aten.unsqueeze.default, aten.slice.Tensor)
+
+
+def drop_repeated_kv(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Grouped-query attention with K and V repeated to every query head before the
+    attention (Llama's reference code, Hugging Face's ``repeat_kv``): the attention takes
+    the K and V of the KV heads themselves, as ``enable_gqa=True`` would give it (the
+    fused kernel infers the groups from the head counts, and reads each KV head once per
+    group of query heads), and the two copies of K and V (with a KV cache: of the whole
+    cache, every token) are not made. The result is the same: every query head attends
+    to the same values."""
+    erased = False
+    for node in list(gm.graph.nodes):
+        if not _is_call(node, aten._scaled_dot_product_fused_attention_overrideable.default):
+            continue
+        q = _val(node.args[0])
+        args = list(node.args)
+        for i in (1, 2):
+            repeated = args[i]
+            source = _repeated_kv_source(repeated) if isinstance(repeated, torch.fx.Node) else None
+            if source is None or len(repeated.users) != 1 or not isinstance(q, torch.Tensor):
+                continue
+            if q.dim() != 4 or q.shape[1] != _val(repeated).shape[1]:
+                continue
+            args[i] = source
+        if args != list(node.args):
+            old = [a for a in node.args[1:3] if isinstance(a, torch.fx.Node)]
+            node.args = tuple(args)
+            stack = old
+            while stack:  # the repeats' nodes nothing reads any more
+                n = stack.pop()
+                if _is_call(n, *_REPEAT_OPS) and not n.users:
+                    stack.extend(n.all_input_nodes)
+                    gm.graph.erase_node(n)
+                    erased = True
+    if erased:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
 def fold_conversions_into_arange(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """``arange(...)`` of integers converted to a float dtype (``torch.arange(n).float()``,
     rotary embeddings' positions) becomes ``arange(..., dtype=float)``: one kernel
@@ -1184,7 +1267,7 @@ def reinplace_input_mutations(gm: torch.fx.GraphModule, example_inputs=()) -> to
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     gm = reinplace_input_mutations(gm, example_inputs)
-    gm = drop_layout_preserving_clones(fuse_rms_norms(fold_conversions_into_arange(gm)))
+    gm = drop_layout_preserving_clones(drop_repeated_kv(fuse_rms_norms(fold_conversions_into_arange(gm))))
     gm = fuse_matmul_epilogues(recognize_activations(gm))
     gm = fuse_conv_epilogues(gm)
     gm = fuse_gated_linears(fuse_matmul_residuals(gm))

@@ -276,6 +276,51 @@ def test_a_chain_that_is_not_an_activation_stays_a_fused_kernel():
         assert names[0] == "aten::addmm" and any(n.startswith("spyre::fused[") for n in names), names
 
 
+def repeat_kv(h, groups):
+    """Hugging Face's repeat_kv (and Llama's reference code's): each KV head repeated for
+    its group of query heads."""
+    b, kv_heads, s, d = h.shape
+    return h[:, :, None, :, :].expand(b, kv_heads, groups, s, d).reshape(b, kv_heads * groups, s, d)
+
+
+def gqa_by_repeat(q, k, v):
+    groups = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), is_causal=q.shape[2] > 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("q_len", [1, 37])  # a decode step against a cache, and a prefill
+def test_repeated_kv_heads_are_not_copied_before_the_attention(dtype, q_len):
+    torch._dynamo.reset()
+    q, k, v = rand((2, 8, q_len, 32), dtype, 11), rand((2, 2, 37, 32), dtype, 12), rand((2, 2, 37, 32), dtype, 13)
+    want = gqa_by_repeat(q.float(), k.float(), v.float()).to(dtype)
+    args = [t.to("spyre") for t in (q, k, v)]
+    compiled = torch.compile(gqa_by_repeat, backend="spyre")
+    torch.spyre.reset_fallback_counts()
+    got = compiled(*args)
+    assert torch.spyre.fallback_counts() == {}
+    assert_close(got.cpu(), want, **tol(dtype))
+    names, fused_bytes = kernels(compiled, *args)
+    eager, eager_bytes = kernels(gqa_by_repeat, *args)
+    assert names == ["aten::_scaled_dot_product_fused_attention_overrideable"]
+    assert eager == ["aten::copy_", "aten::copy_", names[0]]  # K and V repeated four times over
+    kv_bytes = 2 * k.numel() * k.element_size()
+    assert eager_bytes - fused_bytes >= 2 * 4 * kv_bytes  # the copies' writes and the re-reads
+
+
+def test_repeated_kv_heads_still_train():
+    # A training forward keeps the repeated K and V for its backward; gradients are the CPU's.
+    torch._dynamo.reset()
+    q, k, v = (rand(shape, torch.float32, seed).requires_grad_() for shape, seed in
+               (((1, 4, 9, 16), 14), ((1, 2, 9, 16), 15), ((1, 2, 9, 16), 16)))
+    gqa_by_repeat(q, k, v).square().sum().backward()
+    want = [t.grad.clone() for t in (q, k, v)]
+    dq, dk, dv = (t.detach().to("spyre").requires_grad_() for t in (q, k, v))
+    torch.compile(gqa_by_repeat, backend="spyre")(dq, dk, dv).square().sum().backward()
+    for t, w in zip((dq, dk, dv), want):
+        assert_close(t.grad.cpu(), w, atol=1e-4, rtol=1e-4)
+
+
 class _ResidualBlock(torch.nn.Module):
     """Two residual connections as transformer blocks make them: x + Linear(x) (addmm),
     then h + Linear(GELU(Linear(h))) without a bias (mm, after an activation epilogue)."""
