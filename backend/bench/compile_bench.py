@@ -19,8 +19,8 @@ import spyre_sim
 from spyre_sim.models import Gpt2Block, GptMlp, LlamaBlock, SwiGLU
 
 
-def measure(model, x):
-    r = spyre_sim.run(model, x)
+def measure(model, *xs):
+    r = spyre_sim.run(model, *xs)
     m = r["metrics"]
     # The block's roofline bound: the sum of its kernels' bounds (each its FLOPs at the
     # peak or its op's least DRAM bytes; include/spyre/cost/roofline.h), from the report.
@@ -38,6 +38,17 @@ def print_kernels(kernels):
               f"(least {k['min_dram_bytes'] / 1e6:6.1f}) {k['roofline_fraction'] * 100:5.1f}% of its bound")
 
 
+class RepeatKvDecode(torch.nn.Module):
+    """One decode step's attention with grouped-query heads repeated first (Llama's
+    reference code, Hugging Face's repeat_kv): q [b, heads, 1, d] against a KV cache."""
+
+    def forward(self, q, k, v):
+        b, kv_heads, s, d = k.shape
+        groups = q.shape[1] // kv_heads
+        k, v = (t[:, :, None].expand(b, kv_heads, groups, s, d).reshape(b, kv_heads * groups, s, d) for t in (k, v))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes (a smoke test)")
@@ -45,7 +56,9 @@ def main():
     args = parser.parse_args()
     tokens, d, hidden, heads = (64, 256, 512, 4) if args.quick else (512, 2048, 5632, 16)
     torch.manual_seed(0)
-    blocks = {
+    cache, hd = (64, 32) if args.quick else (4096, 128)
+    x_shape = [(1, tokens, d)]
+    blocks = {  # name: (module, the shapes of its inputs)
         f"MLP {tokens}x{d}->{hidden}": GptMlp(d, hidden),
         f"RMSNorm+SwiGLU {tokens}x{d}->{hidden}": SwiGLU(d, hidden),
         f"TransformerEncoderLayer {tokens}x{d}, {heads} heads": torch.nn.TransformerEncoderLayer(
@@ -53,17 +66,21 @@ def main():
         f"Llama block {tokens}x{d}, {heads}/{heads // 4} heads": LlamaBlock(d, heads, heads // 4, hidden, tokens),
         f"GPT-2 block {tokens}x{d}, {heads} heads": Gpt2Block(d, heads, 4 * d),
         f"GPT-2 block, Hugging Face's gelu_new": Gpt2Block(d, heads, 4 * d, written_gelu=True),
+        f"GQA decode step, KV repeated, cache {cache}": (RepeatKvDecode(), [(1, 4 * heads // 2, 1, hd),
+                                                                            (1, heads // 2, cache, hd),
+                                                                            (1, heads // 2, cache, hd)]),
     }
     print(f"torch.compile(backend='spyre') against eager, fp16, on '{torch.spyre.report()['config']['name']}' "
           "(modelled device time of one call)")
     print(f"{'block':46} {'eager us':>9} {'compiled us':>11} {'speed-up':>8} {'kernels':>9} {'DRAM MB':>15} "
           f"{'bound us':>9} {'compiled/bound':>14}")
-    for name, block in blocks.items():
+    for name, entry in blocks.items():
+        block, shapes = entry if isinstance(entry, tuple) else (entry, x_shape)
         block = block.half().eval().to("spyre")
-        x = torch.randn(1, tokens, d).half().to("spyre")
+        xs = [torch.randn(shape).half().to("spyre") for shape in shapes]
         torch._dynamo.reset()
-        eager = measure(block, x)
-        compiled = measure(torch.compile(block, backend="spyre"), x)
+        eager = measure(block, *xs)
+        compiled = measure(torch.compile(block, backend="spyre"), *xs)
         if eager[3] or compiled[3]:
             print(f"{name}: CPU fallbacks eager {eager[3]}, compiled {compiled[3]}", file=sys.stderr)
         # The bound of the block's ops as the eager run launches them (compiled kernels
