@@ -49,6 +49,7 @@ def _load() -> None:
     torch._register_device_module("spyre", _device)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     _print_from_host_copies(torch)
+    _compile_spyre_graphs_by_default(torch)
     from . import distributed as _distributed  # noqa: PLC0415
 
     _distributed.register()
@@ -76,6 +77,37 @@ def _print_from_host_copies(torch) -> None:
 
     _tensor_str._spyre_host_copy = True
     tensor_str._tensor_str = _tensor_str
+
+
+def _compile_spyre_graphs_by_default(torch) -> None:
+    """``torch.compile(model)`` without a backend compiles graphs of spyre tensors with
+    the spyre backend, as it compiles CUDA graphs with Inductor.
+
+    Inductor, torch.compile's default, has no spyre code generator and would fail with
+    "Device spyre not supported"; a graph with a spyre tensor among its inputs (its
+    parameters are inputs too) goes to ``spyre_sim.dynamo.backend`` instead, and every
+    other graph to Inductor as before. Inductor's modes and options do not apply to the
+    spyre backend: given, they are ignored with a warning, once."""
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if wrapper is None or getattr(wrapper.__call__, "_spyre_default", False):
+        return
+    inductor = wrapper.__call__
+
+    def __call__(self, model_, inputs_):
+        if any(isinstance(t, torch.Tensor) and t.device.type == "spyre" for t in inputs_):
+            if self.config and not getattr(wrapper, "_spyre_warned", False):
+                import warnings  # noqa: PLC0415
+
+                warnings.warn(f"torch.compile: Inductor's mode and options ({', '.join(sorted(self.config))}) do not "
+                              "apply to spyre graphs, which the spyre backend compiles", stacklevel=2)
+                wrapper._spyre_warned = True
+            from .dynamo import backend  # noqa: PLC0415
+
+            return backend(model_, inputs_)
+        return inductor(self, model_, inputs_)
+
+    __call__._spyre_default = True
+    wrapper.__call__ = __call__
 
 
 def _autoload() -> None:

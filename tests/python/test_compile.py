@@ -321,6 +321,28 @@ def test_repeated_kv_heads_still_train():
         assert_close(t.grad.cpu(), w, atol=1e-4, rtol=1e-4)
 
 
+def test_torch_compile_without_a_backend_compiles_spyre_graphs_with_the_spyre_backend(monkeypatch):
+    # Inductor, the default, has no spyre code generator ("Device spyre not supported").
+    torch._dynamo.reset()
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU())
+    x = rand((5, 64), torch.float32, 17)
+    want = model(x)
+    model = model.to("spyre")
+    with torch.no_grad():
+        compiled, got = compiled_run(model, x)  # (backend="spyre")
+        default = torch.compile(model)
+        assert_close(default(x.to("spyre")).cpu(), want, **tol(torch.float32))
+        names, _ = kernels(default, x.to("spyre"))
+    assert names == ["spyre::matmul[bias,gelu]"]  # the spyre backend's epilogue
+    # Inductor's modes do not apply: said once.
+    monkeypatch.setattr(torch._TorchCompileInductorWrapper, "_spyre_warned", False, raising=False)
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match="do not apply to spyre graphs"):
+        got = torch.compile(model, mode="max-autotune-no-cudagraphs")(x.to("spyre"))
+    assert_close(got.detach().cpu(), want.detach(), **tol(torch.float32))
+
+
 class _ResidualBlock(torch.nn.Module):
     """Two residual connections as transformer blocks make them: x + Linear(x) (addmm),
     then h + Linear(GELU(Linear(h))) without a bias (mm, after an activation epilogue)."""
