@@ -64,6 +64,8 @@ def main():
         f"TransformerEncoderLayer {tokens}x{d}, {heads} heads": torch.nn.TransformerEncoderLayer(
             d, heads, hidden, batch_first=True, activation="gelu"),
         f"Llama block {tokens}x{d}, {heads}/{heads // 4} heads": LlamaBlock(d, heads, heads // 4, hidden, tokens),
+        "Llama block, Hugging Face's RMSNorm, repeat_kv": LlamaBlock(d, heads, heads // 4, hidden, tokens,
+                                                                     written_out=True),
         f"GPT-2 block {tokens}x{d}, {heads} heads": Gpt2Block(d, heads, 4 * d),
         f"GPT-2 block, Hugging Face's gelu_new": Gpt2Block(d, heads, 4 * d, written_gelu=True),
         f"GQA decode step, KV repeated, cache {cache}": (RepeatKvDecode(), [(1, 4 * heads // 2, 1, hd),

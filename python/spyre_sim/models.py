@@ -5,9 +5,11 @@ the shapes and op mixes transformer layers put on a device, without a model zoo.
   feed-forward); ``written_gelu`` writes the GELU out in ops, as Hugging Face's GPT-2
   does (``gelu_new``).
 - ``SwiGLU(d, hidden)``: RMSNorm, then a gated feed-forward with the residual (Llama's).
-- ``LlamaBlock(d, heads, kv_heads, hidden, max_len)``: a whole Llama decoder layer over a
-  sequence (``nn.RMSNorm``, rotary embeddings from precomputed tables, causal
-  grouped-query attention, SwiGLU, residuals).
+- ``LlamaBlock(d, heads, kv_heads, hidden, max_len, written_out=False)``: a whole Llama
+  decoder layer over a sequence (``nn.RMSNorm``, rotary embeddings from precomputed
+  tables, causal grouped-query attention, SwiGLU, residuals); ``written_out`` writes the
+  norms and the grouped heads as Hugging Face's Llama does (``WrittenRMSNorm``,
+  ``repeat_kv``).
 - ``Gpt2Block(d, heads, hidden, written_gelu=False)``: a whole GPT-2 layer (pre-norm ``nn.LayerNorm``, fused
   QKV projection with bias, causal attention, GELU (tanh) MLP, residuals).
 """
@@ -17,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["GptMlp", "SwiGLU", "LlamaBlock", "Gpt2Block", "gelu_new"]
+__all__ = ["GptMlp", "SwiGLU", "LlamaBlock", "Gpt2Block", "WrittenRMSNorm", "gelu_new", "repeat_kv"]
 
 
 def gelu_new(x):
@@ -57,16 +59,44 @@ class SwiGLU(torch.nn.Module):
         return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
 
 
+class WrittenRMSNorm(torch.nn.Module):
+    """RMSNorm as Hugging Face's ``LlamaRMSNorm`` writes it: the input upcast to fp32, its
+    mean square, rsqrt, the product cast back, then the weight."""
+
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight, self.eps = torch.nn.Parameter(torch.ones(d)), eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def repeat_kv(h, groups: int):
+    """K or V [b, kv_heads, s, d] with each head repeated for its group of query heads
+    (Hugging Face's and Llama's reference code's way to grouped-query attention): a copy."""
+    b, kv_heads, s, d = h.shape
+    return h[:, :, None, :, :].expand(b, kv_heads, groups, s, d).reshape(b, kv_heads * groups, s, d)
+
+
 class LlamaBlock(torch.nn.Module):
     """A Llama decoder layer over a whole sequence ``x [batch, length, d]`` (a prefill):
     RMSNorm, Q/K/V projections, rotary embeddings (cos/sin tables for ``max_len``
     positions, buffers), causal grouped-query attention, output projection, residual,
-    RMSNorm, SwiGLU feed-forward, residual."""
+    RMSNorm, SwiGLU feed-forward, residual. ``written_out``: the norms and the grouped
+    heads as Hugging Face's Llama writes them (``LlamaRMSNorm``: statistics in fp32, in
+    elementwise ops; ``repeat_kv``: K and V copied to every query head before the
+    attention) instead of ``nn.RMSNorm`` and ``enable_gqa``."""
 
-    def __init__(self, d: int, heads: int, kv_heads: int, hidden: int, max_len: int = 4096, theta: float = 10000.0):
+    def __init__(self, d: int, heads: int, kv_heads: int, hidden: int, max_len: int = 4096, theta: float = 10000.0,
+                 written_out: bool = False):
         super().__init__()
         self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
-        self.n1, self.n2 = torch.nn.RMSNorm(d), torch.nn.RMSNorm(d)
+        self.written_out = written_out
+        norm = WrittenRMSNorm if written_out else torch.nn.RMSNorm
+        self.n1, self.n2 = norm(d), norm(d)
         self.q = torch.nn.Linear(d, d, bias=False)
         self.k = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
         self.v = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
@@ -92,7 +122,10 @@ class LlamaBlock(torch.nn.Module):
         v = self.v(h).view(b, t, self.kv_heads, self.hd).transpose(1, 2)
         cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)
         q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
+        if self.written_out and self.kv_heads != self.heads:
+            k, v = repeat_kv(k, self.heads // self.kv_heads), repeat_kv(v, self.heads // self.kv_heads)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           enable_gqa=self.kv_heads != self.heads and not self.written_out)
         x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
         h = self.n2(x)
         return x + self.w2(F.silu(self.w1(h)) * self.w3(h))

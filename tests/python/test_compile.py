@@ -343,6 +343,34 @@ def test_torch_compile_without_a_backend_compiles_spyre_graphs_with_the_spyre_ba
     assert_close(got.detach().cpu(), want.detach(), **tol(torch.float32))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_a_llama_block_as_hugging_face_writes_it_compiles_to_the_same_kernels(dtype):
+    # LlamaRMSNorm (fp32 upcast, elementwise ops) and repeat_kv (copies of K and V)
+    # against nn.RMSNorm and enable_gqa: the same kernels once compiled.
+    from spyre_sim.models import LlamaBlock  # noqa: PLC0415
+
+    torch._dynamo.reset()
+    torch.manual_seed(7)
+    written = LlamaBlock(64, 4, 2, 96, 16, written_out=True)
+    plain = LlamaBlock(64, 4, 2, 96, 16)
+    with torch.no_grad():
+        for norm in (written.n1, written.n2):
+            norm.weight.copy_(torch.rand(64) + 0.5)
+        plain.load_state_dict(written.state_dict())
+        x = rand((2, 16, 64), dtype, 18)
+        want = written.float()(x.float()).to(dtype)
+        written, plain = written.to(dtype).to("spyre"), plain.to(dtype).to("spyre")
+        compiled, got = compiled_run(written, x)
+        assert_close(got.cpu(), want, **{torch.float32: dict(atol=1e-4, rtol=1e-4),
+                                         torch.float16: dict(atol=5e-3, rtol=5e-3)}[dtype])
+        names, _ = kernels(compiled, x.to("spyre"))
+        eager, _ = kernels(written, x.to("spyre"))
+        torch._dynamo.reset()
+        plain_names, _ = kernels(torch.compile(plain, backend="spyre"), x.to("spyre"))
+    assert names == plain_names and len(names) == 8
+    assert len(eager) > 3 * len(names)
+
+
 class _ResidualBlock(torch.nn.Module):
     """Two residual connections as transformer blocks make them: x + Linear(x) (addmm),
     then h + Linear(GELU(Linear(h))) without a bias (mm, after an activation epilogue)."""
