@@ -407,10 +407,22 @@ Form form_of(const std::vector<std::int64_t>& s, const Extent& t) {
   return t.e0 * t.rows() == 1 ? Form::full : Form::scalar;
 }
 
+// The largest dimension 1 a tile box spans to read a broadcast input once (box).
+constexpr std::uint64_t kMaxAcross = 64;
+
 // The tile box for about `t` elements: a run of the innermost dimension, or whole
-// innermost runs stacked over the next dimensions.
-Extent box(const std::vector<std::uint64_t>& d, std::uint64_t t) {
+// innermost runs stacked over the next dimensions. With `across` (an input broadcast
+// along dimension 1 whose innermost runs are longer than a tile: an expanded copy such
+// as grouped-query attention's repeated K and V, a mask broadcast over heads), a run
+// of t / d[1] elements (whole sticks of `stick` elements) by all of dimension 1, so the
+// broadcast input is read once for the d[1] copies it makes instead of d[1] times.
+Extent box(const std::vector<std::uint64_t>& d, std::uint64_t t, bool across = false, std::uint64_t stick = 1) {
   Extent e;
+  if (d[0] >= t && across && t / d[1] >= stick) {
+    e.e0 = t / d[1] / stick * stick;
+    e.e1 = d[1];
+    return e;
+  }
   if (d[0] >= t) {
     e.e0 = t;
     return e;
@@ -522,8 +534,12 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
   std::vector<Form> forms;
   Walker walker(kernel, forms);
   Extent tile;
+  // An input read along dimension 0 but broadcast along dimension 1 (see box).
+  const bool across = shape[1] > 1 && shape[1] <= kMaxAcross && std::any_of(strides.begin(), strides.end(), [](const auto& s) {
+    return s[0] != 0 && s[1] == 0;
+  });
   for (;;) {
-    tile = box(shape, t);
+    tile = box(shape, t, across, per_stick);
     forms.clear();
     for (const auto& s : strides) forms.push_back(form_of(s, tile));
     const std::uint64_t bytes = walker.plan(tile);

@@ -121,6 +121,32 @@ TEST_CASE("given a broadcast row, each core loads it once per buffer slot, not o
   CHECK(row_loads == 2);  // slots 0 and 1, however many tiles
 }
 
+TEST_CASE("given a copy of an input expanded along dimension 1, each source run is loaded once for all its copies") {
+  // K of 2 heads, each a run of 256 Ki fp16 values, repeated for groups of 4 query heads
+  // (Hugging Face's repeat_kv): shape {256 Ki, 4, 2}, the source's stride 0 along the
+  // groups. Tiles span the 4 copies, so the loads bring in 2 x 256 Ki = 512 Ki values
+  // (the source once) and the stores write 4 x 512 Ki = 2 Mi; tiles of the innermost
+  // run alone would load 2 Mi.
+  const compiler::Target target{.cores = 4, .scratchpad_bytes = 2 << 20, .stick_bytes = 128};
+  constexpr std::uint64_t run = 256 * 1024;
+  compiler::PointwiseKernel k;
+  k.shape = {run, 4, 2};
+  k.inputs = {{isa::DType::fp16, {1, 0, static_cast<std::int64_t>(run)}}};
+  k.output = {isa::DType::fp16, {1, static_cast<std::int64_t>(run), static_cast<std::int64_t>(4 * run)}};
+  k.steps = {compiler::Step::unary(isa::UnaryOp::copy, isa::DType::fp16, compiler::Value::input(0))};
+  const isa::Program p(compiler::compile_pointwise(k, target, "aten::copy_"));
+  std::uint64_t loaded = 0, stored = 0;
+  for (std::uint32_t s = 0; s < p.num_streams(); ++s) {
+    for (std::uint32_t pc = 0; pc < p.stream_length(s); ++pc) {
+      const isa::Decoded d = p.decode_at(s, pc);
+      if (const auto* l = std::get_if<isa::DmaLoad>(&*d.inst)) loaded += std::uint64_t{l->shape[0]} * l->shape[1] * l->shape[2];
+      if (const auto* st = std::get_if<isa::DmaStore>(&*d.inst)) stored += std::uint64_t{st->shape[0]} * st->shape[1] * st->shape[2];
+    }
+  }
+  CHECK(loaded == 2 * run);
+  CHECK(stored == 8 * run);
+}
+
 namespace {
 
 compiler::PointwiseKernel contiguous_add(std::uint64_t n) {

@@ -304,6 +304,7 @@ def test_repeated_kv_heads_are_not_copied_before_the_attention(dtype, q_len):
     eager, eager_bytes = kernels(gqa_by_repeat, *args)
     assert names == ["aten::_scaled_dot_product_fused_attention_overrideable"]
     assert eager == ["aten::copy_", "aten::copy_", names[0]]  # K and V repeated four times over
+    assert_close(gqa_by_repeat(*args).cpu(), want, **tol(dtype))  # (the copies read K and V once each)
     kv_bytes = 2 * k.numel() * k.element_size()
     assert eager_bytes - fused_bytes >= 2 * 4 * kv_bytes  # the copies' writes and the re-reads
 
