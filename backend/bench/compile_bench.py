@@ -16,7 +16,7 @@ import sys
 import torch
 
 import spyre_sim
-from spyre_sim.models import Gpt2Block, GptMlp, LlamaBlock, SwiGLU
+from spyre_sim.models import Gpt2Block, GptMlp, LlamaBlock, SwiGLU, repeat_kv
 
 
 def measure(model, *xs):
@@ -43,10 +43,8 @@ class RepeatKvDecode(torch.nn.Module):
     reference code, Hugging Face's repeat_kv): q [b, heads, 1, d] against a KV cache."""
 
     def forward(self, q, k, v):
-        b, kv_heads, s, d = k.shape
-        groups = q.shape[1] // kv_heads
-        k, v = (t[:, :, None].expand(b, kv_heads, groups, s, d).reshape(b, kv_heads * groups, s, d) for t in (k, v))
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        groups = q.shape[1] // k.shape[1]
+        return torch.nn.functional.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups))
 
 
 def main():

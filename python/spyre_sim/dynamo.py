@@ -1083,7 +1083,10 @@ def recognize_activations(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         starts = {source.get(a, a) for a in node.all_input_nodes}
         if len(starts) == 1:
             source[node] = starts.pop()
-    probe, replaced = None, set()
+    # Real CPU arithmetic, outside the fake-tensor mode the compiler runs in.
+    from torch._subclasses.fake_tensor import unset_fake_temporarily  # noqa: PLC0415
+
+    probe, references, replaced = None, None, set()
     for y in reversed(list(gm.graph.nodes)):  # the last op of a chain first: the longest chain wins
         if y not in source or y in replaced:
             continue
@@ -1104,19 +1107,18 @@ def recognize_activations(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                 or any(u not in cone for n in cone if n is not y for u in n.users)):
             continue
         order = [n for n in gm.graph.nodes if n in cone]
-        # Real CPU arithmetic, outside the fake-tensor mode the compiler runs in.
-        from torch._subclasses.fake_tensor import unset_fake_temporarily  # noqa: PLC0415
-
         with unset_fake_temporarily():
-            probe = _activation_probe() if probe is None else probe
+            if probe is None:  # once per graph, when a chain is first compared
+                probe = _activation_probe()
+                references = [reference(probe) for _, _, reference in _KNOWN_ACTIVATIONS]
             values = {x: probe}
             for n in order:
                 args = torch.fx.node.map_arg(n.args, lambda a: values[a])
                 kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: values[a])
                 values[n] = n.target(*args, **kwargs)
             got = values[y]
-            matches = [got.shape == probe.shape and torch.allclose(got, reference(probe), rtol=1e-6, atol=1e-12)
-                       for _, _, reference in _KNOWN_ACTIVATIONS]
+            matches = [got.shape == probe.shape and torch.allclose(got, want, rtol=1e-6, atol=1e-12)
+                       for want in references]
         for (target, kwargs, _), match in zip(_KNOWN_ACTIVATIONS, matches):
             if match:
                 with gm.graph.inserting_before(y):

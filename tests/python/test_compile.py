@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import spyre_sim
-from spyre_sim.models import SwiGLU
+from spyre_sim.models import SwiGLU, WrittenRMSNorm, repeat_kv
 from test_pointwise import FLOATS, rand
 
 aten = torch.ops.aten
@@ -121,26 +121,20 @@ def test_an_rmsnorm_swiglu_block_matches_eager_with_fewer_kernels(dtype):
     assert len(eager) == 12
 
 
-class HfRmsNorm(torch.nn.Module):
-    """Hugging Face's LlamaRMSNorm, as written there: statistics in fp32, the normalised
-    input cast back before the weight."""
-
-    def __init__(self, d, eps=1e-6):
-        super().__init__()
-        self.weight, self.eps = torch.nn.Parameter(torch.rand(d) + 0.5), eps
-
-    def forward(self, x):
-        dtype = x.dtype
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+def hf_rms_norm(d):
+    """Hugging Face's LlamaRMSNorm as written there (spyre_sim.models.WrittenRMSNorm), with a
+    trained-looking weight rather than ones."""
+    norm = WrittenRMSNorm(d)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(d) + 0.5)
+    return norm
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_a_hugging_face_rmsnorm_is_the_one_rms_norm_kernel(dtype):
     torch._dynamo.reset()
     torch.manual_seed(1)
-    norm = HfRmsNorm(96).to(dtype)
+    norm = hf_rms_norm(96).to(dtype)
     x = rand((3, 5, 96), dtype, 5) * 3
     want = F.rms_norm(x.float(), (96,), eps=1e-6).to(dtype) * norm.weight.detach()  # PyTorch's own order
     norm = norm.to("spyre")
@@ -177,7 +171,7 @@ def test_a_written_out_rmsnorm_still_trains():
     # stay; the gradients are the CPU's.
     torch._dynamo.reset()
     torch.manual_seed(3)
-    norm = HfRmsNorm(64)
+    norm = hf_rms_norm(64)
     x = rand((6, 64), torch.float32, 8)
     norm(x).square().sum().backward()
     want = norm.weight.grad.clone()
@@ -274,13 +268,6 @@ def test_a_chain_that_is_not_an_activation_stays_a_fused_kernel():
         for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
             assert_close(g.cpu(), w, atol=1e-5, rtol=1e-5)
         assert names[0] == "aten::addmm" and any(n.startswith("spyre::fused[") for n in names), names
-
-
-def repeat_kv(h, groups):
-    """Hugging Face's repeat_kv (and Llama's reference code's): each KV head repeated for
-    its group of query heads."""
-    b, kv_heads, s, d = h.shape
-    return h[:, :, None, :, :].expand(b, kv_heads, groups, s, d).reshape(b, kv_heads * groups, s, d)
 
 
 def gqa_by_repeat(q, k, v):
