@@ -7,6 +7,8 @@
 // (nn.Linear's), which the matmul kernel adds before rounding. Other dtypes run on
 // the CPU, counted.
 #include <ATen/native/Resize.h>
+#include <ATen/ops/layer_norm.h>
+#include <ATen/ops/rms_norm.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 #include <c10/core/DeviceGuard.h>
@@ -44,6 +46,8 @@ Layout layout_of(const at::Tensor& t) {
   return {};
 }
 
+struct NormPrologue;
+
 // An epilogue the matmul kernel applies before rounding: + bias (n values, every row),
 // then an activation.
 struct Epilogue {
@@ -57,7 +61,80 @@ struct Epilogue {
   // or multiplied (a gate: silu(gate) * up) after the rounding; unbatched products only.
   const at::Tensor* residual = nullptr;
   isa::BinaryOp residual_op = isa::BinaryOp::add;
+  // A LayerNorm or RMSNorm of a's rows applied to A's panels (unbatched products only).
+  const NormPrologue* norm = nullptr;
 };
+
+// A norm prologue (compiler::MatmulShape::Norm): a LayerNorm or RMSNorm of the input's
+// rows that the matmul kernel applies to its A panels, with its weight and bias
+// (contiguous, K values each; undefined when absent).
+struct NormPrologue {
+  compiler::MatmulShape::Norm norm;
+  at::Tensor weight, bias;
+  // The norm by its own kernel, for when the fused kernel does not fit the scratchpad.
+  at::Tensor apply(const at::Tensor& x) const {
+    const std::optional<at::Tensor> w = weight.defined() ? std::optional<at::Tensor>(weight) : std::nullopt;
+    if (norm.rms) return at::rms_norm(x, {x.size(-1)}, w, norm.eps);
+    const std::optional<at::Tensor> b = bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt;
+    return at::layer_norm(x, {x.size(-1)}, w, b, norm.eps);
+  }
+  // What the kernel cache's key adds.
+  std::string key() const {
+    char eps[32];
+    std::snprintf(eps, sizeof eps, "%a", norm.eps);  // exact
+    return std::string(norm.rms ? "|rms" : "|ln") + (norm.weight ? std::string(isa::to_string(*norm.weight)) : "-") +
+           (norm.bias ? std::string(isa::to_string(*norm.bias)) : "-") + eps;
+  }
+  void add_args(std::vector<std::uint64_t>& args) const {
+    if (weight.defined()) args.push_back(reinterpret_cast<std::uint64_t>(weight.data_ptr()));
+    if (bias.defined()) args.push_back(reinterpret_cast<std::uint64_t>(bias.data_ptr()));
+  }
+  std::uint64_t bytes() const {
+    return (weight.defined() ? static_cast<std::uint64_t>(weight.numel() * weight.element_size()) : 0) +
+           (bias.defined() ? static_cast<std::uint64_t>(bias.numel() * bias.element_size()) : 0);
+  }
+};
+
+// The norm prologue `kind` ("" none, "layer_norm", "rms_norm") of an op's [m, k] float
+// input `a`, checked: weight and bias are k float values on a's device (RMSNorm: no
+// bias, a weight of a's dtype, as its result's dtype is a's); eps as the norm takes it
+// (RMSNorm's already rounded to a's dtype, as aten::rms_norm does).
+std::optional<NormPrologue> norm_prologue(const char* op, c10::string_view kind, const at::Tensor& a,
+                                          const std::optional<at::Tensor>& weight,
+                                          const std::optional<at::Tensor>& bias, double eps) {
+  if (kind.empty()) {
+    TORCH_CHECK(!(weight && weight->defined()) && !(bias && bias->defined()), op,
+                ": a norm weight or bias without a norm (norm=\"layer_norm\" or \"rms_norm\")");
+    return std::nullopt;
+  }
+  TORCH_CHECK(kind == "layer_norm" || kind == "rms_norm", op, ": unknown norm '", kind,
+              "' (expected layer_norm, rms_norm or none)");
+  TORCH_CHECK(eps >= 0, op, ": a norm's eps must be >= 0, got ", eps);
+  NormPrologue p;
+  p.norm.rms = kind == "rms_norm";
+  p.norm.eps = eps;
+  const std::int64_t k = a.size(-1);
+  for (const auto& [t, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!t->has_value() || !(*t)->defined()) continue;
+    const at::Tensor& v = **t;
+    TORCH_CHECK(v.dim() == 1 && v.size(0) == k && device_float_dtype(v.scalar_type()) && v.device() == a.device(), op,
+                ": the norm ", what, " must be ", k, " float values on ", a.device(), ", got shape ", v.sizes(), " ",
+                v.scalar_type(), " on ", v.device());
+  }
+  if (weight && weight->defined()) {
+    p.weight = weight->contiguous();
+    p.norm.weight = *device_float_dtype(p.weight.scalar_type());
+  }
+  if (bias && bias->defined()) {
+    TORCH_CHECK(!p.norm.rms, op, ": an RMSNorm takes no bias");
+    p.bias = bias->contiguous();
+    p.norm.bias = *device_float_dtype(p.bias.scalar_type());
+  }
+  TORCH_CHECK(!p.norm.rms || !p.weight.defined() || p.weight.scalar_type() == a.scalar_type(), op,
+              ": an RMSNorm prologue's weight must be of the input's dtype (", a.scalar_type(), "), got ",
+              p.weight.scalar_type());
+  return p;
+}
 
 std::optional<isa::DType> fp8_dtype(at::ScalarType t) {
   if (t == at::kFloat8_e4m3fn) return isa::DType::fp8_e4m3;
@@ -112,7 +189,7 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
   }
   at::Tensor a = a_in, b = b_in;
   Layout la = layout_of(a), lb = layout_of(b);
-  if (!la.ok) a = a.contiguous(), la = layout_of(a);
+  if (!la.ok || (epilogue.norm != nullptr && la.transposed)) a = a.contiguous(), la = layout_of(a);
   if (!lb.ok) b = b.contiguous(), lb = layout_of(b);
   compiler::MatmulShape s;
   s.m = static_cast<std::uint64_t>(m);
@@ -148,6 +225,10 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
     s.residual_op = epilogue.residual_op;
     s.ldr = static_cast<std::uint64_t>(m > 1 ? residual.stride(0) : n);
   }
+  if (epilogue.norm != nullptr) {
+    TORCH_INTERNAL_ASSERT(!batched, "spyre: a norm prologue needs an unbatched product");
+    s.norm = epilogue.norm->norm;
+  }
   const c10::DeviceGuard guard(a.device());
   const c10::DeviceIndex device = a.device().index();
   const std::string key = std::string(name) + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(batch) +
@@ -159,21 +240,31 @@ at::Tensor product(const char* name, const at::Tensor& a_in, const at::Tensor& b
                           (s.activation ? "|" + std::string(isa::to_string(*s.activation)) : "") +
                           (s.out ? ">" + std::string(isa::to_string(*s.out)) : "") + (s.scale ? "|scaled" : "") +
                           (s.residual ? "|" + std::string(isa::to_string(s.residual_op)) + "r" + std::to_string(s.ldr)
-                                      : "");
+                                      : "") +
+                          (epilogue.norm != nullptr ? epilogue.norm->key() : "");
   std::vector<std::uint64_t> args{device_address(a), device_address(b), device_address(out)};
   if (bias.defined()) args.push_back(device_address(bias));
   if (epilogue.scale != nullptr) args.push_back(device_address(*epilogue.scale));
   if (residual.defined()) args.push_back(device_address(residual));
+  if (epilogue.norm != nullptr) epilogue.norm->add_args(args);
   // Each operand once (a batch-broadcast operand once for all batches), the bias row once.
   const std::uint64_t in_size = isa::dtype_size(s.dtype);
   const Traffic traffic{
       .read = (s.m * s.k * (s.a_batch_stride != 0 ? s.batch : 1) + s.k * s.n * (s.b_batch_stride != 0 ? s.batch : 1)) *
                   in_size +
               (bias.defined() ? static_cast<std::uint64_t>(bias.numel() * bias.element_size()) : 0) +
-              (residual.defined() ? static_cast<std::uint64_t>(m * n * residual.element_size()) : 0),
+              (residual.defined() ? static_cast<std::uint64_t>(m * n * residual.element_size()) : 0) +
+              (epilogue.norm != nullptr ? epilogue.norm->bytes() : 0),
       .written = static_cast<std::uint64_t>(out.numel() * out.element_size())};
-  run_cached(device, key, [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); }, args, name,
-             traffic);
+  const auto compile = [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); };
+  if (epilogue.norm == nullptr) {
+    run_cached(device, key, compile, args, name, traffic);
+  } else if (!run_cached_if_fits(device, key, compile, args, name, traffic)) {
+    // Rows too long for the norm's buffers beside the tiles: the norm by its own kernel.
+    const at::Tensor normed = epilogue.norm->apply(a_in);
+    epilogue.norm = nullptr;
+    return product(name, normed, b_in, epilogue, int8_to_int32);
+  }
   return out;
 }
 
@@ -320,7 +411,9 @@ at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::T
 // mm followed by an activation and/or a residual add or a gate's multiply.
 at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                            c10::string_view activation, const std::optional<at::Tensor>& residual_in,
-                           c10::string_view residual_op) {
+                           c10::string_view residual_op, c10::string_view norm,
+                           const std::optional<at::Tensor>& norm_weight, const std::optional<at::Tensor>& norm_bias,
+                           double norm_eps) {
   std::optional<isa::UnaryOp> act;
   if (!activation.empty()) {
     act = epilogue_activation(std::string_view(activation.data(), activation.size()));
@@ -349,7 +442,10 @@ at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::
     TORCH_CHECK(fusable_bias(*bias, a, b, 1, 1), "spyre::matmul_epilogue: the bias must be a row of ", b.size(1),
                 " values of the operands' dtype on their device, got shape ", bias->sizes(), " ", bias->scalar_type());
   }
-  std::string parts = bias ? "bias" : "";
+  const std::optional<NormPrologue> prologue =
+      norm_prologue("spyre::matmul_epilogue", norm, a, norm_weight, norm_bias, norm_eps);
+  std::string parts = prologue ? std::string(norm) : "";
+  if (bias) parts += (parts.empty() ? "" : ",") + std::string("bias");
   if (act) parts += (parts.empty() ? "" : ",") + std::string(activation);
   const char* combined = op == isa::BinaryOp::mul ? "gate" : "residual";
   if (residual != nullptr) parts += parts.empty() ? combined : std::string(",") + combined;
@@ -371,16 +467,17 @@ at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::
     return op == isa::BinaryOp::mul ? z.mul_(*residual) : z.add_(*residual);
   }
   return product(name.c_str(), a, b,
-                 {.bias = bias ? &*bias : nullptr, .activation = act, .residual = residual, .residual_op = op});
+                 {.bias = bias ? &*bias : nullptr, .activation = act, .residual = residual, .residual_op = op,
+                  .norm = prologue ? &*prologue : nullptr});
 }
 
 // A product of an [m, k] input `x` (read in place when row- or column-major, else copied
 // first: `x` becomes what the kernel reads) and transposed weights [n_p x K], each
 // piece's rows read in place when its K values are contiguous (else copied): the
 // shape of linear_concat's and linear_gated's kernels, B's pieces still to set.
-compiler::MatmulShape linear_shape(at::Tensor& x, std::int64_t n) {
+compiler::MatmulShape linear_shape(at::Tensor& x, std::int64_t n, const std::optional<NormPrologue>& norm) {
   Layout la = layout_of(x);
-  if (!la.ok) x = x.contiguous(), la = layout_of(x);
+  if (!la.ok || (norm && la.transposed)) x = x.contiguous(), la = layout_of(x);
   compiler::MatmulShape s;
   s.m = static_cast<std::uint64_t>(x.size(0));
   s.n = static_cast<std::uint64_t>(n);
@@ -389,6 +486,7 @@ compiler::MatmulShape linear_shape(at::Tensor& x, std::int64_t n) {
   s.a_transposed = la.transposed;
   s.lda = static_cast<std::uint64_t>(la.ld);
   s.b_transposed = true;
+  if (norm) s.norm = norm->norm;
   return s;
 }
 at::Tensor weight_rows(const at::Tensor& w) {
@@ -405,7 +503,9 @@ std::uint64_t row_pitch(const at::Tensor& w) {
 // result [m, sum n_p] holds each projection's columns side by side. What the
 // torch.compile backend puts in place of several linears of one input (attention's Q,
 // K and V); their results are column slices of it.
-at::Tensor linear_concat(const at::Tensor& a, at::TensorList weights) {
+at::Tensor linear_concat(const at::Tensor& a, at::TensorList weights, c10::string_view norm,
+                         const std::optional<at::Tensor>& norm_weight, const std::optional<at::Tensor>& norm_bias,
+                         double norm_eps) {
   TORCH_CHECK(!weights.empty(), "spyre::linear_concat: needs at least one weight");
   TORCH_CHECK(a.dim() == 2, "spyre::linear_concat: expected a 2-D input, got ", a.dim(), "-D");
   TORCH_CHECK(is_spyre(a) && device_float_dtype(a.scalar_type()),
@@ -419,6 +519,8 @@ at::Tensor linear_concat(const at::Tensor& a, at::TensorList weights) {
                 a.device(), ", got shape ", w.sizes(), " ", w.scalar_type(), " on ", w.device());
     n += w.size(0);
   }
+  const std::optional<NormPrologue> prologue =
+      norm_prologue("spyre::linear_concat", norm, a, norm_weight, norm_bias, norm_eps);
   const std::int64_t m = a.size(0), k = a.size(1);
   at::Tensor out = at::empty({m, n}, a.options());
   if (out.numel() == 0) return out;
@@ -428,9 +530,11 @@ at::Tensor linear_concat(const at::Tensor& a, at::TensorList weights) {
     if (w.size(0) > 0) pieces.push_back(weight_rows(w));  // (no columns: nothing to read)
   }
   at::Tensor x = a;
-  compiler::MatmulShape s = linear_shape(x, n);
-  std::string key = "spyre::linear_concat|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(m) + "x" +
-                    std::to_string(k) + (s.a_transposed ? "|at" : "|a") + std::to_string(s.lda) + "|";
+  compiler::MatmulShape s = linear_shape(x, n, prologue);
+  const std::string name = prologue ? "spyre::linear_concat[" + std::string(norm) + "]" : "spyre::linear_concat";
+  std::string key = name + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(m) + "x" +
+                    std::to_string(k) + (s.a_transposed ? "|at" : "|a") + std::to_string(s.lda) +
+                    (prologue ? prologue->key() : "") + "|";
   std::vector<std::uint64_t> args{device_address(x), device_address(pieces[0]), device_address(out)};
   for (std::size_t p = 0; p < pieces.size(); ++p) {
     s.b_pieces.push_back(static_cast<std::uint64_t>(pieces[p].size(0)));
@@ -438,12 +542,18 @@ at::Tensor linear_concat(const at::Tensor& a, at::TensorList weights) {
     key += std::to_string(s.b_pieces.back()) + "/" + std::to_string(s.b_piece_ld.back()) + ",";
     if (p > 0) args.push_back(device_address(pieces[p]));
   }
+  if (prologue) prologue->add_args(args);
   const c10::DeviceGuard guard(a.device());
   const std::uint64_t size = isa::dtype_size(s.dtype);
-  const Traffic traffic{.read = (s.m * s.k + s.k * s.n) * size, .written = s.m * s.n * size};
-  run_cached(a.device().index(), key,
-             [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, "spyre::linear_concat"); }, args,
-             "spyre::linear_concat", traffic);
+  const Traffic traffic{.read = (s.m * s.k + s.k * s.n) * size + (prologue ? prologue->bytes() : 0),
+                        .written = s.m * s.n * size};
+  if (!run_cached_if_fits(a.device().index(), key,
+                          [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); }, args, name,
+                          traffic)) {
+    TORCH_CHECK(prologue, name, ": no tiling fits the device's scratchpad");
+    // Rows too long for the norm's buffers beside the tiles: the norm by its own kernel.
+    return linear_concat(prologue->apply(a), weights, "", std::nullopt, std::nullopt, 0);
+  }
   return out;
 }
 
@@ -453,7 +563,9 @@ at::Tensor linear_concat(const at::Tensor& a, at::TensorList weights) {
 // of the input, rounds each as the separate op does and multiplies them, so the gate's
 // product never goes to DRAM. What the torch.compile backend puts in place of
 // matmul_epilogue(h, w1, act) feeding matmul_epilogue(h, w3, residual_op="mul").
-at::Tensor linear_gated(const at::Tensor& a, const at::Tensor& gate, const at::Tensor& up, c10::string_view activation) {
+at::Tensor linear_gated(const at::Tensor& a, const at::Tensor& gate, const at::Tensor& up, c10::string_view activation,
+                        c10::string_view norm, const std::optional<at::Tensor>& norm_weight,
+                        const std::optional<at::Tensor>& norm_bias, double norm_eps) {
   static const std::pair<const char*, isa::UnaryOp> kGates[] = {
       {"silu", isa::UnaryOp::silu}, {"gelu", isa::UnaryOp::gelu}, {"gelu_tanh", isa::UnaryOp::gelu_tanh},
       {"relu", isa::UnaryOp::relu}, {"sigmoid", isa::UnaryOp::sigmoid}, {"tanh", isa::UnaryOp::tanh}};
@@ -474,37 +586,53 @@ at::Tensor linear_gated(const at::Tensor& a, const at::Tensor& gate, const at::T
                 a.scalar_type(), " matrix on ", a.device(), " (n the gate's rows), got shape ", w->sizes(), " ",
                 w->scalar_type(), " on ", w->device());
   }
+  const std::optional<NormPrologue> prologue =
+      norm_prologue("spyre::linear_gated", norm, a, norm_weight, norm_bias, norm_eps);
   const std::int64_t m = a.size(0), k = a.size(1), n = gate.size(0);
   // Nothing to read (k = 0: both products are zeros, and act(0) * 0 is 0).
   if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
   const at::Tensor w1 = weight_rows(gate), w3 = weight_rows(up);
   at::Tensor x = a;
   at::Tensor out = at::empty({m, n}, a.options());
-  compiler::MatmulShape s = linear_shape(x, n);
+  compiler::MatmulShape s = linear_shape(x, n, prologue);
   s.gated = true;
   s.activation = act;
   s.b_pieces = {s.n, s.n};
   s.b_piece_ld = {row_pitch(w1), row_pitch(w3)};
-  const std::string name = "spyre::linear_gated[" + (activation.empty() ? std::string("none") : std::string(activation)) + "]";
+  const std::string name = "spyre::linear_gated[" + (prologue ? std::string(norm) + "," : std::string()) +
+                           (activation.empty() ? std::string("none") : std::string(activation)) + "]";
   const std::string key = name + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(m) + "x" +
                           std::to_string(n) + "x" + std::to_string(k) + (s.a_transposed ? "|at" : "|a") +
                           std::to_string(s.lda) + "|" + std::to_string(s.b_piece_ld[0]) + "," +
-                          std::to_string(s.b_piece_ld[1]);
+                          std::to_string(s.b_piece_ld[1]) + (prologue ? prologue->key() : "");
+  std::vector<std::uint64_t> args{device_address(x), device_address(w1), device_address(out), device_address(w3)};
+  if (prologue) prologue->add_args(args);
   const c10::DeviceGuard guard(a.device());
   const std::uint64_t size = isa::dtype_size(s.dtype);
-  const Traffic traffic{.read = (s.m * s.k + 2 * s.k * s.n) * size, .written = s.m * s.n * size};
-  run_cached(a.device().index(), key, [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); },
-             {device_address(x), device_address(w1), device_address(out), device_address(w3)}, name, traffic);
+  const Traffic traffic{.read = (s.m * s.k + 2 * s.k * s.n) * size + (prologue ? prologue->bytes() : 0),
+                        .written = s.m * s.n * size};
+  if (!run_cached_if_fits(a.device().index(), key,
+                          [&](const compiler::Target& t) { return compiler::compile_matmul(s, t, name); }, args, name,
+                          traffic)) {
+    TORCH_CHECK(prologue, name, ": no tiling fits the device's scratchpad");
+    // Rows too long for the norm's buffers beside the tiles: the norm by its own kernel.
+    return linear_gated(prologue->apply(a), gate, up, activation, "", std::nullopt, std::nullopt, 0);
+  }
   return out;
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(spyre, m) {
+  // norm: a LayerNorm ("layer_norm") or RMSNorm ("rms_norm") of the input's rows, with
+  // its weight, bias and eps, applied by the kernel to its A panels (no norm: "").
   m.def("matmul_epilogue(Tensor a, Tensor b, Tensor? bias, str activation, Tensor? residual=None, "
-        "str residual_op=\"add\") -> Tensor");
-  m.def("linear_concat(Tensor input, Tensor[] weights) -> Tensor");
-  m.def("linear_gated(Tensor input, Tensor gate, Tensor up, str activation) -> Tensor");
+        "str residual_op=\"add\", str norm=\"\", Tensor? norm_weight=None, Tensor? norm_bias=None, "
+        "float norm_eps=0.) -> Tensor");
+  m.def("linear_concat(Tensor input, Tensor[] weights, str norm=\"\", Tensor? norm_weight=None, "
+        "Tensor? norm_bias=None, float norm_eps=0.) -> Tensor");
+  m.def("linear_gated(Tensor input, Tensor gate, Tensor up, str activation, str norm=\"\", "
+        "Tensor? norm_weight=None, Tensor? norm_bias=None, float norm_eps=0.) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) {
   m.impl("matmul_epilogue", matmul_epilogue);

@@ -38,6 +38,17 @@ std::uint64_t footprint(std::uint64_t tm, std::uint64_t tn, std::uint64_t tk, st
          (channel_scale ? tn * 4 + 4 : 0);                 // + padding that aligns the fp32 row
 }
 
+// A norm prologue (MatmulShape::Norm): the bytes of one row of a statistics piece (whole
+// rows of K values, loaded double-buffered and converted to fp32), and the scratchpad the
+// prologue needs besides the matmul's with pieces of one row: the mean and rstd of up to
+// two tiles' rows, the weight and bias in fp32 (+ padding that aligns them). The pieces
+// take what the tiles leave, up to kNormStatsBytes: the tiling is the matmul's own.
+std::uint64_t norm_row_bytes(const MatmulShape& s) { return s.k * (2 * isa::dtype_size(s.dtype) + 4); }
+std::uint64_t norm_footprint(const MatmulShape& s, std::uint64_t tm) {
+  if (!s.norm) return 0;
+  return norm_row_bytes(s) + 2 * 2 * tm * 4 + (s.norm->weight ? s.k * 4 : 0) + (s.norm->bias ? s.k * 4 : 0) + 8;
+}
+
 constexpr std::uint32_t kParts = kPanelPieces;
 // Token numbers: DMA loads of A / B pieces into slot s, ring transfers of A / B out of
 // slot s, the store of C.
@@ -188,7 +199,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
         if (c > 512 && (ceil_div(s.k, c) < kRotateSteps || rt * tm * tn < 256 * 256)) continue;
         if (footprint(tm, pair * tn, std::min(c, s.k), size, rt, bias_size, out_size, s.scale, s.residual,
                       s.channel_scale) +
-                (s.gated ? 4 : 0) <=
+                (s.gated ? 4 : 0) + norm_footprint(s, tm) <=
             target.scratchpad_bytes) {
           tk = std::min(c, s.k);
           break;
@@ -300,6 +311,21 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
                                 std::to_string(s.n) + ")");
   }
   if (s.conv) check_conv(s, name);
+  if (s.norm) {
+    if (s.conv || s.a_transposed || s.batch != 1 || acc != isa::DType::fp32) {
+      throw std::invalid_argument(name + ": a norm prologue takes a float, row-major A of one batch (not transposed, "
+                                         "not a convolution)");
+    }
+    const MatmulShape::Norm& nm = *s.norm;
+    if ((nm.weight && !isa::is_float(*nm.weight)) || (nm.bias && !isa::is_float(*nm.bias))) {
+      throw std::invalid_argument(name + ": a norm's weight and bias are floats");
+    }
+    if (nm.rms && (nm.bias || (nm.weight && *nm.weight != s.dtype))) {
+      throw std::invalid_argument(name + ": an RMSNorm prologue takes no bias and a weight of A's dtype (" +
+                                  std::string(isa::to_string(s.dtype)) + ")");
+    }
+    if (!(nm.eps >= 0)) throw std::invalid_argument(name + ": a norm's eps must be >= 0, got " + std::to_string(nm.eps));
+  }
   const MatmulPlan p = plan_matmul(s, target);
   if (p.tm == 0) {
     throw DoesNotFit(name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
@@ -338,6 +364,29 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   const auto residual_arg = static_cast<std::uint16_t>(scale_arg + (s.scale ? 1 : 0));
   const std::uint64_t ldr = s.ldr != 0 ? s.ldr : s.n;
   const std::uint64_t ldc = s.ldc != 0 ? s.ldc : s.n, c_batch = s.c_batch_stride != 0 ? s.c_batch_stride : s.m * s.n;
+  // A norm prologue's buffers after everything else, 4-byte aligned: the mean and rstd
+  // of up to two tiles' rows, the weight and the bias in fp32, a statistics piece in
+  // fp32 (also the fp32 copy of the panel rows being normalised), and the piece's two
+  // load buffers (norm_footprint).
+  const std::uint32_t layout_end =
+      sp_residual + (s.residual ? rt * residual_bytes : s.gated ? residual_bytes : 0u);
+  const auto k32 = static_cast<std::uint32_t>(s.k);
+  const std::uint32_t sp_mean = (layout_end + 3u) & ~3u, sp_rstd = sp_mean + static_cast<std::uint32_t>(2 * p.tm * 4);
+  const std::uint32_t sp_nw = sp_rstd + static_cast<std::uint32_t>(2 * p.tm * 4);
+  const std::uint32_t sp_nb = sp_nw + (s.norm && s.norm->weight ? k32 * 4 : 0u);
+  const std::uint32_t sp_nf = sp_nb + (s.norm && s.norm->bias ? k32 * 4 : 0u);
+  const std::uint64_t nrows =
+      s.norm ? std::clamp<std::uint64_t>(
+                   std::min<std::uint64_t>(kNormStatsBytes, target.scratchpad_bytes - std::min<std::uint64_t>(
+                                                                                          sp_nf, target.scratchpad_bytes)) /
+                       norm_row_bytes(s),
+                   1, p.tm)
+             : 0;
+  const std::uint32_t sp_nraw[2] = {sp_nf + static_cast<std::uint32_t>(nrows * s.k * 4),
+                                    sp_nf + static_cast<std::uint32_t>(nrows * s.k * (4 + size))};
+  const auto norm_arg = static_cast<std::uint16_t>(3 + (s.bias ? 1 : 0) + (s.channel_scale ? 1 : 0) +
+                                                   (s.scale ? 1 : 0) + (s.residual ? 1 : 0) +
+                                                   (s.b_pieces.empty() ? 0 : s.b_pieces.size() - 1));
 
   const std::uint64_t tiles_m = ceil_div(s.m, p.tm), tiles_n = ceil_div(s.n, p.tn);
   const std::uint64_t row_blocks = ceil_div(tiles_m, rt);
@@ -369,6 +418,12 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     bool offset = false;
     bool a_loader = false, b_loader = false;
     std::uint16_t a_from = kNone, a_to = kNone, b_from = kNone, b_to = kNone;
+    // A norm prologue: whether the block's rows differ from the group's previous
+    // super-block's (their statistics are then taken), the cores of this grid row in this
+    // super-block (the first of them, this core's place among them, their number).
+    bool new_rows = true;
+    std::uint16_t row_first = 0;
+    std::uint32_t row_place = 0, row_cores = 1;
   };
   // K steps of tk (a short first or last step, to start computing sooner or finish
   // sooner, measured slower: 2048^3 326 and 318 us against 314 us).
@@ -412,6 +467,13 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       t.b_loader = i == 0;
       t.b_from = i > 0 ? at(i - 1, j) : kNone;
       t.b_to = i + 1 < rows ? at(i + 1, j) : kNone;
+      if (sb >= group + p.groups) {
+        const std::uint64_t prev = sb - p.groups;
+        t.new_rows = (prev / sb_n) % sb_m != si || prev / (sb_m * sb_n) != t.batch;
+      }
+      t.row_first = at(i, 0);
+      t.row_place = j;
+      t.row_cores = cols;
       tiles.push_back(t);
     }
     // The A and B panels of a block's K step, as stored in the scratchpad.
@@ -481,11 +543,151 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
         }
       }
     };
+    // A norm prologue: the statistics of a block's rows, shared out over the cores of its
+    // grid row: each takes its share of each tile's rows in pieces of whole rows loaded
+    // double-buffered (on the bias's and, without a residual, the residual's token), with
+    // the norm kernel's operations (compile_layer_norm): mean = sum / K, the centred
+    // values' (layer norm) or the values' (RMSNorm) squares summed, rstd = rsqrt(sum / K
+    // + eps). Row i of the block's tile r has its mean and rstd at (r * tm + i) * 4.
+    static constexpr std::uint16_t kStatsTag = 2;
+    const auto norm_stats = [&](const Tile& t) {
+      const MatmulShape::Norm& nm = *s.norm;
+      const std::uint8_t token[2] = {kBias, s.residual ? kBias : kResidual};
+      // Core c's share of tile r's rows: [lo, hi).
+      const auto share = [&](std::uint32_t r, std::uint32_t c) {
+        return std::pair<std::uint32_t, std::uint32_t>{t.m[r] * c / t.row_cores, t.m[r] * (c + 1) / t.row_cores};
+      };
+      struct Piece {
+        std::uint32_t r, q, rows;
+      };
+      std::vector<Piece> pieces;
+      for (std::uint32_t r = 0; r < t.rows; ++r) {
+        const auto [lo, hi] = share(r, t.row_place);
+        for (std::uint32_t q = lo; q < hi; q += static_cast<std::uint32_t>(nrows)) {
+          pieces.push_back({r, q, static_cast<std::uint32_t>(std::min<std::uint64_t>(nrows, hi - q))});
+        }
+      }
+      const auto issue = [&](std::size_t x) {
+        if (x >= pieces.size()) return;
+        b.add(stream, dma<isa::DmaLoad>(token[x % 2], s.dtype, 0, (t.i0[pieces[x].r] + pieces[x].q) * a_ld,
+                                        sp_nraw[x % 2], k32, pieces[x].rows, static_cast<std::int64_t>(a_ld)));
+      };
+      const auto scale = [&](std::uint32_t v, std::uint32_t rows, isa::BinaryOp op, double imm) {
+        b.add(stream, isa::VBinary{.op = op, .dtype = isa::DType::fp32, .bcast = isa::Broadcast::immediate, .a = v,
+                                   .dst = v, .rows = 1, .cols = rows, .imm = imm});
+      };
+      const double inv_k = 1.0 / static_cast<double>(s.k);
+      issue(0);
+      for (std::size_t x = 0; x < pieces.size(); ++x) {
+        issue(x + 1);
+        b.add(stream, isa::Wait{.token_mask = bit(token[x % 2])});
+        const Piece& pc = pieces[x];
+        const auto row_at = static_cast<std::uint32_t>((pc.r * p.tm + pc.q) * 4);
+        const std::uint32_t mean = sp_mean + row_at, rstd = sp_rstd + row_at;
+        std::uint32_t v = sp_nraw[x % 2];
+        if (s.dtype != isa::DType::fp32) {
+          b.add(stream, isa::VConvert{.from = s.dtype, .to = isa::DType::fp32, .src = v, .dst = sp_nf,
+                                      .count = pc.rows * k32});
+          v = sp_nf;
+        }
+        if (!nm.rms) {
+          b.add(stream, isa::VReduce{.op = isa::ReduceOp::sum, .in = isa::DType::fp32, .out = isa::DType::fp32,
+                                     .axis = 1, .src = v, .dst = mean, .rows = pc.rows, .cols = k32});
+          scale(mean, pc.rows, isa::BinaryOp::mul, inv_k);
+          b.add(stream, isa::VBinary{.op = isa::BinaryOp::sub, .dtype = isa::DType::fp32, .bcast = isa::Broadcast::col,
+                                     .a = v, .b = mean, .dst = sp_nf, .rows = pc.rows, .cols = k32});
+          v = sp_nf;
+        }
+        b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = isa::DType::fp32, .a = v, .b = v, .dst = sp_nf,
+                                   .rows = pc.rows, .cols = k32});
+        b.add(stream, isa::VReduce{.op = isa::ReduceOp::sum, .in = isa::DType::fp32, .out = isa::DType::fp32, .axis = 1,
+                                   .src = sp_nf, .dst = rstd, .rows = pc.rows, .cols = k32});
+        scale(rstd, pc.rows, isa::BinaryOp::mul, inv_k);
+        scale(rstd, pc.rows, isa::BinaryOp::add, nm.eps);
+        b.add(stream, isa::VUnary{.op = isa::UnaryOp::rsqrt, .dtype = isa::DType::fp32, .src = rstd, .dst = rstd,
+                                  .count = pc.rows});
+      }
+    };
+    // Every core of the grid row sends its share (mean, then rstd, of each tile's share) to
+    // every other, and waits for theirs before it normalises its next panel.
+    bool stats_wait = false;
+    const auto norm_exchange = [&](const Tile& t) {
+      const auto share = [&](std::uint32_t r, std::uint32_t c) {
+        return std::pair<std::uint32_t, std::uint32_t>{t.m[r] * c / t.row_cores, t.m[r] * (c + 1) / t.row_cores};
+      };
+      for (const bool sending : {true, false}) {
+        for (std::uint32_t c = 0; c < t.row_cores; ++c) {
+          if (c == t.row_place) continue;
+          const auto other = static_cast<std::uint16_t>(t.row_first + c);
+          for (std::uint32_t r = 0; r < t.rows; ++r) {
+            const auto [lo, hi] = share(r, sending ? t.row_place : c);
+            if (hi == lo) continue;
+            for (const std::uint32_t base : {sp_mean, sp_rstd}) {
+              const std::uint32_t at_sp = base + static_cast<std::uint32_t>((r * p.tm + lo) * 4), bytes = (hi - lo) * 4;
+              if (sending) {
+                b.add(stream, isa::RingSend{.token = s.residual ? kBias : kResidual, .dst_core = other,
+                                            .tag = kStatsTag, .sp_addr = at_sp, .bytes = bytes});
+              } else {
+                b.add(stream, isa::RingRecv{.token = kBias, .src_core = other, .tag = kStatsTag, .forward_to = kNone,
+                                            .sp_addr = at_sp, .bytes = bytes});
+              }
+            }
+          }
+        }
+      }
+      stats_wait = true;
+    };
+    // A norm prologue: rows [0, rows) of an A panel part at `part_at` (k values each, K
+    // columns from k0), whose statistics start at row `stat_row`, normalised in place as
+    // the norm kernel does it, a few rows at a time through the fp32 piece buffer.
+    const auto normalize = [&](std::uint32_t part_at, std::uint32_t rows, std::uint32_t k, std::uint64_t k0,
+                               std::uint32_t stat_row) {
+      const MatmulShape::Norm& nm = *s.norm;
+      const isa::DType f32 = isa::DType::fp32;
+      const auto per = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, nrows * s.k / k));
+      if (stats_wait) b.add(stream, isa::Wait{.token_mask = bit(kBias)});
+      stats_wait = false;
+      for (std::uint32_t x = 0; x < rows; x += per) {
+        const std::uint32_t n = std::min(per, rows - x), count = n * k;
+        const std::uint32_t panel = part_at + static_cast<std::uint32_t>(x * k * size);
+        const std::uint32_t mean = sp_mean + (stat_row + x) * 4, rstd = sp_rstd + (stat_row + x) * 4;
+        std::uint32_t v = panel;
+        if (s.dtype != f32) {
+          b.add(stream, isa::VConvert{.from = s.dtype, .to = f32, .src = panel, .dst = sp_nf, .count = count});
+          v = sp_nf;
+        }
+        if (!nm.rms) {
+          b.add(stream, isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = v,
+                                     .b = mean, .dst = sp_nf, .rows = n, .cols = k});
+          v = sp_nf;
+        }
+        b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::col, .a = v,
+                                   .b = rstd, .dst = sp_nf, .rows = n, .cols = k});
+        if (nm.rms && nm.weight && s.dtype != f32) {  // rounded to the input's dtype before the weight
+          b.add(stream, isa::VConvert{.from = f32, .to = s.dtype, .src = sp_nf, .dst = panel, .count = count});
+          b.add(stream, isa::VConvert{.from = s.dtype, .to = f32, .src = panel, .dst = sp_nf, .count = count});
+        }
+        const auto k_at = static_cast<std::uint32_t>(k0 * 4);
+        if (nm.weight) {
+          b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::row, .a = sp_nf,
+                                     .b = sp_nw + k_at, .dst = sp_nf, .rows = n, .cols = k});
+        }
+        if (nm.bias) {
+          b.add(stream, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = sp_nf,
+                                     .b = sp_nb + k_at, .dst = sp_nf, .rows = n, .cols = k});
+        }
+        if (s.dtype != f32) {
+          b.add(stream, isa::VConvert{.from = f32, .to = s.dtype, .src = sp_nf, .dst = panel, .count = count});
+        } else {
+          b.add(stream, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = sp_nf, .dst = panel, .count = count});
+        }
+      }
+    };
     // The panel of this step: a loader waits for its DMA and sends it on; a receiver
     // takes it from its neighbour (forwarding it). Piece by piece.
     const auto fetch = [&](bool loader, const Panel& pn, std::uint8_t dma_base, std::uint8_t ring_token,
                            std::uint16_t from, std::uint16_t to, std::uint16_t tag, std::uint32_t sp,
-                           std::uint32_t slot) {
+                           std::uint32_t slot, std::int32_t norm_tile = -1, std::uint64_t k0 = 0) {
       if (!loader) b.add(stream, isa::Wait{.token_mask = bit(ring_token)});  // the slot's last forward
       const auto row_bytes = static_cast<std::uint32_t>(pn.cols * size);
       for (std::uint32_t part = 0; part < kParts; ++part) {
@@ -502,6 +704,12 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
           b.add(stream, isa::RingRecv{.token = ring_token, .src_core = from, .tag = tag, .forward_to = to,
                                       .sp_addr = at_sp, .bytes = bytes});
         }
+      }
+      // A norm prologue: the panel travels as loaded, and each core normalises its own
+      // copy (in parallel, off the chain's path) once it has passed it on.
+      if (norm_tile >= 0) {
+        if (!loader && to != kNone) b.add(stream, isa::Wait{.token_mask = bit(ring_token)});
+        normalize(sp, pn.rows, pn.cols, k0, static_cast<std::uint32_t>(norm_tile) * static_cast<std::uint32_t>(p.tm));
       }
     };
     // The order of a block's matmuls: phases, each one K step's B panel and the tiles
@@ -566,6 +774,30 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     // Prologue: the first B panel and the first A panel, and (both A slots being free)
     // the second A panel too, so the second matmul does not wait for a load issued
     // only when the first starts.
+    // A norm prologue: the first block's statistics before the first panels' loads (which
+    // would otherwise hold the statistics' loads up, and nothing computes before they
+    // are in); first, the norm's weight and bias, converted to fp32.
+    if (s.norm && !tiles.empty()) {
+      {
+        const MatmulShape::Norm& nm = *s.norm;
+        const std::optional<isa::DType> params[2] = {nm.weight, nm.bias};
+        const std::uint32_t fp32_at[2] = {sp_nw, sp_nb};
+        for (std::uint32_t q = 0, arg = norm_arg; q < 2; ++q) {
+          if (!params[q]) continue;
+          b.add(stream, dma<isa::DmaLoad>(kBias, *params[q], static_cast<std::uint16_t>(arg++), 0,
+                                          *params[q] == isa::DType::fp32 ? fp32_at[q] : sp_nraw[q], k32, 1, k32));
+        }
+        b.add(stream, isa::Wait{.token_mask = bit(kBias)});
+        for (std::uint32_t q = 0; q < 2; ++q) {
+          if (params[q] && *params[q] != isa::DType::fp32) {
+            b.add(stream, isa::VConvert{.from = *params[q], .to = isa::DType::fp32, .src = sp_nraw[q],
+                                        .dst = fp32_at[q], .count = k32});
+          }
+        }
+      }
+      norm_stats(tiles[0]);
+      norm_exchange(tiles[0]);
+    }
     load_b(0, 0);
     load_a(0, 0);
     load_a(1, 1);
@@ -600,14 +832,24 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
         deferred_store.reset();
       }
       if (!t.b_loader) fetch(false, b_panel(t, ph.step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
+      if (s.norm && tile_start && t.new_rows && pi > 0) {
+        norm_stats(t);
+        norm_exchange(t);
+      }
       for (std::uint32_t x = 0; x < ph.count; ++x, ++a_use) {
         const Use& u = a_seq[a_use];
         const std::uint32_t r = u.r;
         const auto aslot = static_cast<std::uint32_t>(a_use % 2);
         const Panel ap = a_panel(t, ph.step, r);
-        if (t.a_loader) fetch(true, ap, kDmaA, kRingA + aslot, t.a_from, t.a_to, 0, sp_a[aslot], aslot);
+        if (t.a_loader) {
+          fetch(true, ap, kDmaA, kRingA + aslot, t.a_from, t.a_to, 0, sp_a[aslot], aslot,
+                s.norm ? static_cast<std::int32_t>(r) : -1, chunks[ph.step].first);
+        }
         if (a_use > 0) load_a(a_use + 1, 1 - aslot);  // the prologue loaded the second
-        if (!t.a_loader) fetch(false, ap, kDmaA, kRingA + aslot, t.a_from, t.a_to, 0, sp_a[aslot], aslot);
+        if (!t.a_loader) {
+          fetch(false, ap, kDmaA, kRingA + aslot, t.a_from, t.a_to, 0, sp_a[aslot], aslot,
+                s.norm ? static_cast<std::int32_t>(r) : -1, chunks[ph.step].first);
+        }
         const std::uint32_t c = rt == 1 ? sp_c[0] : sp_c[r];
         // In place (two tiles per core): the accumulator's last store must be done.
         if (rt == 2 && u.first && ph.tile > 0) b.add(stream, isa::Wait{.token_mask = bit(kStore + r)});

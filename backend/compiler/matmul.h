@@ -93,6 +93,24 @@ struct MatmulShape {
     std::uint64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ho = 0, wo = 0;
   };
   std::optional<ConvA> conv = std::nullopt;
+  // A norm of A's rows before the product (a LayerNorm or RMSNorm that only this matmul
+  // reads): A is replaced by norm(A), each row normalised over its K values as the norm
+  // kernel (compile_layer_norm) computes it, with the same fp32 operations in the same
+  // order: layer norm (x - mean) x rstd x weight + bias, rstd = 1 / sqrt(biased variance
+  // + eps), rounded once to A's dtype; RMSNorm x x rsqrt(mean(x^2) + eps), rounded to
+  // A's dtype, then x weight (of A's dtype), rounded again. The cores of each grid row
+  // share out the statistics of its rows (one more read of those rows, in pieces of whole
+  // rows, before the first matmul; again when a super-block brings new rows) and send
+  // them to each other over the ring; A's panels travel as loaded, and each core
+  // normalises its own copy once it has passed it on: norm(A) never goes to DRAM.
+  // weight and bias: K values each, the arguments after every other (weight first). A
+  // row-major (not transposed), unbatched, not a convolution.
+  struct Norm {
+    bool rms = false;
+    double eps = 1e-5;
+    std::optional<isa::DType> weight = std::nullopt, bias = std::nullopt;
+  };
+  std::optional<Norm> norm = std::nullopt;
 
   isa::DType out_dtype() const { return out ? *out : dtype; }
   isa::DType accumulator() const { return isa::is_float(dtype) ? isa::DType::fp32 : isa::DType::int32; }
@@ -129,8 +147,12 @@ inline constexpr std::uint64_t kRotateSteps = 4;
 inline constexpr std::uint32_t kPanelPieces = 2;
 
 
+// A norm prologue's statistics are computed in pieces of whole rows of at most this many
+// bytes (the rows as loaded, twice for double buffering, and in fp32).
+inline constexpr std::uint64_t kNormStatsBytes = 256 * 1024;
+
 // Arguments: 0 = A, 1 = B, 2 = C, then the bias, the scale and the residual, each when
-// given, or B's further pieces. Throws std::invalid_argument naming the shapes and
+// given, or B's further pieces, then a norm prologue's weight and bias. Throws std::invalid_argument naming the shapes and
 // the bytes needed when no tiling fits the scratchpad.
 std::vector<std::uint8_t> compile_matmul(const MatmulShape& shape, const Target& target, const std::string& name);
 

@@ -1267,6 +1267,109 @@ def reinplace_input_mutations(gm: torch.fx.GraphModule, example_inputs=()) -> to
     return gm
 
 
+def _norm_source(a):
+    """(x, kind, weight, bias, eps, [nodes the norm replaces]) when `a`, a matmul's 2-D
+    input, is the output of a LayerNorm (``native_layer_norm`` over the last dim whose
+    mean and rstd nothing reads) or an RMSNorm (``spyre.rms_norm`` over the last dim, its
+    output of x's dtype), seen through views, read by nothing else; x then contiguous,
+    of the matmul's dtype, and eps as the norm kernel takes it (RMSNorm's rounded to x's
+    dtype, as rms_norm rounds it). None otherwise."""
+    chain = []
+    node = a
+    while _is_call(node, *_VIEWS) and len(node.users) == 1:
+        chain.append(node)
+        node = node.args[0]
+    if not isinstance(node, torch.fx.Node) or len(node.users) != 1:
+        return None
+    norm = node
+    if _is_call(node, operator.getitem) and node.args[1] == 0:
+        norm = node.args[0]
+        if not _is_call(norm, aten.native_layer_norm.default) or len(norm.users) != 1:
+            return None
+        x, shape, weight, bias, eps = norm.args[:5]
+        kind, nodes = "layer_norm", chain + [node, norm]
+    elif _is_call(node, torch.ops.spyre.rms_norm.default):
+        x, shape = node.args[:2]
+        weight = node.args[2] if len(node.args) > 2 else node.kwargs.get("weight")
+        eps = node.args[3] if len(node.args) > 3 else node.kwargs.get("eps")
+        bias, kind, nodes = None, "rms_norm", chain + [node]
+    else:
+        return None
+    xv, out = _val(x), _val(node)
+    if (not isinstance(xv, torch.Tensor) or not isinstance(out, torch.Tensor) or xv.device.type != "spyre"
+            or xv.dtype not in _FLOATS or out.dtype != xv.dtype or not xv.is_contiguous()
+            or not isinstance(xv.shape[-1], int) or list(shape) != [xv.shape[-1]]
+            or tuple(_val(a).shape[-1:]) != (xv.shape[-1],)):
+        return None
+    if kind == "rms_norm":
+        eps = float(torch.tensor(torch.finfo(xv.dtype).eps if eps is None else eps, dtype=xv.dtype))
+    return x, kind, weight, bias, float(eps), nodes
+
+
+def _matmul_input(node):
+    """(a, target, rest) when `node` is a matmul on spyre floats that a norm prologue can
+    join: its input a, and the call that computes it from a new input x,
+    ``target(x, *rest, norm, weight, bias, eps)``. An mm or an addmm with a row bias
+    (nn.Linear's) becomes a matmul_epilogue. None otherwise."""
+    if node.op != "call_function":
+        return None
+    out, args = _val(node), node.args
+    if not isinstance(out, torch.Tensor) or out.device.type != "spyre" or out.dim() != 2 or node.kwargs:
+        return None
+    epilogue = torch.ops.spyre.matmul_epilogue.default
+    if node.target is epilogue and len(args) <= 6:  # (more: a prologue already)
+        residual = args[4] if len(args) > 4 else None
+        return args[0], epilogue, (args[1], args[2], args[3], residual, args[5] if len(args) > 5 else "add")
+    if node.target is aten.addmm.default and len(args) == 3:
+        bias = _val(args[0])
+        if (isinstance(bias, torch.Tensor) and bias.dtype == out.dtype
+                and tuple(bias.shape) in ((out.shape[-1],), (1, out.shape[-1]))):
+            return args[1], epilogue, (args[2], args[0], "", None, "add")
+    if node.target is aten.mm.default and len(args) == 2:
+        return args[0], epilogue, (args[1], None, "", None, "add")
+    if node.target is torch.ops.spyre.linear_concat.default and len(args) == 2:
+        return args[0], node.target, (args[1],)
+    if node.target is torch.ops.spyre.linear_gated.default and len(args) == 4:
+        return args[0], node.target, tuple(args[1:])
+    return None
+
+
+def fuse_norm_prologues(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Moves a LayerNorm or RMSNorm whose output only one matmul reads (GPT-2's and
+    Llama's pre-norms before their QKV projection and feed-forward: an nn.Linear's addmm,
+    an mm, or the kernels the passes before made of them, matmul_epilogue, linear_concat
+    and linear_gated) into that matmul's kernel as a prologue on its A panels: the cores
+    share out the rows' statistics, then normalise each A panel as it arrives, so the
+    normalised activations never go to DRAM (compiler::MatmulShape::Norm). The kernel
+    computes the norm with the norm kernel's operations, so the values are the eager
+    ones."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        found = _matmul_input(node)
+        if found is None:
+            continue
+        a, target, rest = found
+        norm = _norm_source(a)
+        if norm is None or _val(norm[0]).dtype != _val(node).dtype:
+            continue
+        x, kind, weight, bias, eps, replaced = norm
+        k = _val(x).shape[-1]
+        with gm.graph.inserting_before(node):
+            x2d = gm.graph.call_function(aten.view.default, (x, [-1, k]))
+            x2d.meta["val"] = _val(x).view(-1, k)
+            call = gm.graph.call_function(target, (x2d, *rest, kind, weight, bias, eps))
+            call.meta["val"] = _val(node)
+        node.replace_all_uses_with(call)
+        gm.graph.erase_node(node)
+        for n in replaced:
+            gm.graph.erase_node(n)
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     gm = reinplace_input_mutations(gm, example_inputs)
     gm = drop_layout_preserving_clones(drop_repeated_kv(fuse_rms_norms(fold_conversions_into_arange(gm))))
@@ -1274,6 +1377,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     gm = fuse_conv_epilogues(gm)
     gm = fuse_gated_linears(fuse_matmul_residuals(gm))
     gm = merge_sibling_pointwise(fuse_shared_input_linears(fuse_pointwise(gm)))
+    gm = fuse_norm_prologues(gm)
     # AOTAutograd calls compiled graphs with one list of arguments (boxed), which lets it
     # drop saved activations as soon as the backward graph has taken them.
     from functorch.compile import make_boxed_func  # noqa: PLC0415

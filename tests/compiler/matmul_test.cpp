@@ -643,3 +643,47 @@ TEST_CASE("given a channel scale, each finished tile is multiplied by its column
   CHECK_THROWS_WITH(compiler::compile_matmul(no_bias, ci_chip(), "spyre::conv"),
                     ContainsSubstring("a channel scale takes a float matmul with a bias"));
 }
+
+TEST_CASE("given a norm prologue, the first core of each grid row reads its rows once more for their statistics") {
+  // One row of tiles (m = 64): the cores of each grid row take the statistics of those
+  // 64 rows once for all their tiles, each a share of the rows, in pieces of whole rows
+  // (K = 512 values) on the statistics' tokens (14 and 15): 64 x 512 x 2 bytes per grid
+  // row of each group that has work; the shares go to the grid row's first core.
+  // The norm's weight and bias (K values each) are the arguments after C and the bias.
+  compiler::MatmulShape shape{.m = 64, .n = 1024, .k = 512, .dtype = isa::DType::fp16, .b_transposed = true,
+                              .bias = isa::DType::fp16};
+  shape.norm = compiler::MatmulShape::Norm{.rms = false, .eps = 1e-5, .weight = isa::DType::fp16,
+                                           .bias = isa::DType::fp32};
+  const compiler::MatmulPlan plan = compiler::plan_matmul(shape, ci_chip());
+  REQUIRE(plan.tm == 64);
+  const isa::Program p(compiler::compile_matmul(shape, ci_chip(), "spyre::matmul[layer_norm,bias]"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 4}));
+  std::uint64_t stats_bytes = 0;
+  std::set<std::uint16_t> args;
+  std::uint32_t stats_streams = 0;
+  for (std::uint32_t s = 0; s < p.num_streams(); ++s) {
+    std::uint64_t here = 0;
+    for (std::uint32_t pc = 0; pc < p.stream_length(s); ++pc) {
+      const isa::Decoded d = p.decode_at(s, pc);
+      const auto* l = std::get_if<isa::DmaLoad>(&*d.inst);
+      if (l == nullptr) continue;
+      args.insert(l->arg);
+      if (l->arg == 0 && l->token >= 14) here += std::uint64_t{l->shape[0]} * l->shape[1] * l->shape[2] * 2;
+    }
+    stats_bytes += here;
+    stats_streams += here > 0 ? 1 : 0;
+  }
+  const std::uint64_t groups = std::min<std::uint64_t>(plan.groups, plan.super_blocks);  // those with work
+  CHECK(stats_streams == groups * plan.grid_rows * plan.grid_cols);
+  CHECK(stats_bytes == groups * plan.grid_rows * 64 * 512 * 2);
+  CHECK(args == std::set<std::uint16_t>{0, 1, 3, 4, 5});
+  // A transposed A (or a batch, or a convolution) has no row-major rows to normalise.
+  compiler::MatmulShape transposed = shape;
+  transposed.a_transposed = true;
+  CHECK_THROWS_WITH(compiler::compile_matmul(transposed, ci_chip(), "mm"),
+                    ContainsSubstring("a norm prologue takes a float, row-major A of one batch"));
+  compiler::MatmulShape rms_bias = shape;
+  rms_bias.norm->rms = true;
+  CHECK_THROWS_WITH(compiler::compile_matmul(rms_bias, ci_chip(), "mm"),
+                    ContainsSubstring("an RMSNorm prologue takes no bias and a weight of A's dtype (fp16)"));
+}

@@ -117,7 +117,8 @@ def test_an_rmsnorm_swiglu_block_matches_eager_with_fewer_kernels(dtype):
     # The written-out norm (pow, mean, add, rsqrt, mul, mul) is nn.RMSNorm's one kernel;
     # silu(w1 h) * w3 h is one kernel reading h once; x + w2(...) is in the down
     # projection's epilogue.
-    assert fused == ["aten::rms_norm", "spyre::linear_gated[silu]", "spyre::matmul[residual]"]
+    # The norm is the gated kernel's prologue (fuse_norm_prologues).
+    assert fused == ["spyre::linear_gated[rms_norm,silu]", "spyre::matmul[residual]"]
     assert len(eager) == 12
 
 
@@ -355,8 +356,128 @@ def test_a_llama_block_as_hugging_face_writes_it_compiles_to_the_same_kernels(dt
         eager, _ = kernels(written, x.to("spyre"))
         torch._dynamo.reset()
         plain_names, _ = kernels(torch.compile(plain, backend="spyre"), x.to("spyre"))
-    assert names == plain_names and len(names) == 8
+    assert names == plain_names and len(names) == 6  # (the two norms in their matmuls' prologues)
     assert len(eager) > 3 * len(names)
+
+
+def _norm_params(kind, k, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.rand(k, generator=g) + 0.5).to(dtype).to("spyre")
+    b = (torch.rand(k, generator=g) - 0.5).to(dtype).to("spyre") if kind == "layer_norm" else None
+    return w, b
+
+
+def _normed(kind, a, w, b, eps):
+    """The norm by its own device kernel, as eager runs it."""
+    if kind == "layer_norm":
+        return F.layer_norm(a, (a.shape[-1],), w, b, eps)
+    return torch.ops.spyre.rms_norm(a, [a.shape[-1]], w, eps)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("m,n,k", [(37, 70, 50), (300, 200, 1100), (520, 96, 64)], ids=str)
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+def test_a_norm_prologue_gives_the_values_of_the_norm_kernel_then_the_matmul(kind, dtype, m, n, k):
+    # Edge tiles, K in several chunks and statistics in several pieces (k = 1100), two
+    # tiles per core (m = 520) on the CI chip; rows with a large mean, which the norm
+    # must take out before squaring. The kernel normalises A's panels with the norm
+    # kernel's operations, so the product is the product of the norm kernel's output
+    # (to the accumulation order: the plans may differ).
+    a = (rand((m, k), dtype, 51) + 30).to("spyre")
+    w, b = _norm_params(kind, k, dtype, 52)
+    wt = rand((n, k), dtype, 53).to("spyre")
+    up = rand((n, k), dtype, 54).to("spyre")
+    bias = rand((n,), dtype, 55).to("spyre")
+    eps = 1e-5 if kind == "layer_norm" else float(torch.tensor(1e-6, dtype=dtype))
+    torch.spyre.reset_fallback_counts()
+    h = _normed(kind, a, w, b, eps)
+    norm = (kind, w, b, eps)
+    close = dict(tol(dtype), atol=max(tol(dtype)["atol"], 1e-4))  # (fp32 sums of 1100 products, reordered)
+    got = torch.ops.spyre.matmul_epilogue(a, wt.t(), bias, "gelu_tanh", None, "add", *norm)
+    assert_close(got.cpu(), torch.ops.spyre.matmul_epilogue(h, wt.t(), bias, "gelu_tanh").cpu(), **close)
+    got = torch.ops.spyre.linear_concat(a, [wt, up], *norm)
+    assert_close(got.cpu(), torch.ops.spyre.linear_concat(h, [wt, up]).cpu(), **close)
+    got = torch.ops.spyre.linear_gated(a, wt, up, "silu", *norm)
+    assert_close(got.cpu(), torch.ops.spyre.linear_gated(h, wt, up, "silu").cpu(), **close)
+    assert torch.spyre.fallback_counts() == {}
+    # And against the CPU's norm and product in fp32.
+    ac, wc = a.cpu().float(), w.cpu().float()
+    if kind == "layer_norm":
+        ref = F.layer_norm(ac, (k,), wc, b.cpu().float(), eps)
+    else:
+        ref = ac * torch.rsqrt(ac.pow(2).mean(-1, keepdim=True) + eps) * wc
+    want = F.gelu(ref @ wt.cpu().float().t() + bias.cpu().float(), approximate="tanh")
+    got = torch.ops.spyre.matmul_epilogue(a, wt.t(), bias, "gelu_tanh", None, "add", *norm).cpu().float()
+    # (fp32: x + 30 keeps 5 fewer bits of x; the CPU's norm, by another algorithm, differs
+    # by 4e-5 in the normalised values, 4e-3 after the 1100-long sums.)
+    assert_close(got, want, **{torch.float32: dict(atol=1e-2, rtol=1e-3), torch.float16: dict(atol=5e-2, rtol=1e-2),
+                               torch.bfloat16: dict(atol=4e-1, rtol=4e-2)}[dtype])
+
+
+def test_a_norm_prologue_checks_its_operands():
+    a = torch.ones(4, 8, device="spyre")
+    w = torch.ones(3, 8, device="spyre")
+    with pytest.raises(RuntimeError, match="unknown norm 'batch_norm'"):
+        torch.ops.spyre.linear_concat(a, [w], "batch_norm")
+    with pytest.raises(RuntimeError, match=r"the norm weight must be 8 float values on spyre:0, got shape \[7\]"):
+        torch.ops.spyre.linear_gated(a, w, w, "silu", "layer_norm", torch.ones(7, device="spyre"))
+    with pytest.raises(RuntimeError, match="an RMSNorm takes no bias"):
+        torch.ops.spyre.matmul_epilogue(a, w.t(), None, "", None, "add", "rms_norm", torch.ones(8, device="spyre"),
+                                        torch.ones(8, device="spyre"), 1e-6)
+    with pytest.raises(RuntimeError, match="a norm weight or bias without a norm"):
+        torch.ops.spyre.linear_concat(a, [w], "", torch.ones(8, device="spyre"))
+    # The device keeps working.
+    assert_close(torch.ops.spyre.linear_concat(a, [w], "layer_norm", None, None, 1e-5).cpu(), torch.zeros(4, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_a_gpt2_blocks_layer_norms_run_in_its_matmuls_prologues(dtype):
+    from spyre_sim.models import Gpt2Block  # noqa: PLC0415
+
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    block = Gpt2Block(64, 4, 256)
+    with torch.no_grad():
+        for ln in (block.ln1, block.ln2):
+            ln.weight.copy_(torch.rand(64) + 0.5)
+            ln.bias.copy_(torch.rand(64) - 0.5)
+    x = rand((2, 16, 64), dtype, 19)
+    want = block.float()(x.float()).to(dtype)
+    block = block.to(dtype).to("spyre")
+    with torch.no_grad():
+        compiled, got = compiled_run(block, x)
+        assert_close(got.cpu(), want, **{torch.float32: dict(atol=1e-4, rtol=1e-4),
+                                         torch.float16: dict(atol=5e-3, rtol=5e-3)}[dtype])
+        names, _ = kernels(compiled, x.to("spyre"))
+    assert names == ["spyre::matmul[layer_norm,bias]", "aten::_scaled_dot_product_fused_attention_overrideable",
+                     "spyre::matmul[bias,residual]", "spyre::matmul[layer_norm,bias,gelu_tanh]",
+                     "spyre::matmul[bias,residual]"]
+
+
+class _SharedNorm(torch.nn.Module):
+    """A LayerNorm read by two linears with biases (which stay two kernels)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln, self.a, self.b = torch.nn.LayerNorm(64), torch.nn.Linear(64, 32), torch.nn.Linear(64, 48)
+
+    def forward(self, x):
+        h = self.ln(x)
+        return self.a(h).sum(-1) + self.b(h).sum(-1)
+
+
+def test_a_norm_read_by_two_matmuls_keeps_its_kernel():
+    torch._dynamo.reset()
+    torch.manual_seed(5)
+    model = _SharedNorm()
+    x = rand((4, 64), torch.float32, 20)
+    want = model(x)
+    model = model.to("spyre")
+    with torch.no_grad():
+        compiled, got = compiled_run(model, x)
+        assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
+        names, _ = kernels(compiled, x.to("spyre"))
+    assert "aten::native_layer_norm" in names and not any("layer_norm," in n for n in names)
 
 
 class _ResidualBlock(torch.nn.Module):

@@ -208,36 +208,41 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_pool, const 
 // The backend's fused kernels, through the dispatcher (device tensors only): what the
 // torch.compile backend puts in place of the eager ops (backend/README.md), so the
 // workload's device time is a compiled model's. The CPU reference runs the eager ops.
-at::Tensor linear_concat(const at::Tensor& x, const std::vector<at::Tensor>& weights) {
+// The RMSNorm of x's rows (weight `norm`, eps as rms_norm rounds it to x's dtype) in the
+// kernel's prologue, then x @ cat(weights)^T (linear_concat: Q, K and V in one kernel).
+double rms_eps(const at::Tensor& x) {
+  if (x.scalar_type() == c10::kHalf) return static_cast<float>(c10::Half(static_cast<float>(kNormEps)));
+  if (x.scalar_type() == c10::kBFloat16) return static_cast<float>(c10::BFloat16(static_cast<float>(kNormEps)));
+  return static_cast<float>(kNormEps);
+}
+at::Tensor norm_linear_concat(const at::Tensor& x, const at::Tensor& norm, const std::vector<at::Tensor>& weights) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("spyre::linear_concat", "")
-                             .typed<at::Tensor(const at::Tensor&, at::TensorList)>();
-  return op.call(x, weights);
+                             .typed<at::Tensor(const at::Tensor&, at::TensorList, c10::string_view,
+                                               const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+                                               double)>();
+  return op.call(x, weights, "rms_norm", norm, std::nullopt, rms_eps(x));
 }
-at::Tensor linear_gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up) {
+// The RMSNorm of x's rows in the prologue, then silu(x @ gate^T) * (x @ up^T).
+at::Tensor norm_linear_gated(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& gate, const at::Tensor& up) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("spyre::linear_gated", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view)>();
-  return op.call(x, gate, up, "silu");
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view,
+                                               c10::string_view, const std::optional<at::Tensor>&,
+                                               const std::optional<at::Tensor>&, double)>();
+  return op.call(x, gate, up, "silu", "rms_norm", norm, std::nullopt, rms_eps(x));
 }
-// residual + x @ w^T, the residual added in the matmul's epilogue.
-at::Tensor linear_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor& residual) {
+// residual + x @ w^T (the residual added in the matmul's epilogue; none: x @ w^T by the
+// same kernel, the output projections of cards 1..tp-1, whose partial sums the
+// all-reduce adds to card 0's, which has the residual).
+at::Tensor linear_residual(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& residual) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("spyre::matmul_epilogue", "")
           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
-                            const std::optional<at::Tensor>&, c10::string_view)>();
-  return op.call(x, w.t(), std::nullopt, "", residual, "add");
-}
-// x @ w^T by the same kernel without the residual: the output projections of cards
-// 1..tp-1, whose partial sums the all-reduce adds to card 0's (which has the residual).
-at::Tensor linear_plain(const at::Tensor& x, const at::Tensor& w) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("spyre::matmul_epilogue", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
-                            const std::optional<at::Tensor>&, c10::string_view)>();
-  return op.call(x, w.t(), std::nullopt, "", std::nullopt, "add");
+                            const std::optional<at::Tensor>&, c10::string_view, c10::string_view,
+                            const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, double)>();
+  return op.call(x, w.t(), std::nullopt, "", residual, "add", "", std::nullopt, std::nullopt, 0.0);
 }
 
 // x [B, L, heads, hd] (the projections' layout; so is the result, which K's cache
@@ -512,12 +517,12 @@ std::vector<at::Tensor> forward(const LlmSpec& s, std::vector<Card>& cards, cons
       Cache& cache = cards[r].cache;
       const Layer& l = m.layers[i];
       const at::Tensor& mask = masks[r];
-      const at::Tensor a = at::rms_norm(h[r], {s.dim}, l.attn_norm, kNormEps);
-      // Q, K (rotated) and V as [B, heads, L, hd]. On the device: one kernel for the three
-      // projections and one rotating Q's and K's heads together (adjacent in its result).
+      // Q, K (rotated) and V as [B, heads, L, hd]. On the device: one kernel for the norm
+      // (in its prologue) and the three projections, and one rotating Q's and K's heads
+      // together (adjacent in its result).
       at::Tensor q, k_new, v_new;
       if (fused) {
-        const at::Tensor qkv = linear_concat(a.reshape({b * len, s.dim}), {l.wq, l.wk, l.wv});
+        const at::Tensor qkv = norm_linear_concat(h[r].reshape({b * len, s.dim}), l.attn_norm, {l.wq, l.wk, l.wv});
         const auto heads_at = [&](std::int64_t first, std::int64_t count) {  // [B, L, count, hd]
           return qkv.narrow(1, first * hd, count * hd).view({b, len, count, hd});
         };
@@ -526,6 +531,7 @@ std::vector<at::Tensor> forward(const LlmSpec& s, std::vector<Card>& cards, cons
         k_new = qk.narrow(2, heads, kv_heads).transpose(1, 2);
         v_new = heads_at(heads + kv_heads, kv_heads).transpose(1, 2);
       } else {
+        const at::Tensor a = at::rms_norm(h[r], {s.dim}, l.attn_norm, kNormEps);
         const auto heads_of = [&](const at::Tensor& w, std::int64_t count) {
           return at::linear(a, w).view({b, len, count, hd}).transpose(1, 2);
         };
@@ -559,7 +565,7 @@ std::vector<at::Tensor> forward(const LlmSpec& s, std::vector<Card>& cards, cons
       }
       if (fused) {  // the residual added in the projection's epilogue (card 0)
         const at::Tensor rows = att.transpose(1, 2).reshape({b * len, heads * hd});
-        part[r] = r == 0 ? linear_residual(rows, l.wo, h[r].reshape({b * len, s.dim})) : linear_plain(rows, l.wo);
+        part[r] = linear_residual(rows, l.wo, r == 0 ? std::optional(h[r].reshape({b * len, s.dim})) : std::nullopt);
       } else {
         part[r] = at::add(h[r], at::linear(att.transpose(1, 2).reshape({b, len, heads * hd}), l.wo));
       }
@@ -568,11 +574,11 @@ std::vector<at::Tensor> forward(const LlmSpec& s, std::vector<Card>& cards, cons
     for (std::size_t r = 0; r < n; ++r) {
       const c10::DeviceGuard guard(cards[r].device);
       const Layer& l = cards[r].model.layers[i];
-      const at::Tensor f = at::rms_norm(h[r], {s.dim}, l.ffn_norm, kNormEps);
-      if (fused) {  // SwiGLU's two linears as one kernel; the residual as above
-        const at::Tensor g = linear_gated(f.reshape({b * len, s.dim}), l.w1, l.w3);
-        part[r] = r == 0 ? linear_residual(g, l.w2, h[r].reshape({b * len, s.dim})) : linear_plain(g, l.w2);
+      if (fused) {  // the norm and SwiGLU's two linears as one kernel; the residual as above
+        const at::Tensor g = norm_linear_gated(h[r].reshape({b * len, s.dim}), l.ffn_norm, l.w1, l.w3);
+        part[r] = linear_residual(g, l.w2, r == 0 ? std::optional(h[r].reshape({b * len, s.dim})) : std::nullopt);
       } else {
+        const at::Tensor f = at::rms_norm(h[r], {s.dim}, l.ffn_norm, kNormEps);
         part[r] = at::add(h[r], at::linear(at::mul(at::silu(at::linear(f, l.w1)), at::linear(f, l.w3)), l.w2));
       }
     }
