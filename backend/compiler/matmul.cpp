@@ -327,6 +327,19 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     if (!(nm.eps >= 0)) throw std::invalid_argument(name + ": a norm's eps must be >= 0, got " + std::to_string(nm.eps));
   }
   const MatmulPlan p = plan_matmul(s, target);
+  if (s.norm && p.tm != 0) {
+    // The prologue takes only the scratchpad the matmul's own tiling leaves: a smaller
+    // tiling to make room would cost the matmul more than the norm's pass it saves.
+    MatmulShape plain = s;
+    plain.norm.reset();
+    const MatmulPlan own = plan_matmul(plain, target);
+    if (own.tm != p.tm || own.tn != p.tn || own.tk != p.tk || own.rows_per_core != p.rows_per_core ||
+        own.grid_rows != p.grid_rows || own.grid_cols != p.grid_cols || own.groups != p.groups) {
+      throw DoesNotFit(name + ": a norm prologue's buffers (" + std::to_string(norm_footprint(s, p.tm)) +
+                       " bytes) do not fit beside the matmul's own tiling (" + std::to_string(own.tm) + "x" +
+                       std::to_string(own.tn) + "x" + std::to_string(own.tk) + ")");
+    }
+  }
   if (p.tm == 0) {
     throw DoesNotFit(name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
                                 std::to_string(s.k) + ": the smallest tiling needs " +
@@ -825,13 +838,18 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
         residual_ready = false;
       }
       // B: a loader's own panel first, then the next phase's B load, then a receiver's.
-      if (t.b_loader) fetch(true, b_panel(t, ph.step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
-      load_b(pi + 1, 1 - bslot);
-      if (tile_start && deferred_store) {  // the previous block's result (one tile per core)
-        b.add(stream, *deferred_store);
-        deferred_store.reset();
-      }
-      if (!t.b_loader) fetch(false, b_panel(t, ph.step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
+      // (With a norm prologue, after the phase's first A panel: its normalisation then
+      // runs while the core waits for B, not after.)
+      const auto fetch_b = [&] {
+        if (t.b_loader) fetch(true, b_panel(t, ph.step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
+        load_b(pi + 1, 1 - bslot);
+        if (tile_start && deferred_store) {  // the previous block's result (one tile per core)
+          b.add(stream, *deferred_store);
+          deferred_store.reset();
+        }
+        if (!t.b_loader) fetch(false, b_panel(t, ph.step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
+      };
+      if (!s.norm) fetch_b();
       if (s.norm && tile_start && t.new_rows && pi > 0) {
         norm_stats(t);
         norm_exchange(t);
@@ -850,6 +868,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
           fetch(false, ap, kDmaA, kRingA + aslot, t.a_from, t.a_to, 0, sp_a[aslot], aslot,
                 s.norm ? static_cast<std::int32_t>(r) : -1, chunks[ph.step].first);
         }
+        if (s.norm && x == 0) fetch_b();
         const std::uint32_t c = rt == 1 ? sp_c[0] : sp_c[r];
         // In place (two tiles per core): the accumulator's last store must be done.
         if (rt == 2 && u.first && ph.tile > 0) b.add(stream, isa::Wait{.token_mask = bit(kStore + r)});
