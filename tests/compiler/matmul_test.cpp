@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compiler/cost.h"
+#include "compiler/does_not_fit.h"
 #include "compiler/matmul.h"
 #include "compiler/elementwise.h"
 #include "spyre/isa/program.h"
@@ -686,4 +687,18 @@ TEST_CASE("given a norm prologue, the first core of each grid row reads its rows
   rms_bias.norm->rms = true;
   CHECK_THROWS_WITH(compiler::compile_matmul(rms_bias, ci_chip(), "mm"),
                     ContainsSubstring("an RMSNorm prologue takes no bias and a weight of A's dtype (fp16)"));
+}
+
+TEST_CASE("given a norm prologue that would crowd out the matmul's own tiling, the compiler refuses it") {
+  // K = 65536: the matmul's own tiling of 512x512 on the CI chip (256 x 256 tiles, K in
+  // chunks of 512: 2 x (256 x 512 + 512 x 256) x 2 + 256 x 256 x (4 + 2) bytes = 1.4 MiB)
+  // leaves less than the prologue's one-row statistics piece and fp32 weight need
+  // (65536 x 8 + 65536 x 4 bytes = 768 KiB). A smaller tiling would cost the matmul more
+  // than the norm's own pass: DoesNotFit, which the backend answers with the norm's kernel.
+  compiler::MatmulShape shape{.m = 512, .n = 512, .k = 65536, .dtype = isa::DType::fp16, .b_transposed = true};
+  REQUIRE(compiler::plan_matmul(shape, ci_chip()).tm == 256);
+  shape.norm = compiler::MatmulShape::Norm{.rms = true, .eps = 1e-6, .weight = isa::DType::fp16};
+  CHECK_THROWS_AS(compiler::compile_matmul(shape, ci_chip(), "spyre::linear_concat[rms_norm]"), compiler::DoesNotFit);
+  CHECK_THROWS_WITH(compiler::compile_matmul(shape, ci_chip(), "spyre::linear_concat[rms_norm]"),
+                    ContainsSubstring("do not fit beside the matmul's own tiling (256x256x512)"));
 }
