@@ -430,6 +430,22 @@ def test_a_norm_prologue_checks_its_operands():
     assert_close(torch.ops.spyre.linear_concat(a, [w], "layer_norm", None, None, 1e-5).cpu(), torch.zeros(4, 3))
 
 
+def test_a_norm_prologue_that_would_crowd_out_the_tiling_runs_the_norms_kernel_first():
+    # K = 65536 on the CI chip: the prologue's buffers do not fit beside the matmul's own
+    # tiling (tests/compiler/matmul_test.cpp), so the op runs the norm's kernel and then
+    # the plain kernel: the same values, no fallback.
+    a = rand((512, 65536), torch.float16, 61).to("spyre")
+    w = rand((512, 65536), torch.float16, 62).to("spyre")
+    g, _ = _norm_params("rms_norm", 65536, torch.float16, 63)
+    eps = float(torch.tensor(1e-6, dtype=torch.float16))
+    torch.spyre.reset_fallback_counts()
+    names, _ = kernels(lambda: torch.ops.spyre.linear_concat(a, [w], "rms_norm", g, None, eps))
+    assert names == ["aten::rms_norm", "spyre::linear_concat"]
+    want = torch.ops.spyre.linear_concat(torch.ops.spyre.rms_norm(a, [65536], g, eps), [w])
+    assert_close(torch.ops.spyre.linear_concat(a, [w], "rms_norm", g, None, eps).cpu(), want.cpu(), atol=0, rtol=0)
+    assert torch.spyre.fallback_counts() == {}
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_a_gpt2_blocks_layer_norms_run_in_its_matmuls_prologues(dtype):
     from spyre_sim.models import Gpt2Block  # noqa: PLC0415
