@@ -86,8 +86,8 @@ struct NormPrologue {
            (norm.bias ? std::string(isa::to_string(*norm.bias)) : "-") + eps;
   }
   void add_args(std::vector<std::uint64_t>& args) const {
-    if (weight.defined()) args.push_back(reinterpret_cast<std::uint64_t>(weight.data_ptr()));
-    if (bias.defined()) args.push_back(reinterpret_cast<std::uint64_t>(bias.data_ptr()));
+    if (weight.defined()) args.push_back(device_address(weight));
+    if (bias.defined()) args.push_back(device_address(bias));
   }
   std::uint64_t bytes() const {
     return (weight.defined() ? static_cast<std::uint64_t>(weight.numel() * weight.element_size()) : 0) +

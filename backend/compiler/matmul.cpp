@@ -563,19 +563,19 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     // values' (layer norm) or the values' (RMSNorm) squares summed, rstd = rsqrt(sum / K
     // + eps). Row i of the block's tile r has its mean and rstd at (r * tm + i) * 4.
     static constexpr std::uint16_t kStatsTag = 2;
+    // The share of tile r's rows of a block that its grid row's core c takes: [lo, hi).
+    const auto share = [](const Tile& t, std::uint32_t r, std::uint32_t c) {
+      return std::pair<std::uint32_t, std::uint32_t>{t.m[r] * c / t.row_cores, t.m[r] * (c + 1) / t.row_cores};
+    };
     const auto norm_stats = [&](const Tile& t) {
       const MatmulShape::Norm& nm = *s.norm;
       const std::uint8_t token[2] = {kBias, s.residual ? kBias : kResidual};
-      // Core c's share of tile r's rows: [lo, hi).
-      const auto share = [&](std::uint32_t r, std::uint32_t c) {
-        return std::pair<std::uint32_t, std::uint32_t>{t.m[r] * c / t.row_cores, t.m[r] * (c + 1) / t.row_cores};
-      };
       struct Piece {
         std::uint32_t r, q, rows;
       };
       std::vector<Piece> pieces;
       for (std::uint32_t r = 0; r < t.rows; ++r) {
-        const auto [lo, hi] = share(r, t.row_place);
+        const auto [lo, hi] = share(t, r, t.row_place);
         for (std::uint32_t q = lo; q < hi; q += static_cast<std::uint32_t>(nrows)) {
           pieces.push_back({r, q, static_cast<std::uint32_t>(std::min<std::uint64_t>(nrows, hi - q))});
         }
@@ -625,15 +625,12 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     // every other, and waits for theirs before it normalises its next panel.
     bool stats_wait = false;
     const auto norm_exchange = [&](const Tile& t) {
-      const auto share = [&](std::uint32_t r, std::uint32_t c) {
-        return std::pair<std::uint32_t, std::uint32_t>{t.m[r] * c / t.row_cores, t.m[r] * (c + 1) / t.row_cores};
-      };
       for (const bool sending : {true, false}) {
         for (std::uint32_t c = 0; c < t.row_cores; ++c) {
           if (c == t.row_place) continue;
           const auto other = static_cast<std::uint16_t>(t.row_first + c);
           for (std::uint32_t r = 0; r < t.rows; ++r) {
-            const auto [lo, hi] = share(r, sending ? t.row_place : c);
+            const auto [lo, hi] = share(t, r, sending ? t.row_place : c);
             if (hi == lo) continue;
             for (const std::uint32_t base : {sp_mean, sp_rstd}) {
               const std::uint32_t at_sp = base + static_cast<std::uint32_t>((r * p.tm + lo) * 4), bytes = (hi - lo) * 4;
@@ -784,33 +781,30 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       b.add(stream, dma<isa::DmaLoad>(kBias, isa::DType::fp32, scale_arg, 0, sp_scale, 1, 1, 1));
     }
     std::optional<isa::DmaStore> deferred_store;
-    // Prologue: the first B panel and the first A panel, and (both A slots being free)
-    // the second A panel too, so the second matmul does not wait for a load issued
-    // only when the first starts.
     // A norm prologue: the first block's statistics before the first panels' loads (which
     // would otherwise hold the statistics' loads up, and nothing computes before they
     // are in); first, the norm's weight and bias, converted to fp32.
     if (s.norm && !tiles.empty()) {
-      {
-        const MatmulShape::Norm& nm = *s.norm;
-        const std::optional<isa::DType> params[2] = {nm.weight, nm.bias};
-        const std::uint32_t fp32_at[2] = {sp_nw, sp_nb};
-        for (std::uint32_t q = 0, arg = norm_arg; q < 2; ++q) {
-          if (!params[q]) continue;
-          b.add(stream, dma<isa::DmaLoad>(kBias, *params[q], static_cast<std::uint16_t>(arg++), 0,
-                                          *params[q] == isa::DType::fp32 ? fp32_at[q] : sp_nraw[q], k32, 1, k32));
-        }
-        b.add(stream, isa::Wait{.token_mask = bit(kBias)});
-        for (std::uint32_t q = 0; q < 2; ++q) {
-          if (params[q] && *params[q] != isa::DType::fp32) {
-            b.add(stream, isa::VConvert{.from = *params[q], .to = isa::DType::fp32, .src = sp_nraw[q],
-                                        .dst = fp32_at[q], .count = k32});
-          }
+      const std::optional<isa::DType> params[2] = {s.norm->weight, s.norm->bias};
+      const std::uint32_t fp32_at[2] = {sp_nw, sp_nb};
+      for (std::uint32_t q = 0, arg = norm_arg; q < 2; ++q) {
+        if (!params[q]) continue;
+        b.add(stream, dma<isa::DmaLoad>(kBias, *params[q], static_cast<std::uint16_t>(arg++), 0,
+                                        *params[q] == isa::DType::fp32 ? fp32_at[q] : sp_nraw[q], k32, 1, k32));
+      }
+      b.add(stream, isa::Wait{.token_mask = bit(kBias)});
+      for (std::uint32_t q = 0; q < 2; ++q) {
+        if (params[q] && *params[q] != isa::DType::fp32) {
+          b.add(stream, isa::VConvert{.from = *params[q], .to = isa::DType::fp32, .src = sp_nraw[q], .dst = fp32_at[q],
+                                      .count = k32});
         }
       }
       norm_stats(tiles[0]);
       norm_exchange(tiles[0]);
     }
+    // Prologue: the first B panel and the first A panel, and (both A slots being free)
+    // the second A panel too, so the second matmul does not wait for a load issued
+    // only when the first starts.
     load_b(0, 0);
     load_a(0, 0);
     load_a(1, 1);
