@@ -18,6 +18,7 @@
 #include "aten/op_table.h"
 #include "aten/out.h"
 #include "compiler/matmul.h"
+#include "compiler/mlp.h"
 #include "runtime/launch.h"
 
 namespace spyre::backend {
@@ -621,6 +622,99 @@ at::Tensor linear_gated(const at::Tensor& a, const at::Tensor& gate, const at::T
   return out;
 }
 
+// spyre::mlp(input, w1, b1, activation, w2, b2, residual, norm...): a transformer
+// block's feed-forward half, activation(norm(input) @ w1.t() + b1) @ w2.t() + b2 (+
+// residual), for an [m, d] input, w1 [h, d] and w2 [d, h] (nn.Linear's weights), in one
+// kernel (compiler::compile_mlp): the cores split the hidden units and reduce the second
+// product over the ring, so the [m, h] hidden activation never goes to DRAM. Rounded as
+// the two linears are (the hidden activation to the input's dtype, the output before the
+// residual's add). What the torch.compile backend puts in place of the two matmul
+// kernels; when the kernel does not fit (or would read the weights too often), those
+// two kernels run.
+at::Tensor mlp(const at::Tensor& a, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
+               c10::string_view activation, const at::Tensor& w2, const std::optional<at::Tensor>& b2,
+               const std::optional<at::Tensor>& residual_in, c10::string_view norm,
+               const std::optional<at::Tensor>& norm_weight, const std::optional<at::Tensor>& norm_bias,
+               double norm_eps) {
+  std::optional<isa::UnaryOp> act;
+  if (!activation.empty()) {
+    act = epilogue_activation(std::string_view(activation.data(), activation.size()));
+    TORCH_CHECK(act.has_value(), "spyre::mlp: unknown activation '", activation, "' (expected ",
+                kEpilogueActivations, ")");
+  }
+  TORCH_CHECK(a.dim() == 2, "spyre::mlp: expected a 2-D input, got ", a.dim(), "-D");
+  TORCH_CHECK(is_spyre(a) && device_float_dtype(a.scalar_type()),
+              "spyre::mlp: the input must be a float tensor on a spyre device, got ", a.scalar_type(), " on ",
+              a.device());
+  const std::int64_t m = a.size(0), d = a.size(1), h = w1.dim() == 2 ? w1.size(0) : -1;
+  const auto matrix = [&](const at::Tensor& t, std::int64_t rows, std::int64_t cols, const char* what) {
+    TORCH_CHECK(t.dim() == 2 && t.size(0) == rows && t.size(1) == cols && t.scalar_type() == a.scalar_type() &&
+                    t.device() == a.device(),
+                "spyre::mlp: ", what, " must be a [", rows, ", ", cols, "] ", a.scalar_type(), " matrix on ",
+                a.device(), ", got shape ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
+  };
+  TORCH_CHECK(w1.dim() == 2, "spyre::mlp: w1 must be an [h, ", d, "] matrix, got shape ", w1.sizes());
+  matrix(w1, h, d, "w1");
+  matrix(w2, d, h, "w2 (the second linear's weight)");
+  const at::Tensor* residual = residual_in && residual_in->defined() ? &*residual_in : nullptr;
+  if (residual != nullptr) matrix(*residual, m, d, "the residual");
+  for (const auto& [bias, n, what] : {std::tuple{&b1, h, "b1"}, std::tuple{&b2, d, "b2"}}) {
+    if (!bias->has_value() || !(*bias)->defined()) continue;
+    const at::Tensor& v = **bias;
+    TORCH_CHECK(v.dim() == 1 && v.size(0) == n && v.scalar_type() == a.scalar_type() && v.device() == a.device(),
+                "spyre::mlp: ", what, " must be ", n, " ", a.scalar_type(), " values on ", a.device(), ", got shape ",
+                v.sizes(), " ", v.scalar_type(), " on ", v.device());
+  }
+  const std::optional<NormPrologue> prologue = norm_prologue("spyre::mlp", norm, a, norm_weight, norm_bias, norm_eps);
+  const bool has_b1 = b1 && b1->defined(), has_b2 = b2 && b2->defined();
+  // The two linears as separate kernels: what the fused kernel replaces.
+  const auto unfused = [&] {
+    const at::Tensor hidden = matmul_epilogue(a, w1.t(), b1, activation, std::nullopt, "add", norm, norm_weight,
+                                              norm_bias, norm_eps);
+    return matmul_epilogue(hidden, w2.t(), b2, "", residual_in, "add", "", std::nullopt, std::nullopt, 0);
+  };
+  if (m == 0 || d == 0 || h == 0) return unfused();
+  const at::Tensor x = a.contiguous(), wa = weight_rows(w1), wb = weight_rows(w2);
+  const at::Tensor res = residual != nullptr ? residual->contiguous() : at::Tensor();
+  at::Tensor out = at::empty({m, d}, a.options());
+  compiler::MlpShape s;
+  s.m = static_cast<std::uint64_t>(m);
+  s.d = static_cast<std::uint64_t>(d);
+  s.h = static_cast<std::uint64_t>(h);
+  s.dtype = *device_float_dtype(a.scalar_type());
+  s.ld1 = row_pitch(wa);
+  s.ld2 = row_pitch(wb);
+  if (has_b1) s.bias1 = s.dtype;
+  if (has_b2) s.bias2 = s.dtype;
+  s.activation = act;
+  s.residual = residual != nullptr;
+  if (prologue) s.norm = prologue->norm;
+  std::string parts = prologue ? std::string(norm) + "," : "";
+  parts += activation.empty() ? std::string("none") : std::string(activation);
+  if (s.residual) parts += ",residual";
+  const std::string name = "spyre::mlp[" + parts + "]";
+  const std::string key = name + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(m) + "x" +
+                          std::to_string(d) + "x" + std::to_string(h) + "|" + std::to_string(s.ld1) + "," +
+                          std::to_string(s.ld2) + (has_b1 ? "|b1" : "|-") + (has_b2 ? "b2" : "-") +
+                          (prologue ? prologue->key() : "");
+  std::vector<std::uint64_t> args{device_address(x), device_address(wa), device_address(out), device_address(wb)};
+  if (has_b1) args.push_back(device_address(*b1));
+  if (has_b2) args.push_back(device_address(*b2));
+  if (s.residual) args.push_back(device_address(res));
+  if (prologue) prologue->add_args(args);
+  const c10::DeviceGuard guard(a.device());
+  const std::uint64_t size = isa::dtype_size(s.dtype);
+  const Traffic traffic{.read = (s.m * s.d * (s.residual ? 2 : 1) + 2 * s.d * s.h + (has_b1 ? s.h : 0) +
+                                 (has_b2 ? s.d : 0)) * size + (prologue ? prologue->bytes() : 0),
+                        .written = s.m * s.d * size};
+  if (!run_cached_if_fits(a.device().index(), key,
+                          [&](const compiler::Target& t) { return compiler::compile_mlp(s, t, name); }, args, name,
+                          traffic)) {
+    return unfused();
+  }
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(spyre, m) {
@@ -633,16 +727,20 @@ TORCH_LIBRARY_FRAGMENT(spyre, m) {
         "Tensor? norm_bias=None, float norm_eps=0.) -> Tensor");
   m.def("linear_gated(Tensor input, Tensor gate, Tensor up, str activation, str norm=\"\", "
         "Tensor? norm_weight=None, Tensor? norm_bias=None, float norm_eps=0.) -> Tensor");
+  m.def("mlp(Tensor input, Tensor w1, Tensor? b1, str activation, Tensor w2, Tensor? b2, Tensor? residual=None, "
+        "str norm=\"\", Tensor? norm_weight=None, Tensor? norm_bias=None, float norm_eps=0.) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) {
   m.impl("matmul_epilogue", matmul_epilogue);
   m.impl("linear_concat", linear_concat);
   m.impl("linear_gated", linear_gated);
+  m.impl("mlp", mlp);
 }
 TORCH_LIBRARY_IMPL(spyre, Autograd, m) {
   m.impl("matmul_epilogue", torch::autograd::autogradNotImplementedFallback());
   m.impl("linear_concat", torch::autograd::autogradNotImplementedFallback());
   m.impl("linear_gated", torch::autograd::autogradNotImplementedFallback());
+  m.impl("mlp", torch::autograd::autogradNotImplementedFallback());
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

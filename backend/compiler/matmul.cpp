@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "compiler/dma.h"
+#include "compiler/norm_rows.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::compiler {
@@ -400,6 +401,8 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
   const auto norm_arg = static_cast<std::uint16_t>(3 + (s.bias ? 1 : 0) + (s.channel_scale ? 1 : 0) +
                                                    (s.scale ? 1 : 0) + (s.residual ? 1 : 0) +
                                                    (s.b_pieces.empty() ? 0 : s.b_pieces.size() - 1));
+  const NormRows nr{s.norm.value_or(MatmulShape::Norm{}), s.dtype, s.k, sp_mean, sp_rstd, sp_nw, sp_nb, sp_nf,
+                    nrows * s.k};
 
   const std::uint64_t tiles_m = ceil_div(s.m, p.tm), tiles_n = ceil_div(s.n, p.tn);
   const std::uint64_t row_blocks = ceil_div(tiles_m, rt);
@@ -568,7 +571,6 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       return std::pair<std::uint32_t, std::uint32_t>{t.m[r] * c / t.row_cores, t.m[r] * (c + 1) / t.row_cores};
     };
     const auto norm_stats = [&](const Tile& t) {
-      const MatmulShape::Norm& nm = *s.norm;
       const std::uint8_t token[2] = {kBias, s.residual ? kBias : kResidual};
       struct Piece {
         std::uint32_t r, q, rows;
@@ -585,40 +587,12 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
         b.add(stream, dma<isa::DmaLoad>(token[x % 2], s.dtype, 0, (t.i0[pieces[x].r] + pieces[x].q) * a_ld,
                                         sp_nraw[x % 2], k32, pieces[x].rows, static_cast<std::int64_t>(a_ld)));
       };
-      const auto scale = [&](std::uint32_t v, std::uint32_t rows, isa::BinaryOp op, double imm) {
-        b.add(stream, isa::VBinary{.op = op, .dtype = isa::DType::fp32, .bcast = isa::Broadcast::immediate, .a = v,
-                                   .dst = v, .rows = 1, .cols = rows, .imm = imm});
-      };
-      const double inv_k = 1.0 / static_cast<double>(s.k);
       issue(0);
       for (std::size_t x = 0; x < pieces.size(); ++x) {
         issue(x + 1);
         b.add(stream, isa::Wait{.token_mask = bit(token[x % 2])});
         const Piece& pc = pieces[x];
-        const auto row_at = static_cast<std::uint32_t>((pc.r * p.tm + pc.q) * 4);
-        const std::uint32_t mean = sp_mean + row_at, rstd = sp_rstd + row_at;
-        std::uint32_t v = sp_nraw[x % 2];
-        if (s.dtype != isa::DType::fp32) {
-          b.add(stream, isa::VConvert{.from = s.dtype, .to = isa::DType::fp32, .src = v, .dst = sp_nf,
-                                      .count = pc.rows * k32});
-          v = sp_nf;
-        }
-        if (!nm.rms) {
-          b.add(stream, isa::VReduce{.op = isa::ReduceOp::sum, .in = isa::DType::fp32, .out = isa::DType::fp32,
-                                     .axis = 1, .src = v, .dst = mean, .rows = pc.rows, .cols = k32});
-          scale(mean, pc.rows, isa::BinaryOp::mul, inv_k);
-          b.add(stream, isa::VBinary{.op = isa::BinaryOp::sub, .dtype = isa::DType::fp32, .bcast = isa::Broadcast::col,
-                                     .a = v, .b = mean, .dst = sp_nf, .rows = pc.rows, .cols = k32});
-          v = sp_nf;
-        }
-        b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = isa::DType::fp32, .a = v, .b = v, .dst = sp_nf,
-                                   .rows = pc.rows, .cols = k32});
-        b.add(stream, isa::VReduce{.op = isa::ReduceOp::sum, .in = isa::DType::fp32, .out = isa::DType::fp32, .axis = 1,
-                                   .src = sp_nf, .dst = rstd, .rows = pc.rows, .cols = k32});
-        scale(rstd, pc.rows, isa::BinaryOp::mul, inv_k);
-        scale(rstd, pc.rows, isa::BinaryOp::add, nm.eps);
-        b.add(stream, isa::VUnary{.op = isa::UnaryOp::rsqrt, .dtype = isa::DType::fp32, .src = rstd, .dst = rstd,
-                                  .count = pc.rows});
+        nr.stats(b, stream, sp_nraw[x % 2], pc.rows, static_cast<std::uint32_t>(pc.r * p.tm + pc.q));
       }
     };
     // Every core of the grid row sends its share (mean, then rstd, of each tile's share) to
@@ -652,46 +626,9 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     // the norm kernel does it, a few rows at a time through the fp32 piece buffer.
     const auto normalize = [&](std::uint32_t part_at, std::uint32_t rows, std::uint32_t k, std::uint64_t k0,
                                std::uint32_t stat_row) {
-      const MatmulShape::Norm& nm = *s.norm;
-      const isa::DType f32 = isa::DType::fp32;
-      const auto per = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, nrows * s.k / k));
       if (stats_wait) b.add(stream, isa::Wait{.token_mask = bit(kBias)});
       stats_wait = false;
-      for (std::uint32_t x = 0; x < rows; x += per) {
-        const std::uint32_t n = std::min(per, rows - x), count = n * k;
-        const std::uint32_t panel = part_at + static_cast<std::uint32_t>(x * k * size);
-        const std::uint32_t mean = sp_mean + (stat_row + x) * 4, rstd = sp_rstd + (stat_row + x) * 4;
-        std::uint32_t v = panel;
-        if (s.dtype != f32) {
-          b.add(stream, isa::VConvert{.from = s.dtype, .to = f32, .src = panel, .dst = sp_nf, .count = count});
-          v = sp_nf;
-        }
-        if (!nm.rms) {
-          b.add(stream, isa::VBinary{.op = isa::BinaryOp::sub, .dtype = f32, .bcast = isa::Broadcast::col, .a = v,
-                                     .b = mean, .dst = sp_nf, .rows = n, .cols = k});
-          v = sp_nf;
-        }
-        b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::col, .a = v,
-                                   .b = rstd, .dst = sp_nf, .rows = n, .cols = k});
-        if (nm.rms && nm.weight && s.dtype != f32) {  // rounded to the input's dtype before the weight
-          b.add(stream, isa::VConvert{.from = f32, .to = s.dtype, .src = sp_nf, .dst = panel, .count = count});
-          b.add(stream, isa::VConvert{.from = s.dtype, .to = f32, .src = panel, .dst = sp_nf, .count = count});
-        }
-        const auto k_at = static_cast<std::uint32_t>(k0 * 4);
-        if (nm.weight) {
-          b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::row, .a = sp_nf,
-                                     .b = sp_nw + k_at, .dst = sp_nf, .rows = n, .cols = k});
-        }
-        if (nm.bias) {
-          b.add(stream, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = sp_nf,
-                                     .b = sp_nb + k_at, .dst = sp_nf, .rows = n, .cols = k});
-        }
-        if (s.dtype != f32) {
-          b.add(stream, isa::VConvert{.from = f32, .to = s.dtype, .src = sp_nf, .dst = panel, .count = count});
-        } else {
-          b.add(stream, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = sp_nf, .dst = panel, .count = count});
-        }
-      }
+      nr.normalize(b, stream, part_at, rows, k, k0, stat_row);
     };
     // The panel of this step: a loader waits for its DMA and sends it on; a receiver
     // takes it from its neighbour (forwarding it). Piece by piece.
@@ -785,20 +722,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     // would otherwise hold the statistics' loads up, and nothing computes before they
     // are in); first, the norm's weight and bias, converted to fp32.
     if (s.norm && !tiles.empty()) {
-      const std::optional<isa::DType> params[2] = {s.norm->weight, s.norm->bias};
-      const std::uint32_t fp32_at[2] = {sp_nw, sp_nb};
-      for (std::uint32_t q = 0, arg = norm_arg; q < 2; ++q) {
-        if (!params[q]) continue;
-        b.add(stream, dma<isa::DmaLoad>(kBias, *params[q], static_cast<std::uint16_t>(arg++), 0,
-                                        *params[q] == isa::DType::fp32 ? fp32_at[q] : sp_nraw[q], k32, 1, k32));
-      }
-      b.add(stream, isa::Wait{.token_mask = bit(kBias)});
-      for (std::uint32_t q = 0; q < 2; ++q) {
-        if (params[q] && *params[q] != isa::DType::fp32) {
-          b.add(stream, isa::VConvert{.from = *params[q], .to = isa::DType::fp32, .src = sp_nraw[q], .dst = fp32_at[q],
-                                      .count = k32});
-        }
-      }
+      nr.load_params(b, stream, kBias, norm_arg, sp_nraw);
       norm_stats(tiles[0]);
       norm_exchange(tiles[0]);
     }

@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 import torch.fx
 
-__all__ = ["backend", "drop_layout_preserving_clones", "fold_conversions_into_arange", "fuse_pointwise", "fuse_rms_norms", "recognize_activations", "drop_repeated_kv", "fuse_matmul_epilogues", "fuse_conv_epilogues",
+__all__ = ["backend", "drop_layout_preserving_clones", "fold_conversions_into_arange", "fuse_pointwise", "fuse_rms_norms", "recognize_activations", "drop_repeated_kv", "fuse_matmul_epilogues", "fuse_mlps", "fuse_conv_epilogues",
            "fuse_matmul_residuals", "FUSIBLE_OPS"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -1370,6 +1370,63 @@ def fuse_norm_prologues(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
+def _through_views(node):
+    """(source, views): the node `node` is a view of, through views each read only by the
+    next (``view(view(x))``), and those views; `node` itself when it is no view."""
+    views = []
+    while (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _VIEWS
+           and len(node.users) == 1 and isinstance(node.args[0], torch.fx.Node)):
+        views.append(node)
+        node = node.args[0]
+    return node, views
+
+
+def fuse_mlps(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Replaces a transformer block's feed-forward half, two nn.Linears with an activation
+    between them, ``act(x @ w1.t() + b1) @ w2.t() + b2`` (+ a residual; x possibly
+    normalised by a prologue), with one ``torch.ops.spyre.mlp`` call: after the passes
+    before, the first linear's matmul_epilogue whose result (through views) only the
+    second's reads, as its input. The kernel splits the hidden units over the cores and
+    reduces the second product over the ring (compiler::compile_mlp), so the hidden
+    activation never goes to DRAM; it rounds as the two kernels do."""
+    epilogue = torch.ops.spyre.matmul_epilogue.default
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not epilogue or node.kwargs or len(node.args) > 6:
+            continue
+        a2, b2, bias2, act2 = node.args[:4]
+        residual = node.args[4] if len(node.args) > 4 else None
+        residual_op = node.args[5] if len(node.args) > 5 else "add"
+        first, views = _through_views(a2)
+        if (act2 or residual_op != "add" or not isinstance(first, torch.fx.Node) or first.op != "call_function"
+                or first.target is not epilogue or first.kwargs or len(first.users) != 1):
+            continue
+        args1 = list(first.args) + [None, "add", "", None, None, 0.0][len(first.args) - 4:]
+        a1, b1, bias1, act1, residual1, _, kind, norm_w, norm_b, eps = args1[:10]
+        w1, w2 = _linear_weight(b1), _linear_weight(b2)
+        x_val, h_val, out = _val(a1), _val(first), _val(node)
+        if (residual1 is not None or w1 is None or w2 is None or not isinstance(x_val, torch.Tensor)
+                or not isinstance(h_val, torch.Tensor) or not isinstance(out, torch.Tensor) or x_val.dim() != 2
+                or tuple(_val(a2).shape) != tuple(h_val.shape) or x_val.dtype != out.dtype
+                or tuple(out.shape) != tuple(x_val.shape) or tuple(_val(w2).shape) != tuple(reversed(_val(w1).shape))):
+            continue
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(torch.ops.spyre.mlp.default,
+                                          (a1, w1, bias1, act1, w2, bias2, residual, kind, norm_w, norm_b, eps))
+            call.meta["val"] = out
+        node.replace_all_uses_with(call)
+        gm.graph.erase_node(node)
+        for v in views:
+            gm.graph.erase_node(v)
+        gm.graph.erase_node(first)
+        _erase_unread(gm, [b1, b2])
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     gm = reinplace_input_mutations(gm, example_inputs)
     gm = drop_layout_preserving_clones(drop_repeated_kv(fuse_rms_norms(fold_conversions_into_arange(gm))))
@@ -1377,7 +1434,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     gm = fuse_conv_epilogues(gm)
     gm = fuse_gated_linears(fuse_matmul_residuals(gm))
     gm = merge_sibling_pointwise(fuse_shared_input_linears(fuse_pointwise(gm)))
-    gm = fuse_norm_prologues(gm)
+    gm = fuse_mlps(fuse_norm_prologues(gm))
     # AOTAutograd calls compiled graphs with one list of arguments (boxed), which lets it
     # drop saved activations as soon as the backward graph has taken them.
     from functorch.compile import make_boxed_func  # noqa: PLC0415

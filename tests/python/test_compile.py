@@ -466,8 +466,87 @@ def test_a_gpt2_blocks_layer_norms_run_in_its_matmuls_prologues(dtype):
                                          torch.float16: dict(atol=5e-3, rtol=5e-3)}[dtype])
         names, _ = kernels(compiled, x.to("spyre"))
     assert names == ["spyre::matmul[layer_norm,bias]", "aten::_scaled_dot_product_fused_attention_overrideable",
-                     "spyre::matmul[bias,residual]", "spyre::matmul[layer_norm,bias,gelu_tanh]",
-                     "spyre::matmul[bias,residual]"]
+                     "spyre::matmul[bias,residual]", "spyre::mlp[layer_norm,gelu_tanh,residual]"]
+
+
+def _mlp_unfused(a, w1, b1, act, w2, b2, residual, *norm):
+    """The feed-forward half as the two matmul kernels it replaces."""
+    h = torch.ops.spyre.matmul_epilogue(a, w1.t(), b1, act, None, "add", *norm)
+    return torch.ops.spyre.matmul_epilogue(h, w2.t(), b2, "", residual, "add")
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("m,d,h", [(37, 64, 200), (300, 200, 1000), (1, 96, 256)], ids=str)
+@pytest.mark.parametrize("kind", ["", "layer_norm", "rms_norm"])
+def test_an_mlp_in_one_kernel_equals_its_two_matmul_kernels(kind, dtype, m, d, h):
+    # On the CI chip's 4 cores: hidden slices of 56 and 256 units (the last core's
+    # shorter), K steps and output chunks with ragged ends, one row (a decode step: the
+    # reduce-scatter's segments of the other cores are empty). The hidden activation is
+    # rounded as the first kernel rounds it; the second product's fp32 sum runs in
+    # another order (each core's slice, then the ring's), so the values agree to that.
+    a = (rand((m, d), dtype, 71) + (3 if kind else 0)).to("spyre")
+    w1, b1 = rand((h, d), dtype, 72).to("spyre"), rand((h,), dtype, 73).to("spyre")
+    w2, b2 = rand((d, h), dtype, 74).to("spyre"), rand((d,), dtype, 75).to("spyre")
+    residual = rand((m, d), dtype, 76).to("spyre")
+    norm = ()
+    if kind:
+        w, b = _norm_params(kind, d, dtype, 77)
+        norm = (kind, w, b, 1e-5 if kind == "layer_norm" else float(torch.tensor(1e-6, dtype=dtype)))
+    torch.spyre.reset_fallback_counts()
+    names, _ = kernels(lambda: torch.ops.spyre.mlp(a, w1, b1, "gelu_tanh", w2, b2, residual, *norm))
+    assert names == ["spyre::mlp[" + (kind + "," if kind else "") + "gelu_tanh,residual]"]
+    # The CPU's fp32 reference, the hidden activation rounded to the dtype as both kernels
+    # round it.
+    x = a.cpu().float()
+    if kind == "layer_norm":
+        x = F.layer_norm(x, (d,), norm[1].cpu().float(), norm[2].cpu().float(), norm[3])
+    elif kind == "rms_norm":
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm[3]) * norm[1].cpu().float()
+    hid = F.gelu(x @ w1.cpu().float().t() + b1.cpu().float(), approximate="tanh").to(dtype).float()
+    want = hid @ w2.cpu().float().t() + b2.cpu().float() + residual.cpu().float()
+    # Both kernels' fp32 sums run in their own orders (the fused one: each core's slice,
+    # then the ring's), and a hidden value a rounding step apart moves y by w2 times that
+    # step: tolerances in rounding steps of y's largest values (2^-10 fp16, 2^-7 bf16),
+    # which the two kernels meet alike.
+    scale = want.abs().max().item()
+    close = dict(atol={torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype] * scale, rtol=0)
+    got = torch.ops.spyre.mlp(a, w1, b1, "gelu_tanh", w2, b2, residual, *norm).cpu().float()
+    assert_close(got, want, **close)
+    assert_close(_mlp_unfused(a, w1, b1, "gelu_tanh", w2, b2, residual, *norm).cpu().float(), want, **close)
+    # Without the biases, the activation and the residual: against the two kernels.
+    got = torch.ops.spyre.mlp(a, w1, None, "", w2, None, None, *norm)
+    assert_close(got.cpu().float(), _mlp_unfused(a, w1, None, "", w2, None, None, *norm).cpu().float(), **close)
+    assert torch.spyre.fallback_counts() == {}
+
+
+def test_an_mlp_checks_its_operands():
+    a = torch.ones(4, 8, device="spyre")
+    w1, w2 = torch.ones(16, 8, device="spyre"), torch.ones(8, 16, device="spyre")
+    with pytest.raises(RuntimeError, match=r"w2 \(the second linear's weight\) must be a \[8, 16\] Float matrix"):
+        torch.ops.spyre.mlp(a, w1, None, "relu", w1, None)
+    with pytest.raises(RuntimeError, match=r"b1 must be 16 Float values on spyre:0, got shape \[8\]"):
+        torch.ops.spyre.mlp(a, w1, torch.ones(8, device="spyre"), "relu", w2, None)
+    with pytest.raises(RuntimeError, match="unknown activation 'swish'"):
+        torch.ops.spyre.mlp(a, w1, None, "swish", w2, None)
+    with pytest.raises(RuntimeError, match=r"the residual must be a \[4, 8\] Float matrix"):
+        torch.ops.spyre.mlp(a, w1, None, "relu", w2, None, torch.ones(4, 16, device="spyre"))
+    # The device keeps working.
+    assert_close(torch.ops.spyre.mlp(a, w1, None, "relu", w2, None).cpu(), torch.full((4, 8), 128.0))
+
+
+def test_an_mlp_that_would_reread_its_weights_runs_as_its_two_matmul_kernels():
+    # On the CI chip, 4096 hidden units give each core 1024: blocks of 128 of the 512 rows
+    # fit the scratchpad, and would read the 4 MiB of weights 4 times, more than the 8 MiB
+    # of hidden activation the fusion saves (tests/compiler/mlp_test.cpp): the op runs
+    # the two matmul kernels instead, with their values.
+    a = rand((512, 256), torch.float16, 81).to("spyre")
+    w1, w2 = rand((4096, 256), torch.float16, 82).to("spyre"), rand((256, 4096), torch.float16, 83).to("spyre")
+    torch.spyre.reset_fallback_counts()
+    names, _ = kernels(lambda: torch.ops.spyre.mlp(a, w1, None, "relu", w2, None))
+    assert names == ["spyre::matmul[relu]", "spyre::matmul[]"]
+    assert_close(torch.ops.spyre.mlp(a, w1, None, "relu", w2, None).cpu(),
+                 _mlp_unfused(a, w1, None, "relu", w2, None, None).cpu(), atol=0, rtol=0)
+    assert torch.spyre.fallback_counts() == {}
 
 
 class _SharedNorm(torch.nn.Module):

@@ -1,0 +1,380 @@
+#include "compiler/mlp.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "compiler/arena.h"
+#include "compiler/dma.h"
+#include "compiler/does_not_fit.h"
+#include "compiler/norm_rows.h"
+#include "spyre/checked.h"
+#include "spyre/isa/program.h"
+
+namespace spyre::compiler {
+namespace {
+
+using spyre::ceil_div;
+constexpr isa::DType f32 = isa::DType::fp32;
+
+// Scratchpad layout of a plan (Arena: every buffer 64-byte aligned).
+struct Layout {
+  std::uint32_t acc = 0;      // phase 1's fp32 accumulator [mb x hc]; phase 2's two partials [mb x tn]
+  std::uint32_t hidden = 0;   // the hidden slice [mb x hc], x's dtype
+  std::uint32_t x[3] = {};    // x panels [mb x tk]
+  std::uint32_t w[3] = {};    // W1 panels [hc x tk], W2 panels [tn x hc]
+  std::uint32_t recv[2] = {}; // reduce-scatter segments received [seg x tn] fp32
+  std::uint32_t out[2] = {}, res[2] = {};  // the owned segment rounded, the residual's [seg x tn]
+  std::uint32_t b1 = 0, b1_raw = 0, b2 = 0, b2_raw = 0;  // biases in fp32, and as loaded
+  // Norm prologue: statistics [mb] each, the weight and bias in fp32 [d], the fp32 work
+  // buffer [nrows x d], two load buffers of nrows rows.
+  std::uint32_t mean = 0, rstd = 0, nw = 0, nb = 0, nwork = 0, nraw[2] = {};
+  std::uint64_t nrows = 0;
+  std::uint64_t end = 0;
+};
+
+constexpr std::uint64_t kNormRowsMax = 8;  // rows per statistics piece (at most)
+
+Layout layout(const MlpShape& s, std::uint32_t cores, std::uint64_t hc, std::uint64_t mb, std::uint64_t tk,
+              std::uint64_t tn) {
+  const std::uint64_t size = isa::dtype_size(s.dtype), seg = ceil_div(mb, cores);
+  Layout l;
+  Arena a;
+  l.acc = a(std::max(mb * hc, 2 * mb * tn) * 4);
+  l.hidden = a(mb * hc * size);
+  for (auto& x : l.x) x = a(mb * tk * size);
+  for (auto& w : l.w) w = a(std::max(hc * tk, tn * hc) * size);
+  for (auto& r : l.recv) r = a(seg * tn * 4);
+  for (int q = 0; q < 2; ++q) {
+    l.out[q] = a(seg * tn * size);
+    l.res[q] = s.residual ? a(seg * tn * size) : 0;
+  }
+  if (s.bias1) l.b1 = a(hc * 4), l.b1_raw = a(hc * isa::dtype_size(*s.bias1));
+  if (s.bias2) l.b2 = a(s.d * 4), l.b2_raw = a(s.d * isa::dtype_size(*s.bias2));
+  if (s.norm) {
+    l.mean = a(mb * 4);
+    l.rstd = a(mb * 4);
+    if (s.norm->weight) l.nw = a(s.d * 4);
+    if (s.norm->bias) l.nb = a(s.d * 4);
+    l.nrows = std::min<std::uint64_t>(kNormRowsMax, ceil_div(mb, cores));
+    l.nwork = a(l.nrows * s.d * 4);
+    // (also the weight's and bias's staging before their conversion: d values each)
+    for (auto& r : l.nraw) r = a(std::max<std::uint64_t>(l.nrows, 1) * s.d * size);
+  }
+  l.end = a.next;
+  return l;
+}
+
+std::uint16_t bit(std::uint32_t token) { return static_cast<std::uint16_t>(1u << token); }
+
+// Tokens: x's DMA and its ring transfers per slot, W panels per slot, the reduce-scatter's
+// sends per partial, the residual's loads and y's stores per slot, the parameters (and the
+// statistics' exchange), and the statistics' two load buffers.
+// (The statistics' loads, at a block's start, take the residual's tokens.)
+constexpr std::uint8_t kX = 0, kXRing = 3, kW = 6, kRs = 9, kRes = 11, kStore = 13, kParam = 15, kStats = kRes;
+constexpr std::uint16_t kAllTokens = 0xffff;
+constexpr std::uint16_t kXTag = 0, kRsTag = 1, kStatsTag = 2;
+// x's panels move in this many row pieces, each its own DMA and ring message: a core
+// forwards one while the next is arriving.
+constexpr std::uint32_t kXPieces = 4;
+
+}  // namespace
+
+std::optional<MlpPlan> plan_mlp(const MlpShape& s, const Target& target) {
+  const std::uint64_t cores = std::max<std::uint32_t>(1, target.cores);
+  // Slices of whole 8-unit groups (the arrays' width), over as many cores as that allows.
+  const std::uint64_t hc = std::min(s.h, ceil_div(ceil_div(s.h, cores), 8) * 8);
+  const auto p = static_cast<std::uint32_t>(ceil_div(s.h, hc));
+  for (std::uint64_t mb = s.m;; mb = ceil_div(mb, 2)) {
+    // K steps and chunks of at least 64 columns: a W1 panel's rows are then at least a
+    // 128-byte stick (fp16) and a matmul's K at least 64; narrower ones would move whole
+    // sticks for a fraction of their bytes. (128 is the default chip's choice at GPT-2's
+    // sizes; 256 where its partials still leave room.)
+    for (const std::uint64_t t : {256ull, 128ull, 64ull}) {
+      const std::uint64_t tk = std::min(t, s.d), tn = std::min(t, s.d);
+      const Layout l = layout(s, p, hc, mb, tk, tn);
+      if (l.end <= target.scratchpad_bytes) return MlpPlan{p, hc, mb, tk, tn, ceil_div(s.m, mb), l.end};
+    }
+    if (mb == 1) return std::nullopt;
+  }
+}
+
+std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, const std::string& name) {
+  const auto str = [](std::uint64_t v) { return std::to_string(v); };
+  if (s.m == 0 || s.d == 0 || s.h == 0) throw std::invalid_argument(name + ": an MLP needs m, d and h > 0");
+  if (s.dtype != f32 && s.dtype != isa::DType::fp16 && s.dtype != isa::DType::bf16) {
+    throw std::invalid_argument(name + ": an MLP takes fp32, fp16 or bf16, got " + std::string(isa::to_string(s.dtype)));
+  }
+  if ((s.ld1 != 0 && s.ld1 < s.d) || (s.ld2 != 0 && s.ld2 < s.h)) {
+    throw std::invalid_argument(name + ": W1's row pitch " + str(s.ld1) + " must be >= d (" + str(s.d) +
+                                ") and W2's " + str(s.ld2) + " >= h (" + str(s.h) + ")");
+  }
+  if ((s.bias1 && !isa::is_float(*s.bias1)) || (s.bias2 && !isa::is_float(*s.bias2))) {
+    throw std::invalid_argument(name + ": the biases are floats");
+  }
+  if (s.norm) {
+    const MatmulShape::Norm& nm = *s.norm;
+    if ((nm.weight && !isa::is_float(*nm.weight)) || (nm.bias && !isa::is_float(*nm.bias))) {
+      throw std::invalid_argument(name + ": a norm's weight and bias are floats");
+    }
+    if (nm.rms && (nm.bias || (nm.weight && *nm.weight != s.dtype))) {
+      throw std::invalid_argument(name + ": an RMSNorm prologue takes no bias and a weight of x's dtype (" +
+                                  std::string(isa::to_string(s.dtype)) + ")");
+    }
+    if (!(nm.eps >= 0)) throw std::invalid_argument(name + ": a norm's eps must be >= 0, got " + std::to_string(nm.eps));
+  }
+  const std::optional<MlpPlan> plan = plan_mlp(s, target);
+  if (!plan) {
+    throw DoesNotFit(name + " " + str(s.m) + "x" + str(s.d) + " (hidden " + str(s.h) +
+                     "): no blocking fits the scratchpad's " + str(target.scratchpad_bytes) + " bytes");
+  }
+  const MlpPlan& p = *plan;
+  // Each further block of rows reads the weights again: worth it only while that costs
+  // less than the hidden activation's write and read the fusion saves.
+  if ((p.blocks - 1) * s.d >= s.m) {
+    throw DoesNotFit(name + " " + str(s.m) + "x" + str(s.d) + " (hidden " + str(s.h) + "): blocks of " + str(p.mb) +
+                     " rows read the weights " + str(p.blocks) +
+                     " times, more than the hidden activation's traffic the fusion saves");
+  }
+  const std::uint64_t size = isa::dtype_size(s.dtype);
+  const std::uint32_t P = p.cores;
+  const std::uint64_t ld1 = s.ld1 != 0 ? s.ld1 : s.d, ld2 = s.ld2 != 0 ? s.ld2 : s.h;
+  const auto u32 = [](std::uint64_t v) { return static_cast<std::uint32_t>(v); };
+  // Argument numbers.
+  std::uint16_t next_arg = 4;
+  const std::uint16_t b1_arg = s.bias1 ? next_arg++ : 0, b2_arg = s.bias2 ? next_arg++ : 0;
+  const std::uint16_t res_arg = s.residual ? next_arg++ : 0, norm_arg = next_arg;
+
+  // K steps of phase 1 and output chunks of phase 2.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ksteps, chunks;
+  for (std::uint64_t k0 = 0; k0 < s.d; k0 += p.tk) ksteps.emplace_back(k0, std::min(p.tk, s.d - k0));
+  for (std::uint64_t n0 = 0; n0 < s.d; n0 += p.tn) chunks.emplace_back(n0, std::min(p.tn, s.d - n0));
+
+  isa::ProgramBuilder b(name, P);
+  for (std::uint32_t c = 0; c < P; ++c) {
+    const std::uint64_t h0 = c * p.hc, hcc = std::min(p.hc, s.h - h0);
+    const Layout l = layout(s, P, p.hc, p.mb, p.tk, p.tn);
+    const NormRows nr{s.norm.value_or(MatmulShape::Norm{}), s.dtype, s.d, l.mean, l.rstd, l.nw, l.nb, l.nwork,
+                      l.nrows * s.d};
+    const auto up = static_cast<std::uint16_t>((c + P - 1) % P), down = static_cast<std::uint16_t>((c + 1) % P);
+    // The W panels in the order they are used (every block's K steps, then its chunks),
+    // loaded two uses ahead into three slots.
+    struct WUse {
+      bool w2;
+      std::uint64_t at, cols;  // W1: K step's column and width; W2: chunk's first row and rows
+    };
+    std::vector<WUse> wseq;
+    for (std::uint64_t blk = 0; blk < p.blocks; ++blk) {
+      for (const auto& [k0, kk] : ksteps) wseq.push_back({false, k0, kk});
+      for (const auto& [n0, nn] : chunks) wseq.push_back({true, n0, nn});
+    }
+    const auto load_w = [&](std::size_t u) {
+      if (u >= wseq.size()) return;
+      const WUse& w = wseq[u];
+      const auto token = static_cast<std::uint8_t>(kW + u % 3);
+      if (!w.w2) {  // W1 rows h0 .. h0 + hcc, columns at .. at + cols: [hcc x cols]
+        b.add(c, make_dma<isa::DmaLoad>(token, s.dtype, 1, (h0 * ld1 + w.at) * size, l.w[u % 3],
+                                        {u32(w.cols), u32(hcc), 1}, {1, static_cast<std::int64_t>(ld1), 0}));
+      } else {  // W2 rows at .. at + cols, columns h0 .. h0 + hcc: [cols x hcc]
+        b.add(c, make_dma<isa::DmaLoad>(token, s.dtype, 3, (w.at * ld2 + h0) * size, l.w[u % 3],
+                                        {u32(hcc), u32(w.cols), 1}, {1, static_cast<std::int64_t>(ld2), 0}));
+      }
+    };
+    // The parameters: b1's slice and b2 in fp32, the norm's weight and bias.
+    const std::uint32_t norm_raw[2] = {l.nraw[0], l.nraw[1]};
+    if (s.norm) nr.load_params(b, c, kParam, norm_arg, norm_raw);
+    const std::pair<std::optional<isa::DType>, std::uint16_t> biases[2] = {{s.bias1, b1_arg}, {s.bias2, b2_arg}};
+    const std::uint32_t bias_at[2][2] = {{l.b1, l.b1_raw}, {l.b2, l.b2_raw}};
+    const std::uint64_t bias_first[2] = {h0, 0}, bias_count[2] = {hcc, s.d};
+    for (int q = 0; q < 2; ++q) {
+      if (!biases[q].first) continue;
+      const isa::DType t = *biases[q].first;
+      b.add(c, make_dma<isa::DmaLoad>(kParam, t, biases[q].second, bias_first[q] * isa::dtype_size(t),
+                                      t == f32 ? bias_at[q][0] : bias_at[q][1], {u32(bias_count[q]), 1, 1},
+                                      {1, 0, 0}));
+    }
+    b.add(c, isa::Wait{.token_mask = bit(kParam)});
+    for (int q = 0; q < 2; ++q) {
+      if (biases[q].first && *biases[q].first != f32) {
+        b.add(c, isa::VConvert{.from = *biases[q].first, .to = f32, .src = bias_at[q][1], .dst = bias_at[q][0],
+                               .count = u32(bias_count[q])});
+      }
+    }
+    std::size_t wuse = 0;
+    load_w(0);
+    load_w(1);
+    for (std::uint64_t blk = 0; blk < p.blocks; ++blk) {
+      const std::uint64_t i0 = blk * p.mb, mr = std::min(p.mb, s.m - i0);
+      // Row segment q of the block: [mr q / P, mr (q + 1) / P).
+      const auto seg = [&](std::uint32_t q) { return std::pair<std::uint64_t, std::uint64_t>{mr * q / P, mr * (q + 1) / P}; };
+      if (blk > 0) b.add(c, isa::Wait{.token_mask = kAllTokens});
+      if (s.norm) {
+        // This core's share of the block's rows (its segment), in pieces, then the
+        // exchange: its statistics to every other core, theirs from each.
+        const auto [lo, hi] = seg(c);
+        std::vector<std::pair<std::uint64_t, std::uint64_t>> pieces;
+        for (std::uint64_t r = lo; r < hi; r += l.nrows) pieces.emplace_back(r, std::min(l.nrows, hi - r));
+        const auto issue = [&](std::size_t x) {
+          if (x >= pieces.size()) return;
+          b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kStats + x % 2), s.dtype, 0,
+                                          (i0 + pieces[x].first) * s.d * size, l.nraw[x % 2],
+                                          {u32(s.d), u32(pieces[x].second), 1}, {1, static_cast<std::int64_t>(s.d), 0}));
+        };
+        issue(0);
+        for (std::size_t x = 0; x < pieces.size(); ++x) {
+          issue(x + 1);
+          b.add(c, isa::Wait{.token_mask = bit(kStats + x % 2)});
+          nr.stats(b, c, l.nraw[x % 2], u32(pieces[x].second), u32(pieces[x].first));
+        }
+        for (const bool sending : {true, false}) {
+          for (std::uint32_t o = 0; o < P; ++o) {
+            if (o == c) continue;
+            const auto [olo, ohi] = seg(sending ? c : o);
+            if (ohi == olo) continue;
+            for (const std::uint32_t base : {l.mean, l.rstd}) {
+              const std::uint32_t at = base + u32(olo * 4), bytes = u32((ohi - olo) * 4);
+              if (sending) {
+                b.add(c, isa::RingSend{.token = kParam, .dst_core = static_cast<std::uint16_t>(o), .tag = kStatsTag,
+                                       .sp_addr = at, .bytes = bytes});
+              } else {
+                b.add(c, isa::RingRecv{.token = kParam, .src_core = static_cast<std::uint16_t>(o), .tag = kStatsTag,
+                                       .forward_to = isa::RingRecv::kNoForward, .sp_addr = at, .bytes = bytes});
+              }
+            }
+          }
+        }
+      }
+      // Phase 1: the hidden slice. x's panels travel 0 -> 1 -> ... -> P - 1, loaded two
+      // steps ahead into three slots.
+      const auto x_load = [&](std::size_t st) {
+        if (c != 0 || st >= ksteps.size()) return;
+        const auto slot = static_cast<std::uint32_t>(st % 3);
+        const auto [k0, kk] = ksteps[st];
+        b.add(c, isa::Wait{.token_mask = bit(kXRing + slot)});  // the slot's last send
+        b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kX + slot), s.dtype, 0, ((i0 * s.d) + k0) * size,
+                                        l.x[slot], {u32(kk), u32(mr), 1}, {1, static_cast<std::int64_t>(s.d), 0}));
+      };
+      x_load(0);
+      x_load(1);
+      for (std::size_t st = 0; st < ksteps.size(); ++st, ++wuse) {
+        const auto slot = static_cast<std::uint32_t>(st % 3);
+        const auto [k0, kk] = ksteps[st];
+        const std::uint64_t row_bytes = kk * size;
+        const auto xtoken = static_cast<std::uint8_t>(kXRing + slot);
+        // A receiver's W load first (DRAM is what bounds the kernel), then x; the loader
+        // sends x on first.
+        if (c == 0) {
+          b.add(c, isa::Wait{.token_mask = bit(kX + slot)});
+        } else {
+          load_w(wuse + 2);
+          b.add(c, isa::Wait{.token_mask = bit(xtoken)});  // the slot's last forward
+        }
+        for (std::uint32_t part = 0; part < kXPieces; ++part) {
+          const std::uint64_t r0 = mr * part / kXPieces, r1 = mr * (part + 1) / kXPieces;
+          if (r1 == r0) continue;
+          const std::uint32_t at = l.x[slot] + u32(r0 * row_bytes), bytes = u32((r1 - r0) * row_bytes);
+          if (c == 0) {
+            if (P > 1) b.add(c, isa::RingSend{.token = xtoken, .dst_core = down, .tag = kXTag, .sp_addr = at, .bytes = bytes});
+          } else {
+            b.add(c, isa::RingRecv{.token = xtoken, .src_core = up, .tag = kXTag,
+                                   .forward_to = c + 1 < P ? down : isa::RingRecv::kNoForward, .sp_addr = at,
+                                   .bytes = bytes});
+          }
+        }
+        if (c == 0) {
+          load_w(wuse + 2);
+          x_load(st + 2);
+        }
+        if (s.norm) {
+          if (c + 1 < P) b.add(c, isa::Wait{.token_mask = bit(xtoken)});
+          nr.normalize(b, c, l.x[slot], u32(mr), u32(kk), k0, 0);
+        }
+        b.add(c, isa::Wait{.token_mask = bit(kW + wuse % 3)});
+        b.add(c, isa::Matmul{.a = l.x[slot], .b = l.w[wuse % 3], .c = l.acc, .m = u32(mr), .n = u32(hcc), .k = u32(kk),
+                             .lda = u32(kk), .ldb = u32(kk), .ldc = u32(hcc), .in = s.dtype, .out = f32,
+                             .trans_a = false, .trans_b = true, .accumulate = st > 0});
+      }
+      // The hidden slice: + b1, the activation, rounded once to x's dtype.
+      const std::uint32_t hvals = u32(mr * hcc);
+      if (s.bias1) {
+        b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = l.acc,
+                              .b = l.b1, .dst = l.acc, .rows = u32(mr), .cols = u32(hcc)});
+      }
+      if (s.activation) {
+        b.add(c, isa::VUnary{.op = *s.activation, .dtype = f32, .src = l.acc, .dst = l.acc, .count = hvals});
+      }
+      if (s.dtype != f32) {
+        b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = l.acc, .dst = l.hidden, .count = hvals});
+      } else {
+        b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = l.acc, .dst = l.hidden, .count = hvals});
+      }
+      // Phase 2: each chunk's partial, then (while the next chunk's is on the arrays) its
+      // reduce-scatter and this core's segment's epilogue.
+      const std::uint32_t own = (c + P - 1) % P;
+      const auto partial = [&](std::size_t i) { return l.acc + u32((i % 2) * mr * p.tn * 4); };
+      const auto reduce_and_store = [&](std::size_t i) {
+        const auto slot = static_cast<std::uint32_t>(i % 2);
+        const auto [n0, nn] = chunks[i];
+        const std::uint32_t part = partial(i), row_bytes = u32(nn * 4);
+        for (std::uint32_t step = 0; step + 1 < P; ++step) {
+          const auto [slo, shi] = seg((c + step) % P);
+          if (shi > slo) {
+            b.add(c, isa::RingSend{.token = static_cast<std::uint8_t>(kRs + slot), .dst_core = up, .tag = kRsTag,
+                                   .sp_addr = part + u32(slo) * row_bytes, .bytes = u32(shi - slo) * row_bytes});
+          }
+          const auto [rlo, rhi] = seg((c + step + 1) % P);
+          if (rhi > rlo) {
+            const std::uint32_t into = l.recv[step % 2], at = part + u32(rlo) * row_bytes;
+            b.add(c, isa::RingRecv{.token = static_cast<std::uint8_t>(kRs + slot), .src_core = down, .tag = kRsTag,
+                                   .forward_to = isa::RingRecv::kNoForward, .sp_addr = into,
+                                   .bytes = u32(rhi - rlo) * row_bytes});
+            b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = at, .b = into, .dst = at,
+                                  .rows = u32(rhi - rlo), .cols = u32(nn)});
+          }
+        }
+        const auto [lo, hi] = seg(own);
+        if (hi == lo) return;
+        const std::uint32_t rows = u32(hi - lo), at = part + u32(lo) * row_bytes, count = rows * u32(nn);
+        if (s.bias2) {
+          b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = at,
+                                .b = l.b2 + u32(n0 * 4), .dst = at, .rows = rows, .cols = u32(nn)});
+        }
+        b.add(c, isa::Wait{.token_mask = bit(kStore + slot)});  // the buffer's last store
+        if (s.dtype != f32) {
+          b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = at, .dst = l.out[slot], .count = count});
+        } else {
+          b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = at, .dst = l.out[slot], .count = count});
+        }
+        if (s.residual) {
+          b.add(c, isa::Wait{.token_mask = bit(kRes + slot)});
+          b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = s.dtype, .a = l.out[slot], .b = l.res[slot],
+                                .dst = l.out[slot], .rows = rows, .cols = u32(nn)});
+        }
+        b.add(c, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + slot), s.dtype, 2,
+                                         ((i0 + lo) * s.d + n0) * size, l.out[slot], {u32(nn), rows, 1},
+                                         {1, static_cast<std::int64_t>(s.d), 0}));
+      };
+      for (std::size_t i = 0; i < chunks.size(); ++i, ++wuse) {
+        const auto slot = static_cast<std::uint32_t>(i % 2);
+        const auto [n0, nn] = chunks[i];
+        const auto [lo, hi] = seg(own);
+        if (s.residual && hi > lo) {  // this core's segment of the residual, for the epilogue
+          b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kRes + slot), s.dtype, res_arg,
+                                          ((i0 + lo) * s.d + n0) * size, l.res[slot], {u32(nn), u32(hi - lo), 1},
+                                          {1, static_cast<std::int64_t>(s.d), 0}));
+        }
+        load_w(wuse + 2);
+        b.add(c, isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kW + wuse % 3) | bit(kRs + slot))});
+        b.add(c, isa::Matmul{.a = l.hidden, .b = l.w[wuse % 3], .c = partial(i), .m = u32(mr), .n = u32(nn),
+                             .k = u32(hcc), .lda = u32(hcc), .ldb = u32(hcc), .ldc = u32(nn), .in = s.dtype,
+                             .out = f32, .trans_a = false, .trans_b = true, .accumulate = false});
+        if (i > 0) reduce_and_store(i - 1);
+      }
+      reduce_and_store(chunks.size() - 1);
+    }
+    b.add(c, isa::Wait{.token_mask = kAllTokens});
+  }
+  return b.build();
+}
+
+}  // namespace spyre::compiler

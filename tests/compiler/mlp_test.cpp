@@ -1,0 +1,149 @@
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "compiler/does_not_fit.h"
+#include "compiler/mlp.h"
+#include "spyre/isa/program.h"
+
+using namespace spyre;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+compiler::Target chip(std::uint32_t cores) {
+  return {.cores = cores, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128, .core_macs_per_s = 1.536e12,
+          .dram_bytes_per_s = 149.504e9, .array_rows = 8, .array_cols = 8, .simd_depth = {2, 8, 8, 26, 0, 0}};
+}
+
+// What a program moves: DMA bytes per argument (loads and stores), and ring bytes per
+// (source, destination, tag) as sent (and forwarded) and as received, in order.
+struct Moves {
+  std::map<std::uint16_t, std::uint64_t> loaded, stored;
+  std::map<std::uint16_t, std::uint32_t> loading_streams;  // streams that load each argument
+  using Key = std::tuple<std::uint32_t, std::uint32_t, std::uint16_t>;
+  std::map<Key, std::vector<std::uint32_t>> sent, received;
+};
+Moves moves(const isa::Program& p) {
+  Moves m;
+  for (std::uint32_t st = 0; st < p.num_streams(); ++st) {
+    std::map<std::uint16_t, bool> loads;
+    for (std::uint32_t pc = 0; pc < p.stream_length(st); ++pc) {
+      const isa::Decoded d = p.decode_at(st, pc);
+      if (const auto* l = std::get_if<isa::DmaLoad>(&*d.inst)) {
+        m.loaded[l->arg] += std::uint64_t{l->shape[0]} * l->shape[1] * l->shape[2] * isa::dtype_size(l->dtype);
+        loads[l->arg] = true;
+      } else if (const auto* s = std::get_if<isa::DmaStore>(&*d.inst)) {
+        m.stored[s->arg] += std::uint64_t{s->shape[0]} * s->shape[1] * s->shape[2] * isa::dtype_size(s->dtype);
+      } else if (const auto* send = std::get_if<isa::RingSend>(&*d.inst)) {
+        m.sent[{st, send->dst_core, send->tag}].push_back(send->bytes);
+      } else if (const auto* recv = std::get_if<isa::RingRecv>(&*d.inst)) {
+        m.received[{recv->src_core, st, recv->tag}].push_back(recv->bytes);
+        if (recv->forward_to != isa::RingRecv::kNoForward) m.sent[{st, recv->forward_to, recv->tag}].push_back(recv->bytes);
+      }
+    }
+    for (const auto& [arg, yes] : loads) m.loading_streams[arg] += yes ? 1 : 0;
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("given GPT-2's feed-forward half on the default chip, every weight byte and x are read once") {
+  // m 512, d 2048, h 8192, fp16, with a LayerNorm prologue, both biases, GELU and the
+  // residual. 32 cores take 8192 / 32 = 256 hidden units each; all 512 rows are one
+  // block, so W1 and W2 are read once (2 x 2048 x 8192 x 2 bytes), x's panels once by
+  // core 0 (512 x 2048 x 2) plus each core's 16-row segment for its statistics (the same
+  // again in all), the residual once and y stored once (512 x 2048 x 2 each).
+  compiler::MlpShape shape{.m = 512, .d = 2048, .h = 8192, .dtype = isa::DType::fp16, .bias1 = isa::DType::fp16,
+                           .bias2 = isa::DType::fp16, .activation = isa::UnaryOp::gelu_tanh, .residual = true};
+  shape.norm = compiler::MatmulShape::Norm{.rms = false, .eps = 1e-5, .weight = isa::DType::fp16,
+                                           .bias = isa::DType::fp16};
+  const std::optional<compiler::MlpPlan> plan = compiler::plan_mlp(shape, chip(32));
+  REQUIRE(plan);
+  CHECK(plan->cores == 32);
+  CHECK(plan->hc == 256);
+  CHECK(plan->mb == 512);
+  CHECK(plan->blocks == 1);
+  CHECK(plan->tk == 128);
+  CHECK(plan->tn == 128);
+  CHECK(plan->scratchpad_bytes <= 1638 * 1024);
+  const isa::Program p(compiler::compile_mlp(shape, chip(32), "spyre::mlp[layer_norm,gelu_tanh,residual]"));
+  CHECK(p.num_streams() == 32);
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 32}));
+  const Moves m = moves(p);
+  const std::uint64_t x = 512ull * 2048 * 2, w = 2048ull * 8192 * 2;
+  CHECK(m.loaded.at(1) == w);
+  CHECK(m.loaded.at(3) == w);
+  CHECK(m.loaded.at(0) == 2 * x);
+  CHECK(m.loaded.at(6) == x);  // the residual (arguments: 4 b1, 5 b2, 6 residual, 7 and 8 the norm's)
+  CHECK(m.stored.at(2) == x);
+  CHECK(m.loaded.at(4) == 8192ull * 2);       // each core its slice of b1
+  CHECK(m.loaded.at(5) == 32ull * 2048 * 2);  // every core all of b2
+  CHECK(m.loading_streams.at(1) == 32);
+  CHECK(m.sent == m.received);
+  // The reduce-scatter: per 128-column chunk, each core sends 31 of the 32 segments of
+  // its partial (16 rows x 128 fp32 values) to its lower neighbour: 16 chunks x 31 x 8 KiB.
+  CHECK(m.sent.at({5, 4, 1}).size() == 16 * 31);
+  CHECK(m.sent.at({5, 4, 1}).front() == 16 * 128 * 4);
+}
+
+TEST_CASE("given MLPs of many shapes and core counts, every ring message sent is received, in order and size") {
+  // Rows fewer than cores (a decode step: segments of no rows), ragged K steps and
+  // chunks, a hidden width that leaves the last core a short slice, one core.
+  for (const std::uint32_t cores : {1u, 4u, 32u}) {
+    for (const std::uint64_t m : {1ull, 7ull, 300ull}) {
+      for (const std::uint64_t h : {40ull, 1000ull}) {
+        for (const bool norm : {false, true}) {
+          compiler::MlpShape shape{.m = m, .d = 200, .h = h, .dtype = isa::DType::bf16,
+                                   .activation = isa::UnaryOp::relu, .residual = norm};
+          if (norm) shape.norm = compiler::MatmulShape::Norm{.rms = true, .eps = 1e-6};
+          INFO("cores=" << cores << " m=" << m << " h=" << h << " norm=" << norm);
+          const isa::Program p(compiler::compile_mlp(shape, chip(cores), "spyre::mlp"));
+          CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = p.num_streams()}));
+          const Moves mv = moves(p);
+          CHECK(mv.sent == mv.received);
+          // The weights once per block of rows (one core, 1000 hidden units: blocks of 150
+          // of the 300 rows, so twice).
+          const std::uint64_t blocks = compiler::plan_mlp(shape, chip(cores))->blocks;
+          CHECK(blocks == (cores == 1 && m == 300 && h == 1000 ? 2 : 1));
+          CHECK(mv.loaded.at(1) == blocks * h * 200 * 2);
+          CHECK(mv.loaded.at(3) == blocks * h * 200 * 2);
+          CHECK(mv.stored.at(2) == m * 200 * 2);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("given an MLP whose rows would need blocks that re-read the weights, the compiler refuses it") {
+  // 4096 hidden units on 4 cores: 1024 each. All 512 rows would take a 2 MiB fp32
+  // accumulator; blocks of 256 (1 MiB, + 512 KiB of hidden slice, + three 64-column W
+  // panels of 128 KiB) do not fit 1638 KiB either; blocks of 128 do, with 64-column
+  // steps. The weights (2 x 256 x 4096 x 2 bytes = 4 MiB) would then be read 4 times,
+  // 12 MiB more, against the 8 MiB of hidden activation (512 x 4096 x 2, written and
+  // read) the fusion saves: refused, and the backend runs the two linears.
+  const compiler::MlpShape shape{.m = 512, .d = 256, .h = 4096, .dtype = isa::DType::fp16};
+  const std::optional<compiler::MlpPlan> plan = compiler::plan_mlp(shape, chip(4));
+  REQUIRE(plan);
+  CHECK(plan->mb == 128);
+  CHECK(plan->tk == 64);
+  CHECK_THROWS_AS(compiler::compile_mlp(shape, chip(4), "spyre::mlp[none]"), compiler::DoesNotFit);
+  CHECK_THROWS_WITH(compiler::compile_mlp(shape, chip(4), "spyre::mlp[none]"),
+                    ContainsSubstring("blocks of 128 rows read the weights 4 times"));
+  // Rows of 16384 fp32 values over 4096 hidden units a core: not one row's accumulator,
+  // hidden slice and W panels fit.
+  const compiler::MlpShape big{.m = 4096, .d = 16384, .h = 16384, .dtype = isa::DType::fp32};
+  CHECK_THROWS_WITH(compiler::compile_mlp(big, chip(4), "spyre::mlp[none]"),
+                    ContainsSubstring("no blocking fits the scratchpad's 1677312 bytes"));
+  const compiler::MlpShape rms_bias{.m = 8, .d = 64, .h = 64, .norm = compiler::MatmulShape::Norm{
+                                                                        .rms = true, .bias = isa::DType::fp16}};
+  CHECK_THROWS_WITH(compiler::compile_mlp(rms_bias, chip(4), "spyre::mlp"),
+                    ContainsSubstring("an RMSNorm prologue takes no bias"));
+  const compiler::MlpShape pitch{.m = 8, .d = 64, .h = 64, .ld1 = 32};
+  CHECK_THROWS_WITH(compiler::compile_mlp(pitch, chip(4), "spyre::mlp"), ContainsSubstring("W1's row pitch 32"));
+}
