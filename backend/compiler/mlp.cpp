@@ -8,6 +8,7 @@
 #include "compiler/dma.h"
 #include "compiler/does_not_fit.h"
 #include "compiler/norm_rows.h"
+#include "spyre/cost/systolic.h"
 #include "spyre/checked.h"
 #include "spyre/isa/program.h"
 
@@ -19,9 +20,12 @@ constexpr isa::DType f32 = isa::DType::fp32;
 
 // Scratchpad layout of a plan (Arena: every buffer 64-byte aligned).
 struct Layout {
-  std::uint32_t acc = 0;      // phase 1's fp32 accumulator [mb x hc]; phase 2's two partials [mb x tn]
-  std::uint32_t hidden = 0;   // the hidden slice [mb x hc], x's dtype
-  std::uint32_t x[3] = {};    // x panels [mb x tk]
+  // Phase 1's fp32 accumulator [mb x hc], then (converted in place) the hidden slice in
+  // x's dtype, phase 2's A.
+  std::uint32_t acc = 0;
+  // Phase 1's two x panels [mb x tk]; phase 2's two fp32 partials [mb x tn] in the same
+  // bytes.
+  std::uint32_t x[2] = {}, partial[2] = {};
   std::uint32_t w[3] = {};    // W1 panels [hc x tk], W2 panels [tn x hc]
   std::uint32_t recv[2] = {}; // reduce-scatter segments received [seg x tn] fp32
   std::uint32_t out[2] = {}, res[2] = {};  // the owned segment rounded, the residual's [seg x tn]
@@ -40,9 +44,13 @@ Layout layout(const MlpShape& s, std::uint32_t cores, std::uint64_t hc, std::uin
   const std::uint64_t size = isa::dtype_size(s.dtype), seg = ceil_div(mb, cores);
   Layout l;
   Arena a;
-  l.acc = a(std::max(mb * hc, 2 * mb * tn) * 4);
-  l.hidden = a(mb * hc * size);
-  for (auto& x : l.x) x = a(mb * tk * size);
+  l.acc = a(mb * hc * 4);
+  const std::uint64_t x_bytes = (mb * tk * size + 63) / 64 * 64, part_bytes = (mb * tn * 4 + 63) / 64 * 64;
+  const std::uint32_t shared = a(2 * std::max(x_bytes, part_bytes));
+  for (std::uint32_t q = 0; q < 2; ++q) {
+    l.x[q] = shared + static_cast<std::uint32_t>(q * x_bytes);
+    l.partial[q] = shared + static_cast<std::uint32_t>(q * part_bytes);
+  }
   for (auto& w : l.w) w = a(std::max(hc * tk, tn * hc) * size);
   for (auto& r : l.recv) r = a(seg * tn * 4);
   for (int q = 0; q < 2; ++q) {
@@ -59,10 +67,26 @@ Layout layout(const MlpShape& s, std::uint32_t cores, std::uint64_t hc, std::uin
     l.nrows = std::min<std::uint64_t>(kNormRowsMax, ceil_div(mb, cores));
     l.nwork = a(l.nrows * s.d * 4);
     // (also the weight's and bias's staging before their conversion: d values each)
-    for (auto& r : l.nraw) r = a(std::max<std::uint64_t>(l.nrows, 1) * s.d * size);
+    for (auto& r : l.nraw) r = a(l.nrows * s.d * size);
   }
   l.end = a.next;
   return l;
+}
+
+// Phase 1's K steps, (first column, width): a first step of kFirstStep columns, then steps
+// of tk. Nothing computes before every core has its first W1 panel, and the DRAM delivers
+// the cores' first panels one after another: the short first step starts the last core
+// sooner (GPT-2's MLP on the default chip: 32 first panels of 32 KiB, 7 us, instead of
+// 128 KiB, 28 us), for one matmul whose folds pay the array's fill for less work.
+constexpr std::uint64_t kFirstStep = 64;
+// The hidden slice's epilogue (bias, activation, rounding) runs in this many row pieces.
+constexpr std::uint64_t kHiddenPieces = 4;
+std::vector<std::pair<std::uint64_t, std::uint64_t>> k_steps(std::uint64_t d, std::uint64_t tk) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> steps;
+  const std::uint64_t first = std::min({d, tk, kFirstStep});
+  steps.emplace_back(0, first);
+  for (std::uint64_t k0 = first; k0 < d; k0 += tk) steps.emplace_back(k0, std::min(tk, d - k0));
+  return steps;
 }
 
 std::uint16_t bit(std::uint32_t token) { return static_cast<std::uint16_t>(1u << token); }
@@ -70,8 +94,7 @@ std::uint16_t bit(std::uint32_t token) { return static_cast<std::uint16_t>(1u <<
 // Tokens: x's DMA and its ring transfers per slot, W panels per slot, the reduce-scatter's
 // sends per partial, the residual's loads and y's stores per slot, the parameters (and the
 // statistics' exchange), and the statistics' two load buffers.
-// (The statistics' loads, at a block's start, take the residual's tokens.)
-constexpr std::uint8_t kX = 0, kXRing = 3, kW = 6, kRs = 9, kRes = 11, kStore = 13, kParam = 15, kStats = kRes;
+constexpr std::uint8_t kX = 0, kXRing = 2, kW = 4, kRs = 7, kRes = 9, kStore = 11, kParam = 13, kStats = 14;
 constexpr std::uint16_t kAllTokens = 0xffff;
 constexpr std::uint16_t kXTag = 0, kRsTag = 1, kStatsTag = 2;
 // x's panels move in this many row pieces, each its own DMA and ring message: a core
@@ -85,17 +108,40 @@ std::optional<MlpPlan> plan_mlp(const MlpShape& s, const Target& target) {
   // Slices of whole 8-unit groups (the arrays' width), over as many cores as that allows.
   const std::uint64_t hc = std::min(s.h, ceil_div(ceil_div(s.h, cores), 8) * 8);
   const auto p = static_cast<std::uint32_t>(ceil_div(s.h, hc));
+  // A core's array cycles for its share of both products at a K step and chunk: each
+  // K step (phase 1) and chunk (phase 2) is one matmul, whose folds each pay the array's
+  // fill (cost::core_matmul_cycles), so longer K steps are cheaper. Phase 2's K is the
+  // slice, whatever the chunk.
+  const auto cycles = [&](std::uint64_t mb, std::uint64_t tk, std::uint64_t tn) {
+    const auto mm = [&](std::uint64_t m, std::uint64_t n, std::uint64_t k) {
+      return cost::core_matmul_cycles(target.dataflow, std::max<std::uint32_t>(1, target.array_rows),
+                                      std::max<std::uint32_t>(1, target.array_cols), target.corelets,
+                                      target.depth(s.dtype), m, n, k);
+    };
+    std::uint64_t total = (s.d / tn) * mm(mb, tn, hc) + (s.d % tn ? mm(mb, s.d % tn, hc) : 0);
+    for (const auto& [k0, kk] : k_steps(s.d, tk)) total += mm(mb, hc, kk);
+    return total;
+  };
+  // The most rows a block can take (the weights are read once per block), then the K
+  // step and chunk of the fewest array cycles. Both at least 64 columns: a W1 panel's rows
+  // are then at least a 128-byte stick (fp16); narrower ones would move whole sticks for
+  // a fraction of their bytes.
   for (std::uint64_t mb = s.m;; mb = ceil_div(mb, 2)) {
-    // K steps and chunks of at least 64 columns: a W1 panel's rows are then at least a
-    // 128-byte stick (fp16) and a matmul's K at least 64; narrower ones would move whole
-    // sticks for a fraction of their bytes. (128 is the default chip's choice at GPT-2's
-    // sizes; 256 where its partials still leave room.)
-    for (const std::uint64_t t : {256ull, 128ull, 64ull}) {
-      const std::uint64_t tk = std::min(t, s.d), tn = std::min(t, s.d);
-      const Layout l = layout(s, p, hc, mb, tk, tn);
-      if (l.end <= target.scratchpad_bytes) return MlpPlan{p, hc, mb, tk, tn, ceil_div(s.m, mb), l.end};
+    std::optional<MlpPlan> best;
+    std::uint64_t best_cycles = 0;
+    for (const std::uint64_t tk_max : {512ull, 256ull, 128ull, 64ull}) {
+      for (const std::uint64_t tn_max : {256ull, 128ull, 64ull}) {
+        const std::uint64_t tk = std::min(tk_max, s.d), tn = std::min(tn_max, s.d);
+        const Layout l = layout(s, p, hc, mb, tk, tn);
+        if (l.end > target.scratchpad_bytes) continue;
+        const std::uint64_t c = cycles(mb, tk, tn);
+        // (Within 1%, the wider step and chunk, tried first: fewer loads, fewer reduce-scatters.)
+        if (!best || static_cast<double>(c) < 0.99 * static_cast<double>(best_cycles)) {
+          best = MlpPlan{p, hc, mb, tk, tn, ceil_div(s.m, mb), l.end}, best_cycles = c;
+        }
+      }
     }
-    if (mb == 1) return std::nullopt;
+    if (best || mb == 1) return best;
   }
 }
 
@@ -147,7 +193,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
 
   // K steps of phase 1 and output chunks of phase 2.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ksteps, chunks;
-  for (std::uint64_t k0 = 0; k0 < s.d; k0 += p.tk) ksteps.emplace_back(k0, std::min(p.tk, s.d - k0));
+  ksteps = k_steps(s.d, p.tk);
   for (std::uint64_t n0 = 0; n0 < s.d; n0 += p.tn) chunks.emplace_back(n0, std::min(p.tn, s.d - n0));
 
   isa::ProgramBuilder b(name, P);
@@ -158,7 +204,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
                       l.nrows * s.d};
     const auto up = static_cast<std::uint16_t>((c + P - 1) % P), down = static_cast<std::uint16_t>((c + 1) % P);
     // The W panels in the order they are used (every block's K steps, then its chunks),
-    // loaded two uses ahead into three slots.
+    // loaded one use ahead into three slots.
     struct WUse {
       bool w2;
       std::uint64_t at, cols;  // W1: K step's column and width; W2: chunk's first row and rows
@@ -201,30 +247,48 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
       }
     }
     std::size_t wuse = 0;
-    load_w(0);
-    load_w(1);
     for (std::uint64_t blk = 0; blk < p.blocks; ++blk) {
       const std::uint64_t i0 = blk * p.mb, mr = std::min(p.mb, s.m - i0);
       // Row segment q of the block: [mr q / P, mr (q + 1) / P).
       const auto seg = [&](std::uint32_t q) { return std::pair<std::uint64_t, std::uint64_t>{mr * q / P, mr * (q + 1) / P}; };
       if (blk > 0) b.add(c, isa::Wait{.token_mask = kAllTokens});
+      // Phase 1: the hidden slice. x's panels travel 0 -> 1 -> ... -> P - 1 in two slots.
+      const auto x_load = [&](std::size_t st) {
+        if (c != 0 || st >= ksteps.size()) return;
+        const auto slot = static_cast<std::uint32_t>(st % 2);
+        const auto [k0, kk] = ksteps[st];
+        b.add(c, isa::Wait{.token_mask = bit(kXRing + slot)});  // the slot's last send
+        b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kX + slot), s.dtype, 0, ((i0 * s.d) + k0) * size,
+                                        l.x[slot], {u32(kk), u32(mr), 1}, {1, static_cast<std::int64_t>(s.d), 0}));
+      };
+      // The first x panel and W panel before the statistics: the first matmul needs all
+      // three, and the DRAM serves them in the order they are asked for. (Each core then
+      // asks for its next W panel when one arrives: asking for two at once put the second
+      // of the first cores before the first of the last, and the last cores started a
+      // step late.)
+      // A norm prologue: this core's share of the block's rows (its segment), in pieces of
+      // whole rows (the first two asked for first: nothing computes before the statistics
+      // are in), then the exchange: its statistics to every other core, theirs from each.
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> pieces;
       if (s.norm) {
-        // This core's share of the block's rows (its segment), in pieces, then the
-        // exchange: its statistics to every other core, theirs from each.
         const auto [lo, hi] = seg(c);
-        std::vector<std::pair<std::uint64_t, std::uint64_t>> pieces;
         for (std::uint64_t r = lo; r < hi; r += l.nrows) pieces.emplace_back(r, std::min(l.nrows, hi - r));
-        const auto issue = [&](std::size_t x) {
-          if (x >= pieces.size()) return;
-          b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kStats + x % 2), s.dtype, 0,
-                                          (i0 + pieces[x].first) * s.d * size, l.nraw[x % 2],
-                                          {u32(s.d), u32(pieces[x].second), 1}, {1, static_cast<std::int64_t>(s.d), 0}));
-        };
-        issue(0);
+      }
+      const auto issue = [&](std::size_t x) {
+        if (x >= pieces.size()) return;
+        b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kStats + x % 2), s.dtype, 0,
+                                        (i0 + pieces[x].first) * s.d * size, l.nraw[x % 2],
+                                        {u32(s.d), u32(pieces[x].second), 1}, {1, static_cast<std::int64_t>(s.d), 0}));
+      };
+      issue(0);
+      issue(1);
+      x_load(0);
+      if (blk == 0) load_w(0);
+      if (s.norm) {
         for (std::size_t x = 0; x < pieces.size(); ++x) {
-          issue(x + 1);
           b.add(c, isa::Wait{.token_mask = bit(kStats + x % 2)});
           nr.stats(b, c, l.nraw[x % 2], u32(pieces[x].second), u32(pieces[x].first));
+          issue(x + 2);
         }
         for (const bool sending : {true, false}) {
           for (std::uint32_t o = 0; o < P; ++o) {
@@ -244,29 +308,14 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
           }
         }
       }
-      // Phase 1: the hidden slice. x's panels travel 0 -> 1 -> ... -> P - 1, loaded two
-      // steps ahead into three slots.
-      const auto x_load = [&](std::size_t st) {
-        if (c != 0 || st >= ksteps.size()) return;
-        const auto slot = static_cast<std::uint32_t>(st % 3);
-        const auto [k0, kk] = ksteps[st];
-        b.add(c, isa::Wait{.token_mask = bit(kXRing + slot)});  // the slot's last send
-        b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kX + slot), s.dtype, 0, ((i0 * s.d) + k0) * size,
-                                        l.x[slot], {u32(kk), u32(mr), 1}, {1, static_cast<std::int64_t>(s.d), 0}));
-      };
-      x_load(0);
-      x_load(1);
       for (std::size_t st = 0; st < ksteps.size(); ++st, ++wuse) {
-        const auto slot = static_cast<std::uint32_t>(st % 3);
+        const auto slot = static_cast<std::uint32_t>(st % 2);
         const auto [k0, kk] = ksteps[st];
         const std::uint64_t row_bytes = kk * size;
         const auto xtoken = static_cast<std::uint8_t>(kXRing + slot);
-        // A receiver's W load first (DRAM is what bounds the kernel), then x; the loader
-        // sends x on first.
         if (c == 0) {
           b.add(c, isa::Wait{.token_mask = bit(kX + slot)});
         } else {
-          load_w(wuse + 2);
           b.add(c, isa::Wait{.token_mask = bit(xtoken)});  // the slot's last forward
         }
         for (std::uint32_t part = 0; part < kXPieces; ++part) {
@@ -281,37 +330,46 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
                                    .bytes = bytes});
           }
         }
-        if (c == 0) {
-          load_w(wuse + 2);
-          x_load(st + 2);
-        }
         if (s.norm) {
           if (c + 1 < P) b.add(c, isa::Wait{.token_mask = bit(xtoken)});
           nr.normalize(b, c, l.x[slot], u32(mr), u32(kk), k0, 0);
         }
+        // The next W panel once this one is in: each core has one load in flight, so the
+        // DRAM serves the cores' panels step by step.
         b.add(c, isa::Wait{.token_mask = bit(kW + wuse % 3)});
+        load_w(wuse + 1);
         b.add(c, isa::Matmul{.a = l.x[slot], .b = l.w[wuse % 3], .c = l.acc, .m = u32(mr), .n = u32(hcc), .k = u32(kk),
                              .lda = u32(kk), .ldb = u32(kk), .ldc = u32(hcc), .in = s.dtype, .out = f32,
                              .trans_a = false, .trans_b = true, .accumulate = st > 0});
+        // Core 0: the next x panel into the other slot once the matmul before this one
+        // has read it (this one is queued: the array keeps working while the stream waits).
+        x_load(st + 1);
       }
-      // The hidden slice: + b1, the activation, rounded once to x's dtype.
-      const std::uint32_t hvals = u32(mr * hcc);
-      if (s.bias1) {
-        b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = l.acc,
-                              .b = l.b1, .dst = l.acc, .rows = u32(mr), .cols = u32(hcc)});
-      }
-      if (s.activation) {
-        b.add(c, isa::VUnary{.op = *s.activation, .dtype = f32, .src = l.acc, .dst = l.acc, .count = hvals});
-      }
-      if (s.dtype != f32) {
-        b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = l.acc, .dst = l.hidden, .count = hvals});
-      } else {
-        b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = l.acc, .dst = l.hidden, .count = hvals});
+      // The hidden slice: + b1, the activation, rounded once to x's dtype (in place), in
+      // row pieces of whole array folds: the first chunk's product starts on a piece's
+      // rows while the vector units finish the next. (Rounding in place piece by piece
+      // writes a piece's values over rows already rounded, never over rows still to come.)
+      const std::uint64_t fold = std::max<std::uint32_t>(1, target.array_rows);
+      const std::uint64_t piece_rows = ceil_div(ceil_div(mr, kHiddenPieces), fold) * fold;
+      for (std::uint64_t r0 = 0; r0 < mr; r0 += piece_rows) {
+        const auto rows = u32(std::min(piece_rows, mr - r0));
+        const std::uint32_t at32 = l.acc + u32(r0 * hcc * 4), count = rows * u32(hcc);
+        if (s.bias1) {
+          b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = at32,
+                                .b = l.b1, .dst = at32, .rows = rows, .cols = u32(hcc)});
+        }
+        if (s.activation) {
+          b.add(c, isa::VUnary{.op = *s.activation, .dtype = f32, .src = at32, .dst = at32, .count = count});
+        }
+        if (s.dtype != f32) {
+          b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = at32, .dst = l.acc + u32(r0 * hcc * size),
+                                 .count = count});
+        }
       }
       // Phase 2: each chunk's partial, then (while the next chunk's is on the arrays) its
       // reduce-scatter and this core's segment's epilogue.
       const std::uint32_t own = (c + P - 1) % P;
-      const auto partial = [&](std::size_t i) { return l.acc + u32((i % 2) * mr * p.tn * 4); };
+      const auto partial = [&](std::size_t i) { return l.partial[i % 2]; };
       const auto reduce_and_store = [&](std::size_t i) {
         const auto slot = static_cast<std::uint32_t>(i % 2);
         const auto [n0, nn] = chunks[i];
@@ -363,11 +421,16 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
                                           ((i0 + lo) * s.d + n0) * size, l.res[slot], {u32(nn), u32(hi - lo), 1},
                                           {1, static_cast<std::int64_t>(s.d), 0}));
         }
-        load_w(wuse + 2);
         b.add(c, isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kW + wuse % 3) | bit(kRs + slot))});
-        b.add(c, isa::Matmul{.a = l.hidden, .b = l.w[wuse % 3], .c = partial(i), .m = u32(mr), .n = u32(nn),
-                             .k = u32(hcc), .lda = u32(hcc), .ldb = u32(hcc), .ldc = u32(nn), .in = s.dtype,
-                             .out = f32, .trans_a = false, .trans_b = true, .accumulate = false});
+        load_w(wuse + 1);
+        // (The first chunk in the hidden slice's row pieces, each once it is rounded.)
+        for (std::uint64_t r0 = 0; r0 < mr; r0 += i == 0 ? piece_rows : mr) {
+          const std::uint64_t rows = i == 0 ? std::min(piece_rows, mr - r0) : mr;
+          b.add(c, isa::Matmul{.a = l.acc + u32(r0 * hcc * size), .b = l.w[wuse % 3],
+                               .c = partial(i) + u32(r0 * nn * 4), .m = u32(rows), .n = u32(nn), .k = u32(hcc),
+                               .lda = u32(hcc), .ldb = u32(hcc), .ldc = u32(nn), .in = s.dtype, .out = f32,
+                               .trans_a = false, .trans_b = true, .accumulate = false});
+        }
         if (i > 0) reduce_and_store(i - 1);
       }
       reduce_and_store(chunks.size() - 1);

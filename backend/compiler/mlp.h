@@ -9,12 +9,12 @@
 //   1. x's panels (K steps of tk columns of a block of mb rows) are read once from DRAM
 //      by core 0 and travel core to core along the ring; each core multiplies them by
 //      its W1 panels into an fp32 accumulator [mb x hc], then adds its slice of b1,
-//      applies the activation and rounds once to x's dtype: its slice of the hidden
-//      activation, which stays in its scratchpad. (A norm prologue: the cores share out
+//      applies the activation and rounds once to x's dtype, in place: its slice of the
+//      hidden activation, which stays in its scratchpad. (A norm prologue: the cores share out
 //      the block's row statistics as compile_matmul's do, and each normalises its own
 //      copy of a panel once it has passed it on.)
 //   2. For each chunk of tn output columns, each core multiplies its hidden slice by its
-//      W2 panel into an fp32 partial [mb x tn]; the partials of all cores meet in a
+//      W2 panel into an fp32 partial [mb x tn] (where phase 1's x panels were); the partials of all cores meet in a
 //      reduce-scatter over the ring (P - 1 steps, each core sending one row segment to
 //      its lower neighbour and adding the one it receives from its upper neighbour), so
 //      each core ends with the sum of one row segment: it adds b2, rounds once to x's

@@ -69,7 +69,12 @@ TEST_CASE("given GPT-2's feed-forward half on the default chip, every weight byt
   CHECK(plan->hc == 256);
   CHECK(plan->mb == 512);
   CHECK(plan->blocks == 1);
-  CHECK(plan->tk == 128);
+  // K steps of 256 (after a first of 64): 512 fold passes of ceil(256 / 8) + 14 cycles
+  // each on the 8 x 8 arrays (2 corelets: 128 of the 256 units each); 512 would not fit
+  // (two 512 KiB x panels beside the 512 KiB accumulator). Chunks of 128 columns: 256
+  // would not fit (two 512 KiB partials), 64 cost the same array cycles (phase 2's K is
+  // the slice, 256, whatever the chunk) with twice the reduce-scatters.
+  CHECK(plan->tk == 256);
   CHECK(plan->tn == 128);
   CHECK(plan->scratchpad_bytes <= 1638 * 1024);
   const isa::Program p(compiler::compile_mlp(shape, chip(32), "spyre::mlp[layer_norm,gelu_tanh,residual]"));
@@ -122,19 +127,19 @@ TEST_CASE("given MLPs of many shapes and core counts, every ring message sent is
 
 TEST_CASE("given an MLP whose rows would need blocks that re-read the weights, the compiler refuses it") {
   // 4096 hidden units on 4 cores: 1024 each. All 512 rows would take a 2 MiB fp32
-  // accumulator; blocks of 256 (1 MiB, + 512 KiB of hidden slice, + three 64-column W
-  // panels of 128 KiB) do not fit 1638 KiB either; blocks of 128 do, with 64-column
-  // steps. The weights (2 x 256 x 4096 x 2 bytes = 4 MiB) would then be read 4 times,
-  // 12 MiB more, against the 8 MiB of hidden activation (512 x 4096 x 2, written and
-  // read) the fusion saves: refused, and the backend runs the two linears.
-  const compiler::MlpShape shape{.m = 512, .d = 256, .h = 4096, .dtype = isa::DType::fp16};
+  // accumulator; blocks of 256 fit 1638 KiB (a 1 MiB accumulator, the hidden slice
+  // rounded in place, two 32 KiB x panels of 64 columns, three 128 KiB W panels). The
+  // weights (2 x 512 x 4096 x 2 bytes = 8 MiB) would then be read twice, 8 MiB more,
+  // against the 8 MiB of hidden activation (512 x 4096 x 2, written and read) the fusion
+  // saves: refused, and the backend runs the two linears.
+  const compiler::MlpShape shape{.m = 512, .d = 512, .h = 4096, .dtype = isa::DType::fp16};
   const std::optional<compiler::MlpPlan> plan = compiler::plan_mlp(shape, chip(4));
   REQUIRE(plan);
-  CHECK(plan->mb == 128);
+  CHECK(plan->mb == 256);
   CHECK(plan->tk == 64);
   CHECK_THROWS_AS(compiler::compile_mlp(shape, chip(4), "spyre::mlp[none]"), compiler::DoesNotFit);
   CHECK_THROWS_WITH(compiler::compile_mlp(shape, chip(4), "spyre::mlp[none]"),
-                    ContainsSubstring("blocks of 128 rows read the weights 4 times"));
+                    ContainsSubstring("blocks of 256 rows read the weights 2 times"));
   // Rows of 16384 fp32 values over 4096 hidden units a core: not one row's accumulator,
   // hidden slice and W panels fit.
   const compiler::MlpShape big{.m = 4096, .d = 16384, .h = 16384, .dtype = isa::DType::fp32};

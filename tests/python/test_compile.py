@@ -535,12 +535,12 @@ def test_an_mlp_checks_its_operands():
 
 
 def test_an_mlp_that_would_reread_its_weights_runs_as_its_two_matmul_kernels():
-    # On the CI chip, 4096 hidden units give each core 1024: blocks of 128 of the 512 rows
-    # fit the scratchpad, and would read the 4 MiB of weights 4 times, more than the 8 MiB
-    # of hidden activation the fusion saves (tests/compiler/mlp_test.cpp): the op runs
-    # the two matmul kernels instead, with their values.
-    a = rand((512, 256), torch.float16, 81).to("spyre")
-    w1, w2 = rand((4096, 256), torch.float16, 82).to("spyre"), rand((256, 4096), torch.float16, 83).to("spyre")
+    # On the CI chip, 4096 hidden units give each core 1024: blocks of 256 of the 512 rows
+    # fit the scratchpad, and would read the 8 MiB of weights twice, as much more as the
+    # 8 MiB of hidden activation the fusion saves (tests/compiler/mlp_test.cpp): the op
+    # runs the two matmul kernels instead, with their values.
+    a = rand((512, 512), torch.float16, 81).to("spyre")
+    w1, w2 = rand((4096, 512), torch.float16, 82).to("spyre"), rand((512, 4096), torch.float16, 83).to("spyre")
     torch.spyre.reset_fallback_counts()
     names, _ = kernels(lambda: torch.ops.spyre.mlp(a, w1, None, "relu", w2, None))
     assert names == ["spyre::matmul[relu]", "spyre::matmul[]"]
