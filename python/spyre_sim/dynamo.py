@@ -1392,14 +1392,13 @@ def fuse_mlps(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     epilogue = torch.ops.spyre.matmul_epilogue.default
     changed = False
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target is not epilogue or node.kwargs or len(node.args) > 6:
+        found = _matmul_input(node)  # (the second linear: a matmul_epilogue, an addmm or an mm)
+        if found is None or found[1] is not epilogue:
             continue
-        a2, b2, bias2, act2 = node.args[:4]
-        residual = node.args[4] if len(node.args) > 4 else None
-        residual_op = node.args[5] if len(node.args) > 5 else "add"
+        a2, (b2, bias2, act2, residual, residual_op) = found[0], found[2]
         first, views = _through_views(a2)
         if (act2 or residual_op != "add" or not isinstance(first, torch.fx.Node) or first.op != "call_function"
-                or first.target is not epilogue or first.kwargs or len(first.users) != 1):
+                or first.target is not epilogue or first.kwargs or len(first.users) != 1 or first is node):
             continue
         args1 = list(first.args) + [None, "add", "", None, None, 0.0][len(first.args) - 4:]
         a1, b1, bias1, act1, residual1, _, kind, norm_w, norm_b, eps = args1[:10]
