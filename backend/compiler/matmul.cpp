@@ -317,15 +317,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       throw std::invalid_argument(name + ": a norm prologue takes a float, row-major A of one batch (not transposed, "
                                          "not a convolution)");
     }
-    const MatmulShape::Norm& nm = *s.norm;
-    if ((nm.weight && !isa::is_float(*nm.weight)) || (nm.bias && !isa::is_float(*nm.bias))) {
-      throw std::invalid_argument(name + ": a norm's weight and bias are floats");
-    }
-    if (nm.rms && (nm.bias || (nm.weight && *nm.weight != s.dtype))) {
-      throw std::invalid_argument(name + ": an RMSNorm prologue takes no bias and a weight of A's dtype (" +
-                                  std::string(isa::to_string(s.dtype)) + ")");
-    }
-    if (!(nm.eps >= 0)) throw std::invalid_argument(name + ": a norm's eps must be >= 0, got " + std::to_string(nm.eps));
+    check_norm(*s.norm, s.dtype, name, "A");
   }
   const MatmulPlan p = plan_matmul(s, target);
   if (s.norm && p.tm != 0) {

@@ -159,15 +159,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
     throw std::invalid_argument(name + ": the biases are floats");
   }
   if (s.norm) {
-    const MatmulShape::Norm& nm = *s.norm;
-    if ((nm.weight && !isa::is_float(*nm.weight)) || (nm.bias && !isa::is_float(*nm.bias))) {
-      throw std::invalid_argument(name + ": a norm's weight and bias are floats");
-    }
-    if (nm.rms && (nm.bias || (nm.weight && *nm.weight != s.dtype))) {
-      throw std::invalid_argument(name + ": an RMSNorm prologue takes no bias and a weight of x's dtype (" +
-                                  std::string(isa::to_string(s.dtype)) + ")");
-    }
-    if (!(nm.eps >= 0)) throw std::invalid_argument(name + ": a norm's eps must be >= 0, got " + std::to_string(nm.eps));
+    check_norm(*s.norm, s.dtype, name, "x");
   }
   const std::optional<MlpPlan> plan = plan_mlp(s, target);
   if (!plan) {

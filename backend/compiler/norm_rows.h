@@ -8,12 +8,28 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "compiler/dma.h"
 #include "compiler/matmul.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::compiler {
+
+// A norm prologue's own checks, for rows of `dtype` (`what` names them in the message):
+// float weight and bias; an RMSNorm without a bias and with a weight of the rows' dtype
+// (its result is rounded to that dtype before the weight); eps >= 0.
+inline void check_norm(const MatmulShape::Norm& nm, isa::DType dtype, const std::string& name, const char* what) {
+  if ((nm.weight && !isa::is_float(*nm.weight)) || (nm.bias && !isa::is_float(*nm.bias))) {
+    throw std::invalid_argument(name + ": a norm's weight and bias are floats");
+  }
+  if (nm.rms && (nm.bias || (nm.weight && *nm.weight != dtype))) {
+    throw std::invalid_argument(name + ": an RMSNorm prologue takes no bias and a weight of " + what + "'s dtype (" +
+                                std::string(isa::to_string(dtype)) + ")");
+  }
+  if (!(nm.eps >= 0)) throw std::invalid_argument(name + ": a norm's eps must be >= 0, got " + std::to_string(nm.eps));
+}
 
 struct NormRows {
   MatmulShape::Norm norm;
