@@ -635,7 +635,34 @@ at::Tensor mlp(const at::Tensor& a, const at::Tensor& w1, const std::optional<at
                c10::string_view activation, const at::Tensor& w2, const std::optional<at::Tensor>& b2,
                const std::optional<at::Tensor>& residual_in, c10::string_view norm,
                const std::optional<at::Tensor>& norm_weight, const std::optional<at::Tensor>& norm_bias,
-               double norm_eps) {
+               double norm_eps, const std::optional<at::Tensor>& proj_input,
+               const std::optional<at::Tensor>& proj_weight, const std::optional<at::Tensor>& proj_bias) {
+  const bool projected = proj_input && proj_input->defined();
+  if (projected) {
+    // x1 = proj_input @ proj_weight.t() + proj_bias + input, then the MLP of x1 + x1.
+    const at::Tensor& pin = *proj_input;
+    TORCH_CHECK(proj_weight && proj_weight->defined(), "spyre::mlp: proj_input without proj_weight");
+    TORCH_CHECK(!(residual_in && residual_in->defined()),
+                "spyre::mlp: with a projection the residual is its result (x1); got a residual too");
+    TORCH_CHECK(pin.dim() == 2 && pin.size(0) == a.size(0) && pin.scalar_type() == a.scalar_type() &&
+                    pin.device() == a.device(),
+                "spyre::mlp: proj_input must be a [", a.size(0), ", dp] ", a.scalar_type(), " matrix on ", a.device(),
+                ", got shape ", pin.sizes(), " ", pin.scalar_type(), " on ", pin.device());
+    const at::Tensor& wp = *proj_weight;
+    TORCH_CHECK(wp.dim() == 2 && wp.size(0) == a.size(1) && wp.size(1) == pin.size(1) &&
+                    wp.scalar_type() == a.scalar_type() && wp.device() == a.device(),
+                "spyre::mlp: proj_weight must be a [", a.size(1), ", ", pin.size(1), "] ", a.scalar_type(),
+                " matrix on ", a.device(), ", got shape ", wp.sizes(), " ", wp.scalar_type(), " on ", wp.device());
+    if (proj_bias && proj_bias->defined()) {
+      TORCH_CHECK(proj_bias->dim() == 1 && proj_bias->size(0) == a.size(1) &&
+                      proj_bias->scalar_type() == a.scalar_type() && proj_bias->device() == a.device(),
+                  "spyre::mlp: proj_bias must be ", a.size(1), " ", a.scalar_type(), " values on ", a.device(),
+                  ", got shape ", proj_bias->sizes(), " ", proj_bias->scalar_type());
+    }
+  } else {
+    TORCH_CHECK(!(proj_weight && proj_weight->defined()) && !(proj_bias && proj_bias->defined()),
+                "spyre::mlp: proj_weight or proj_bias without proj_input");
+  }
   std::optional<isa::UnaryOp> act;
   if (!activation.empty()) {
     act = epilogue_activation(std::string_view(activation.data(), activation.size()));
@@ -667,8 +694,15 @@ at::Tensor mlp(const at::Tensor& a, const at::Tensor& w1, const std::optional<at
   }
   const std::optional<NormPrologue> prologue = norm_prologue("spyre::mlp", norm, a, norm_weight, norm_bias, norm_eps);
   const bool has_b1 = b1 && b1->defined(), has_b2 = b2 && b2->defined();
-  // The two linears as separate kernels: what the fused kernel replaces.
+  // The linears as separate kernels: what the fused kernel replaces (with a projection:
+  // it, then the MLP of its result, fused or not).
   const auto unfused = [&] {
+    if (projected) {
+      const at::Tensor x1 =
+          matmul_epilogue(*proj_input, proj_weight->t(), proj_bias, "", a, "add", "", std::nullopt, std::nullopt, 0);
+      return mlp(x1, w1, b1, activation, w2, b2, x1, norm, norm_weight, norm_bias, norm_eps, std::nullopt,
+                 std::nullopt, std::nullopt);
+    }
     const at::Tensor hidden = matmul_epilogue(a, w1.t(), b1, activation, std::nullopt, "add", norm, norm_weight,
                                               norm_bias, norm_eps);
     return matmul_epilogue(hidden, w2.t(), b2, "", residual_in, "add", "", std::nullopt, std::nullopt, 0);
@@ -689,23 +723,40 @@ at::Tensor mlp(const at::Tensor& a, const at::Tensor& w1, const std::optional<at
   s.activation = act;
   s.residual = residual != nullptr;
   if (prologue) s.norm = prologue->norm;
-  std::string parts = prologue ? std::string(norm) + "," : "";
+  const bool has_bp = projected && proj_bias && proj_bias->defined();
+  at::Tensor pin, wp;
+  if (projected) {
+    pin = proj_input->contiguous();
+    wp = proj_weight->contiguous();
+    s.projection = compiler::MlpShape::Projection{static_cast<std::uint64_t>(pin.size(1)),
+                                                  has_bp ? std::optional<isa::DType>(s.dtype) : std::nullopt};
+  }
+  std::string parts = projected ? std::string(has_bp ? "linear,bias,residual," : "linear,residual,") : "";
+  parts += prologue ? std::string(norm) + "," : "";
   parts += activation.empty() ? std::string("none") : std::string(activation);
-  if (s.residual) parts += ",residual";
+  if (s.residual || projected) parts += ",residual";
   const std::string name = "spyre::mlp[" + parts + "]";
   const std::string key = name + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(m) + "x" +
                           std::to_string(d) + "x" + std::to_string(h) + "|" + std::to_string(s.ld1) + "," +
                           std::to_string(s.ld2) + (has_b1 ? "|b1" : "|-") + (has_b2 ? "b2" : "-") +
-                          (prologue ? prologue->key() : "");
+                          (prologue ? prologue->key() : "") +
+                          (projected ? "|p" + std::to_string(pin.size(1)) + (has_bp ? "b" : "") : "");
   std::vector<std::uint64_t> args{device_address(x), device_address(wa), device_address(out), device_address(wb)};
   if (has_b1) args.push_back(device_address(*b1));
   if (has_b2) args.push_back(device_address(*b2));
   if (s.residual) args.push_back(device_address(res));
   if (prologue) prologue->add_args(args);
+  if (projected) {
+    args.push_back(device_address(pin));
+    args.push_back(device_address(wp));
+    if (has_bp) args.push_back(device_address(*proj_bias));
+  }
   const c10::DeviceGuard guard(a.device());
   const std::uint64_t size = isa::dtype_size(s.dtype);
+  const std::uint64_t dp = projected ? static_cast<std::uint64_t>(pin.size(1)) : 0;
   const Traffic traffic{.read = (s.m * s.d * (s.residual ? 2 : 1) + 2 * s.d * s.h + (has_b1 ? s.h : 0) +
-                                 (has_b2 ? s.d : 0)) * size + (prologue ? prologue->bytes() : 0),
+                                 (has_b2 ? s.d : 0) + s.m * dp + s.d * dp + (has_bp ? s.d : 0)) * size +
+                                (prologue ? prologue->bytes() : 0),
                         .written = s.m * s.d * size};
   if (!run_cached_if_fits(a.device().index(), key,
                           [&](const compiler::Target& t) { return compiler::compile_mlp(s, t, name); }, args, name,
@@ -728,7 +779,8 @@ TORCH_LIBRARY_FRAGMENT(spyre, m) {
   m.def("linear_gated(Tensor input, Tensor gate, Tensor up, str activation, str norm=\"\", "
         "Tensor? norm_weight=None, Tensor? norm_bias=None, float norm_eps=0.) -> Tensor");
   m.def("mlp(Tensor input, Tensor w1, Tensor? b1, str activation, Tensor w2, Tensor? b2, Tensor? residual=None, "
-        "str norm=\"\", Tensor? norm_weight=None, Tensor? norm_bias=None, float norm_eps=0.) -> Tensor");
+        "str norm=\"\", Tensor? norm_weight=None, Tensor? norm_bias=None, float norm_eps=0., "
+        "Tensor? proj_input=None, Tensor? proj_weight=None, Tensor? proj_bias=None) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) {
   m.impl("matmul_epilogue", matmul_epilogue);

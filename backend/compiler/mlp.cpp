@@ -30,6 +30,8 @@ struct Layout {
   std::uint32_t recv[2] = {}; // reduce-scatter segments received [seg x tn] fp32
   std::uint32_t out[2] = {}, res[2] = {};  // the owned segment rounded, the residual's [seg x tn]
   std::uint32_t b1 = 0, b1_raw = 0, b2 = 0, b2_raw = 0;  // biases in fp32, and as loaded
+  std::uint32_t bp = 0, bp_raw = 0;  // a projection's bias
+  std::uint32_t x1 = 0;  // a projection's result: this core's row segment [seg x d]
   // Norm prologue: statistics [mb] each, the weight and bias in fp32 [d], the fp32 work
   // buffer [nrows x d], two load buffers of nrows rows.
   std::uint32_t mean = 0, rstd = 0, nw = 0, nb = 0, nwork = 0, nraw[2] = {};
@@ -39,26 +41,34 @@ struct Layout {
 
 constexpr std::uint64_t kNormRowsMax = 8;  // rows per statistics piece (at most)
 
+// A projection's columns of p per core (whole 8-column groups; 0 without one).
+std::uint64_t proj_slice(const MlpShape& s, std::uint32_t cores) {
+  return s.projection ? ceil_div(ceil_div(s.projection->dp, cores), 8) * 8 : 0;
+}
+
 Layout layout(const MlpShape& s, std::uint32_t cores, std::uint64_t hc, std::uint64_t mb, std::uint64_t tk,
               std::uint64_t tn) {
+  const std::uint64_t pc = proj_slice(s, cores);
   const std::uint64_t size = isa::dtype_size(s.dtype), seg = ceil_div(mb, cores);
   Layout l;
   Arena a;
-  l.acc = a(mb * hc * 4);
+  l.acc = a(std::max(mb * hc * 4, mb * pc * size));  // (phase 0: p's slice)
   const std::uint64_t x_bytes = (mb * tk * size + 63) / 64 * 64, part_bytes = (mb * tn * 4 + 63) / 64 * 64;
   const std::uint32_t shared = a(2 * std::max(x_bytes, part_bytes));
   for (std::uint32_t q = 0; q < 2; ++q) {
     l.x[q] = shared + static_cast<std::uint32_t>(q * x_bytes);
     l.partial[q] = shared + static_cast<std::uint32_t>(q * part_bytes);
   }
-  for (auto& w : l.w) w = a(std::max(hc * tk, tn * hc) * size);
+  for (auto& w : l.w) w = a(std::max({hc * tk, tn * hc, tn * pc}) * size);
   for (auto& r : l.recv) r = a(seg * tn * 4);
   for (int q = 0; q < 2; ++q) {
     l.out[q] = a(seg * tn * size);
-    l.res[q] = s.residual ? a(seg * tn * size) : 0;
+    l.res[q] = s.residual || s.projection ? a(seg * tn * size) : 0;
   }
   if (s.bias1) l.b1 = a(hc * 4), l.b1_raw = a(hc * isa::dtype_size(*s.bias1));
   if (s.bias2) l.b2 = a(s.d * 4), l.b2_raw = a(s.d * isa::dtype_size(*s.bias2));
+  if (s.projection && s.projection->bias) l.bp = a(s.d * 4), l.bp_raw = a(s.d * isa::dtype_size(*s.projection->bias));
+  if (s.projection) l.x1 = a(seg * s.d * size);
   if (s.norm) {
     l.mean = a(mb * 4);
     l.rstd = a(mb * 4);
@@ -66,8 +76,9 @@ Layout layout(const MlpShape& s, std::uint32_t cores, std::uint64_t hc, std::uin
     if (s.norm->bias) l.nb = a(s.d * 4);
     l.nrows = std::min<std::uint64_t>(kNormRowsMax, ceil_div(mb, cores));
     l.nwork = a(l.nrows * s.d * 4);
-    // (also the weight's and bias's staging before their conversion: d values each)
-    for (auto& r : l.nraw) r = a(l.nrows * s.d * size);
+    // (also the weight's and bias's staging before their conversion: d values each; with
+    // a projection only that: the rows are x1's, already in the scratchpad)
+    for (auto& r : l.nraw) r = a((s.projection ? 1 : l.nrows) * s.d * size);
   }
   l.end = a.next;
   return l;
@@ -141,7 +152,7 @@ std::optional<MlpPlan> plan_mlp(const MlpShape& s, const Target& target) {
         }
       }
     }
-    if (best || mb == 1) return best;
+    if (best || mb == 1 || s.projection) return best;  // (a projection: all rows in one block)
   }
 }
 
@@ -160,6 +171,11 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
   }
   if (s.norm) {
     check_norm(*s.norm, s.dtype, name, "x");
+  }
+  if (s.projection && (s.residual || s.projection->dp == 0 ||
+                       (s.projection->bias && !isa::is_float(*s.projection->bias)))) {
+    throw std::invalid_argument(name + ": a projection before takes p's width dp > 0, a float bias, and no residual "
+                                       "(x1 is the residual)");
   }
   const std::optional<MlpPlan> plan = plan_mlp(s, target);
   if (!plan) {
@@ -182,6 +198,11 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
   std::uint16_t next_arg = 4;
   const std::uint16_t b1_arg = s.bias1 ? next_arg++ : 0, b2_arg = s.bias2 ? next_arg++ : 0;
   const std::uint16_t res_arg = s.residual ? next_arg++ : 0, norm_arg = next_arg;
+  next_arg = static_cast<std::uint16_t>(next_arg + (s.norm && s.norm->weight ? 1 : 0) + (s.norm && s.norm->bias ? 1 : 0));
+  const std::uint16_t p_arg = next_arg, wp_arg = static_cast<std::uint16_t>(next_arg + 1),
+                      bp_arg = static_cast<std::uint16_t>(next_arg + 2);
+  const MlpShape::Projection* pj = s.projection ? &*s.projection : nullptr;
+  const std::uint64_t pc = proj_slice(s, P);
 
   // K steps of phase 1 and output chunks of phase 2.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ksteps, chunks;
@@ -197,20 +218,30 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
     const auto up = static_cast<std::uint16_t>((c + P - 1) % P), down = static_cast<std::uint16_t>((c + 1) % P);
     // The W panels in the order they are used (every block's K steps, then its chunks),
     // loaded one use ahead into three slots.
+    // (Phase 0's Wp panels first, with a projection.)
+    const std::uint64_t p0 = std::min(pj ? pj->dp : 0, c * pc), pcc = pj ? std::min(pc, pj->dp - p0) : 0;
     struct WUse {
-      bool w2;
-      std::uint64_t at, cols;  // W1: K step's column and width; W2: chunk's first row and rows
+      int which;               // 0: W1, 1: W2, 2: Wp
+      std::uint64_t at, cols;  // W1: K step's column and width; W2, Wp: chunk's first row and rows
     };
     std::vector<WUse> wseq;
+    if (pj) {
+      for (const auto& [n0, nn] : chunks) wseq.push_back({2, n0, nn});
+    }
     for (std::uint64_t blk = 0; blk < p.blocks; ++blk) {
-      for (const auto& [k0, kk] : ksteps) wseq.push_back({false, k0, kk});
-      for (const auto& [n0, nn] : chunks) wseq.push_back({true, n0, nn});
+      for (const auto& [k0, kk] : ksteps) wseq.push_back({0, k0, kk});
+      for (const auto& [n0, nn] : chunks) wseq.push_back({1, n0, nn});
     }
     const auto load_w = [&](std::size_t u) {
       if (u >= wseq.size()) return;
       const WUse& w = wseq[u];
       const auto token = static_cast<std::uint8_t>(kW + u % 3);
-      if (!w.w2) {  // W1 rows h0 .. h0 + hcc, columns at .. at + cols: [hcc x cols]
+      if (w.which == 2) {  // Wp rows at .. at + cols, columns p0 .. p0 + pcc: [cols x pcc]
+        if (pcc > 0) {
+          b.add(c, make_dma<isa::DmaLoad>(token, s.dtype, wp_arg, (w.at * pj->dp + p0) * size, l.w[u % 3],
+                                          {u32(pcc), u32(w.cols), 1}, {1, static_cast<std::int64_t>(pj->dp), 0}));
+        }
+      } else if (w.which == 0) {  // W1 rows h0 .. h0 + hcc, columns at .. at + cols: [hcc x cols]
         b.add(c, make_dma<isa::DmaLoad>(token, s.dtype, 1, (h0 * ld1 + w.at) * size, l.w[u % 3],
                                         {u32(w.cols), u32(hcc), 1}, {1, static_cast<std::int64_t>(ld1), 0}));
       } else {  // W2 rows at .. at + cols, columns h0 .. h0 + hcc: [cols x hcc]
@@ -221,10 +252,11 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
     // The parameters: b1's slice and b2 in fp32, the norm's weight and bias.
     const std::uint32_t norm_raw[2] = {l.nraw[0], l.nraw[1]};
     if (s.norm) nr.load_params(b, c, kParam, norm_arg, norm_raw);
-    const std::pair<std::optional<isa::DType>, std::uint16_t> biases[2] = {{s.bias1, b1_arg}, {s.bias2, b2_arg}};
-    const std::uint32_t bias_at[2][2] = {{l.b1, l.b1_raw}, {l.b2, l.b2_raw}};
-    const std::uint64_t bias_first[2] = {h0, 0}, bias_count[2] = {hcc, s.d};
-    for (int q = 0; q < 2; ++q) {
+    const std::pair<std::optional<isa::DType>, std::uint16_t> biases[3] = {
+        {s.bias1, b1_arg}, {s.bias2, b2_arg}, {pj ? pj->bias : std::nullopt, bp_arg}};
+    const std::uint32_t bias_at[3][2] = {{l.b1, l.b1_raw}, {l.b2, l.b2_raw}, {l.bp, l.bp_raw}};
+    const std::uint64_t bias_first[3] = {h0, 0, 0}, bias_count[3] = {hcc, s.d, s.d};
+    for (int q = 0; q < 3; ++q) {
       if (!biases[q].first) continue;
       const isa::DType t = *biases[q].first;
       b.add(c, make_dma<isa::DmaLoad>(kParam, t, biases[q].second, bias_first[q] * isa::dtype_size(t),
@@ -232,7 +264,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
                                       {1, 0, 0}));
     }
     b.add(c, isa::Wait{.token_mask = bit(kParam)});
-    for (int q = 0; q < 2; ++q) {
+    for (int q = 0; q < 3; ++q) {
       if (biases[q].first && *biases[q].first != f32) {
         b.add(c, isa::VConvert{.from = *biases[q].first, .to = f32, .src = bias_at[q][1], .dst = bias_at[q][0],
                                .count = u32(bias_count[q])});
@@ -244,9 +276,81 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
       // Row segment q of the block: [mr q / P, mr (q + 1) / P).
       const auto seg = [&](std::uint32_t q) { return std::pair<std::uint64_t, std::uint64_t>{mr * q / P, mr * (q + 1) / P}; };
       if (blk > 0) b.add(c, isa::Wait{.token_mask = kAllTokens});
+      // Phases 0 and 2: a chunk's reduce-scatter and this core's segment's epilogue. After
+      // the P - 1 steps core c holds segment own(c)'s sum.
+      const auto own_of = [&](std::uint32_t core) { return (core + P - 1) % P; };
+      const std::uint32_t own = own_of(c);
+      const auto partial = [&](std::size_t i) { return l.partial[i % 2]; };
+      const auto reduce_and_store = [&](std::size_t i, bool phase0) {
+        const auto slot = static_cast<std::uint32_t>(i % 2);
+        const auto [n0, nn] = chunks[i];
+        const std::uint32_t part = partial(i), row_bytes = u32(nn * 4);
+        for (std::uint32_t step = 0; step + 1 < P; ++step) {
+          const auto [slo, shi] = seg((c + step) % P);
+          if (shi > slo) {
+            b.add(c, isa::RingSend{.token = static_cast<std::uint8_t>(kRs + slot), .dst_core = up, .tag = kRsTag,
+                                   .sp_addr = part + u32(slo) * row_bytes, .bytes = u32(shi - slo) * row_bytes});
+          }
+          const auto [rlo, rhi] = seg((c + step + 1) % P);
+          if (rhi > rlo) {
+            const std::uint32_t into = l.recv[step % 2], at = part + u32(rlo) * row_bytes;
+            b.add(c, isa::RingRecv{.token = static_cast<std::uint8_t>(kRs + slot), .src_core = down, .tag = kRsTag,
+                                   .forward_to = isa::RingRecv::kNoForward, .sp_addr = into,
+                                   .bytes = u32(rhi - rlo) * row_bytes});
+            b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = at, .b = into, .dst = at,
+                                  .rows = u32(rhi - rlo), .cols = u32(nn)});
+          }
+        }
+        const auto [lo, hi] = seg(own);
+        if (hi == lo) return;
+        const std::uint32_t rows = u32(hi - lo), at = part + u32(lo) * row_bytes, count = rows * u32(nn);
+        if (phase0 ? pj->bias.has_value() : s.bias2.has_value()) {
+          b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = at,
+                                .b = (phase0 ? l.bp : l.b2) + u32(n0 * 4), .dst = at, .rows = rows, .cols = u32(nn)});
+        }
+        b.add(c, isa::Wait{.token_mask = bit(kStore + slot)});  // the buffer's last store
+        if (s.dtype != f32) {
+          b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = at, .dst = l.out[slot], .count = count});
+        } else {
+          b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = at, .dst = l.out[slot], .count = count});
+        }
+        if (s.residual || pj) {
+          b.add(c, isa::Wait{.token_mask = bit(kRes + slot)});
+          b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = s.dtype, .a = l.out[slot], .b = l.res[slot],
+                                .dst = l.out[slot], .rows = rows, .cols = u32(nn)});
+        }
+        if (phase0) {  // x1's segment stays: its rows, columns n0 .. n0 + nn
+          for (std::uint32_t r = 0; r < rows; ++r) {
+            b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s.dtype, .src = l.out[slot] + u32(r * nn * size),
+                                 .dst = l.x1 + u32((r * s.d + n0) * size), .count = u32(nn)});
+          }
+          return;
+        }
+        b.add(c, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + slot), s.dtype, 2,
+                                         ((i0 + lo) * s.d + n0) * size, l.out[slot], {u32(nn), rows, 1},
+                                         {1, static_cast<std::int64_t>(s.d), 0}));
+      };
+      // The residual segment of chunk i into res[slot]: phase 0 the block's input x (its
+      // residual); phase 2 the residual argument, or with a projection x1's segment.
+      const auto fetch_residual = [&](std::size_t i, bool phase0) {
+        const auto slot = static_cast<std::uint32_t>(i % 2);
+        const auto [n0, nn] = chunks[i];
+        const auto [lo, hi] = seg(own);
+        if (hi == lo || !(phase0 || s.residual || pj)) return;
+        if (pj && !phase0) {
+          for (std::uint64_t r = 0; r < hi - lo; ++r) {
+            b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s.dtype, .src = l.x1 + u32((r * s.d + n0) * size),
+                                 .dst = l.res[slot] + u32(r * nn * size), .count = u32(nn)});
+          }
+          return;
+        }
+        b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kRes + slot), s.dtype, phase0 ? 0 : res_arg,
+                                        ((i0 + lo) * s.d + n0) * size, l.res[slot], {u32(nn), u32(hi - lo), 1},
+                                        {1, static_cast<std::int64_t>(s.d), 0}));
+      };
       // Phase 1: the hidden slice. x's panels travel 0 -> 1 -> ... -> P - 1 in two slots.
       const auto x_load = [&](std::size_t st) {
-        if (c != 0 || st >= ksteps.size()) return;
+        if (c != 0 || st >= ksteps.size() || pj) return;  // (a projection: the panels come from x1's segments)
         const auto slot = static_cast<std::uint32_t>(st % 2);
         const auto [k0, kk] = ksteps[st];
         b.add(c, isa::Wait{.token_mask = bit(kXRing + slot)});  // the slot's last send
@@ -261,13 +365,15 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
       // A norm prologue: this core's share of the block's rows (its segment), in pieces of
       // whole rows (the first two asked for first: nothing computes before the statistics
       // are in), then the exchange: its statistics to every other core, theirs from each.
+      // (With a projection the core's rows are its segment of x1, own(c), already here.)
+      const auto stats_seg = [&](std::uint32_t core) { return seg(pj ? own_of(core) : core); };
       std::vector<std::pair<std::uint64_t, std::uint64_t>> pieces;
       if (s.norm) {
-        const auto [lo, hi] = seg(c);
+        const auto [lo, hi] = stats_seg(c);
         for (std::uint64_t r = lo; r < hi; r += l.nrows) pieces.emplace_back(r, std::min(l.nrows, hi - r));
       }
       const auto issue = [&](std::size_t x) {
-        if (x >= pieces.size()) return;
+        if (x >= pieces.size() || pj) return;
         b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kStats + x % 2), s.dtype, 0,
                                         (i0 + pieces[x].first) * s.d * size, l.nraw[x % 2],
                                         {u32(s.d), u32(pieces[x].second), 1}, {1, static_cast<std::int64_t>(s.d), 0}));
@@ -276,8 +382,38 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
       issue(1);
       x_load(0);
       if (blk == 0) load_w(0);
+      if (pj) {
+        // Phase 0: x1 = p Wp^T + bp + x, each core's partial over its columns of p (none:
+        // zeros), reduce-scattered chunk by chunk as phase 2's; x1's segment stays.
+        if (pcc > 0) {
+          b.add(c, make_dma<isa::DmaLoad>(kX, s.dtype, p_arg, (i0 * pj->dp + p0) * size, l.acc, {u32(pcc), u32(mr), 1},
+                                          {1, static_cast<std::int64_t>(pj->dp), 0}));
+          b.add(c, isa::Wait{.token_mask = bit(kX)});
+        }
+        for (std::size_t i = 0; i < chunks.size(); ++i, ++wuse) {
+          const auto slot = static_cast<std::uint32_t>(i % 2);
+          const auto nn = chunks[i].second;
+          fetch_residual(i, true);
+          b.add(c, isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kW + wuse % 3) | bit(kRs + slot))});
+          load_w(wuse + 1);
+          if (pcc > 0) {
+            b.add(c, isa::Matmul{.a = l.acc, .b = l.w[wuse % 3], .c = partial(i), .m = u32(mr), .n = u32(nn),
+                                 .k = u32(pcc), .lda = u32(pcc), .ldb = u32(pcc), .ldc = u32(nn), .in = s.dtype,
+                                 .out = f32, .trans_a = false, .trans_b = true, .accumulate = false});
+          } else {
+            b.add(c, isa::VFill{.dtype = f32, .dst = partial(i), .count = u32(mr * nn), .value = 0});
+          }
+          if (i > 0) reduce_and_store(i - 1, true);
+        }
+        reduce_and_store(chunks.size() - 1, true);
+      }
       if (s.norm) {
         for (std::size_t x = 0; x < pieces.size(); ++x) {
+          if (pj) {
+            nr.stats(b, c, l.x1 + u32((pieces[x].first - pieces[0].first) * s.d * size), u32(pieces[x].second),
+                     u32(pieces[x].first));
+            continue;
+          }
           b.add(c, isa::Wait{.token_mask = bit(kStats + x % 2)});
           nr.stats(b, c, l.nraw[x % 2], u32(pieces[x].second), u32(pieces[x].first));
           issue(x + 2);
@@ -285,7 +421,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
         for (const bool sending : {true, false}) {
           for (std::uint32_t o = 0; o < P; ++o) {
             if (o == c) continue;
-            const auto [olo, ohi] = seg(sending ? c : o);
+            const auto [olo, ohi] = stats_seg(sending ? c : o);
             if (ohi == olo) continue;
             for (const std::uint32_t base : {l.mean, l.rstd}) {
               const std::uint32_t at = base + u32(olo * 4), bytes = u32((ohi - olo) * 4);
@@ -305,12 +441,34 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
         const auto [k0, kk] = ksteps[st];
         const std::uint64_t row_bytes = kk * size;
         const auto xtoken = static_cast<std::uint8_t>(kXRing + slot);
-        if (c == 0) {
+        if (pj) {
+          // The panel from every core's segment of x1: this core's rows copied in, sent to
+          // the next core, and the others' received from the one before, each passed on
+          // until it has been round the ring.
+          b.add(c, isa::Wait{.token_mask = bit(xtoken)});  // the slot's last sends
+          const auto [lo, hi] = seg(own);
+          for (std::uint64_t r = lo; r < hi; ++r) {
+            b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s.dtype, .src = l.x1 + u32(((r - lo) * s.d + k0) * size),
+                                 .dst = l.x[slot] + u32(r * row_bytes), .count = u32(kk)});
+          }
+          if (P > 1 && hi > lo) {
+            b.add(c, isa::RingSend{.token = xtoken, .dst_core = down, .tag = kXTag, .sp_addr = l.x[slot] + u32(lo * row_bytes),
+                                   .bytes = u32((hi - lo) * row_bytes)});
+          }
+          for (std::uint32_t step = 0; step + 1 < P; ++step) {
+            const std::uint32_t from = (c + P - 1 - step) % P;  // the segment's core
+            const auto [flo, fhi] = seg(own_of(from));
+            if (fhi == flo) continue;
+            b.add(c, isa::RingRecv{.token = xtoken, .src_core = up, .tag = kXTag,
+                                   .forward_to = from == down ? isa::RingRecv::kNoForward : down,
+                                   .sp_addr = l.x[slot] + u32(flo * row_bytes), .bytes = u32((fhi - flo) * row_bytes)});
+          }
+        } else if (c == 0) {
           b.add(c, isa::Wait{.token_mask = bit(kX + slot)});
         } else {
           b.add(c, isa::Wait{.token_mask = bit(xtoken)});  // the slot's last forward
         }
-        for (std::uint32_t part = 0; part < kXPieces; ++part) {
+        for (std::uint32_t part = 0; part < kXPieces && !pj; ++part) {
           const std::uint64_t r0 = mr * part / kXPieces, r1 = mr * (part + 1) / kXPieces;
           if (r1 == r0) continue;
           const std::uint32_t at = l.x[slot] + u32(r0 * row_bytes), bytes = u32((r1 - r0) * row_bytes);
@@ -323,7 +481,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
           }
         }
         if (s.norm) {
-          if (c + 1 < P) b.add(c, isa::Wait{.token_mask = bit(xtoken)});
+          if (c + 1 < P || (pj && P > 1)) b.add(c, isa::Wait{.token_mask = bit(xtoken)});
           nr.normalize(b, c, l.x[slot], u32(mr), u32(kk), k0, 0);
         }
         // The next W panel once this one is in: each core has one load in flight, so the
@@ -360,59 +518,10 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
       }
       // Phase 2: each chunk's partial, then (while the next chunk's is on the arrays) its
       // reduce-scatter and this core's segment's epilogue.
-      const std::uint32_t own = (c + P - 1) % P;
-      const auto partial = [&](std::size_t i) { return l.partial[i % 2]; };
-      const auto reduce_and_store = [&](std::size_t i) {
-        const auto slot = static_cast<std::uint32_t>(i % 2);
-        const auto [n0, nn] = chunks[i];
-        const std::uint32_t part = partial(i), row_bytes = u32(nn * 4);
-        for (std::uint32_t step = 0; step + 1 < P; ++step) {
-          const auto [slo, shi] = seg((c + step) % P);
-          if (shi > slo) {
-            b.add(c, isa::RingSend{.token = static_cast<std::uint8_t>(kRs + slot), .dst_core = up, .tag = kRsTag,
-                                   .sp_addr = part + u32(slo) * row_bytes, .bytes = u32(shi - slo) * row_bytes});
-          }
-          const auto [rlo, rhi] = seg((c + step + 1) % P);
-          if (rhi > rlo) {
-            const std::uint32_t into = l.recv[step % 2], at = part + u32(rlo) * row_bytes;
-            b.add(c, isa::RingRecv{.token = static_cast<std::uint8_t>(kRs + slot), .src_core = down, .tag = kRsTag,
-                                   .forward_to = isa::RingRecv::kNoForward, .sp_addr = into,
-                                   .bytes = u32(rhi - rlo) * row_bytes});
-            b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = at, .b = into, .dst = at,
-                                  .rows = u32(rhi - rlo), .cols = u32(nn)});
-          }
-        }
-        const auto [lo, hi] = seg(own);
-        if (hi == lo) return;
-        const std::uint32_t rows = u32(hi - lo), at = part + u32(lo) * row_bytes, count = rows * u32(nn);
-        if (s.bias2) {
-          b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = at,
-                                .b = l.b2 + u32(n0 * 4), .dst = at, .rows = rows, .cols = u32(nn)});
-        }
-        b.add(c, isa::Wait{.token_mask = bit(kStore + slot)});  // the buffer's last store
-        if (s.dtype != f32) {
-          b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = at, .dst = l.out[slot], .count = count});
-        } else {
-          b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = at, .dst = l.out[slot], .count = count});
-        }
-        if (s.residual) {
-          b.add(c, isa::Wait{.token_mask = bit(kRes + slot)});
-          b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = s.dtype, .a = l.out[slot], .b = l.res[slot],
-                                .dst = l.out[slot], .rows = rows, .cols = u32(nn)});
-        }
-        b.add(c, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + slot), s.dtype, 2,
-                                         ((i0 + lo) * s.d + n0) * size, l.out[slot], {u32(nn), rows, 1},
-                                         {1, static_cast<std::int64_t>(s.d), 0}));
-      };
       for (std::size_t i = 0; i < chunks.size(); ++i, ++wuse) {
         const auto slot = static_cast<std::uint32_t>(i % 2);
         const auto [n0, nn] = chunks[i];
-        const auto [lo, hi] = seg(own);
-        if (s.residual && hi > lo) {  // this core's segment of the residual, for the epilogue
-          b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kRes + slot), s.dtype, res_arg,
-                                          ((i0 + lo) * s.d + n0) * size, l.res[slot], {u32(nn), u32(hi - lo), 1},
-                                          {1, static_cast<std::int64_t>(s.d), 0}));
-        }
+        fetch_residual(i, false);
         b.add(c, isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kW + wuse % 3) | bit(kRs + slot))});
         load_w(wuse + 1);
         // (The first chunk in the hidden slice's row pieces, each once it is rounded.)
@@ -423,9 +532,9 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
                                .lda = u32(hcc), .ldb = u32(hcc), .ldc = u32(nn), .in = s.dtype, .out = f32,
                                .trans_a = false, .trans_b = true, .accumulate = false});
         }
-        if (i > 0) reduce_and_store(i - 1);
+        if (i > 0) reduce_and_store(i - 1, false);
       }
-      reduce_and_store(chunks.size() - 1);
+      reduce_and_store(chunks.size() - 1, false);
     }
     b.add(c, isa::Wait{.token_mask = kAllTokens});
   }

@@ -44,6 +44,21 @@ struct MlpShape {
   std::optional<isa::UnaryOp> activation = std::nullopt;
   bool residual = false;  // y + residual, an [m x d] matrix of x's dtype
   std::optional<MatmulShape::Norm> norm = std::nullopt;  // of x's rows, as MatmulShape::norm
+  // An output projection and its residual before (a transformer block's attention
+  // output, projected, plus the block's input): the MLP's input is then
+  //   x1 = p Wp^T + bp + x   (p [m x dp], Wp [d x dp], nn.Linear's weight)
+  // and y = mlp(x1) + x1 (`residual` must be false: x1 is the residual). Phase 0
+  // computes x1 as phase 2 computes y: each core a slice of p's columns (and Wp's), the
+  // fp32 partials reduce-scattered over the ring, each core keeping its row segment of
+  // x1 (+ bp, rounded, + x, rounded: the linear and the residual add) in its scratchpad.
+  // Phase 1 then takes the statistics of its own rows and gathers each x panel from
+  // every core's segment over the ring, and phase 2 adds the segment as the residual:
+  // x1 never goes to DRAM. All rows in one block.
+  struct Projection {
+    std::uint64_t dp = 0;
+    std::optional<isa::DType> bias = std::nullopt;
+  };
+  std::optional<Projection> projection = std::nullopt;
 };
 
 struct MlpPlan {
@@ -59,7 +74,7 @@ struct MlpPlan {
 std::optional<MlpPlan> plan_mlp(const MlpShape& shape, const Target& target);
 
 // Arguments: 0 = x [m x d], 1 = W1 [h x d], 2 = y [m x d], 3 = W2 [d x h], then b1, b2,
-// the residual, the norm's weight and bias, each when given. Throws DoesNotFit when no
+// the residual, the norm's weight and bias, a projection's p, Wp and bp, each when given. Throws DoesNotFit when no
 // blocking fits the scratchpad, or when rows must be split into blocks so small that
 // re-reading the weights for each would cost more than the hidden activation the fusion
 // saves (the caller then runs the two linears); std::invalid_argument for a malformed
