@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 import torch.fx
 
-__all__ = ["backend", "drop_layout_preserving_clones", "fold_conversions_into_arange", "fuse_pointwise", "fuse_rms_norms", "recognize_activations", "drop_repeated_kv", "fuse_matmul_epilogues", "fuse_mlps", "fuse_conv_epilogues",
+__all__ = ["backend", "drop_layout_preserving_clones", "fold_conversions_into_arange", "fuse_pointwise", "fuse_rms_norms", "recognize_activations", "drop_repeated_kv", "fuse_matmul_epilogues", "fuse_mlps", "fuse_mlp_projections", "fuse_conv_epilogues",
            "fuse_matmul_residuals", "FUSIBLE_OPS"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -1426,6 +1426,76 @@ def fuse_mlps(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
+def _view_root(node):
+    """The node `node` is a view of through any chain of views, and those views."""
+    views = []
+    while (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _VIEWS
+           and isinstance(node.args[0], torch.fx.Node)):
+        views.append(node)
+        node = node.args[0]
+    return node, views
+
+
+def _read_only_through_views_by(node, reader):
+    """The views of `node` (views of views...) when every read of it goes through them to
+    `reader` alone, else None."""
+    views, stack = [], [node]
+    while stack:
+        for user in stack.pop().users:
+            if user is reader:
+                continue
+            if user.op != "call_function" or user.target not in _VIEWS:
+                return None
+            views.append(user)
+            stack.append(user)
+    return views
+
+
+def fuse_mlp_projections(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Moves the linear before a feed-forward half into its kernel when its result, with a
+    residual added, is both the half's input and its residual, and nothing else reads it:
+    a transformer block's ``x1 = x + attn_proj(a)`` then ``x1 + mlp(norm(x1))`` (GPT-2's
+    second half). The ``spyre.mlp`` call takes x, a, the projection's weight and bias
+    (``proj_input``...): its kernel computes x1 over the ring and keeps each core's rows
+    of it on chip (compiler::MlpShape::Projection), so x1 is neither written nor read back.
+    The values are the two kernels', to the order of the fp32 sums."""
+    epilogue, mlp = torch.ops.spyre.matmul_epilogue.default, torch.ops.spyre.mlp.default
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not mlp or len(node.args) != 11 or node.kwargs:
+            continue
+        a, w1, b1, act, w2, b2, residual, kind, norm_w, norm_b, eps = node.args
+        source, _ = _view_root(a)
+        if residual is None or _view_root(residual)[0] is not source:
+            continue
+        if (source.op != "call_function" or source.target is not epilogue or source.kwargs
+                or len(source.args) != 6 or source.args[3] or source.args[5] != "add" or source.args[4] is None):
+            continue
+        p_in, b_proj, bias_proj, _, x, _ = source.args
+        wp = _linear_weight(b_proj)
+        views = _read_only_through_views_by(source, node)
+        x_val, out = _val(x), _val(node)
+        if (wp is None or views is None or not isinstance(x_val, torch.Tensor) or x_val.dim() != 2
+                or tuple(x_val.shape) != tuple(out.shape) or x_val.dtype != out.dtype):
+            continue
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(mlp, (x, w1, b1, act, w2, b2, None, kind, norm_w, norm_b, eps,
+                                                p_in, wp, bias_proj))
+            call.meta["val"] = out
+        node.replace_all_uses_with(call)
+        gm.graph.erase_node(node)
+        for v in reversed(views):
+            if not v.users:
+                gm.graph.erase_node(v)
+        gm.graph.erase_node(source)
+        _erase_unread(gm, [b_proj])
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     gm = reinplace_input_mutations(gm, example_inputs)
     gm = drop_layout_preserving_clones(drop_repeated_kv(fuse_rms_norms(fold_conversions_into_arange(gm))))
@@ -1433,7 +1503,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs):
     gm = fuse_conv_epilogues(gm)
     gm = fuse_gated_linears(fuse_matmul_residuals(gm))
     gm = merge_sibling_pointwise(fuse_shared_input_linears(fuse_pointwise(gm)))
-    gm = fuse_mlps(fuse_norm_prologues(gm))
+    gm = fuse_mlp_projections(fuse_mlps(fuse_norm_prologues(gm)))
     # AOTAutograd calls compiled graphs with one list of arguments (boxed), which lets it
     # drop saved activations as soon as the backward graph has taken them.
     from functorch.compile import make_boxed_func  # noqa: PLC0415

@@ -99,15 +99,19 @@ TEST_CASE("given GPT-2's feed-forward half on the default chip, every weight byt
 
 TEST_CASE("given MLPs of many shapes and core counts, every ring message sent is received, in order and size") {
   // Rows fewer than cores (a decode step: segments of no rows), ragged K steps and
-  // chunks, a hidden width that leaves the last core a short slice, one core.
+  // chunks, a hidden width that leaves the last core a short slice, one core; with a
+  // projection before, p's width leaving some cores no columns (dp 24 on 32 cores).
   for (const std::uint32_t cores : {1u, 4u, 32u}) {
     for (const std::uint64_t m : {1ull, 7ull, 300ull}) {
       for (const std::uint64_t h : {40ull, 1000ull}) {
-        for (const bool norm : {false, true}) {
+        for (const int variant : {0, 1, 2}) {
+          const bool norm = variant == 1;
           compiler::MlpShape shape{.m = m, .d = 200, .h = h, .dtype = isa::DType::bf16,
                                    .activation = isa::UnaryOp::relu, .residual = norm};
-          if (norm) shape.norm = compiler::MatmulShape::Norm{.rms = true, .eps = 1e-6};
-          INFO("cores=" << cores << " m=" << m << " h=" << h << " norm=" << norm);
+          if (variant > 0) shape.norm = compiler::MatmulShape::Norm{.rms = true, .eps = 1e-6};
+          if (variant == 2) shape.projection = compiler::MlpShape::Projection{.dp = 24, .bias = isa::DType::bf16};
+          if (variant == 2 && !compiler::plan_mlp(shape, chip(cores))) continue;  // (all rows in one block, or none)
+          INFO("cores=" << cores << " m=" << m << " h=" << h << " variant=" << variant);
           const isa::Program p(compiler::compile_mlp(shape, chip(cores), "spyre::mlp"));
           CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = p.num_streams()}));
           const Moves mv = moves(p);
@@ -123,6 +127,43 @@ TEST_CASE("given MLPs of many shapes and core counts, every ring message sent is
       }
     }
   }
+}
+
+TEST_CASE("given a projection before GPT-2's feed-forward half, x1 is computed on chip and never read back") {
+  // x1 = attn Wo^T + bo + x for attn [512 x 2048], Wo [2048 x 2048]: each of the 32 cores
+  // reads its 64 columns of attn (512 x 64 x 2 bytes) and of Wo (2048 x 64 x 2), and its
+  // 16-row segment of x for the residual: attn, Wo and x once in all. x1's statistics
+  // and panels come from the cores' segments over the ring: nothing else reads argument
+  // 0, and the only store is y's.
+  compiler::MlpShape shape{.m = 512, .d = 2048, .h = 8192, .dtype = isa::DType::fp16, .bias1 = isa::DType::fp16,
+                           .bias2 = isa::DType::fp16, .activation = isa::UnaryOp::gelu_tanh};
+  shape.norm = compiler::MatmulShape::Norm{.rms = false, .eps = 1e-5, .weight = isa::DType::fp16,
+                                           .bias = isa::DType::fp16};
+  shape.projection = compiler::MlpShape::Projection{.dp = 2048, .bias = isa::DType::fp16};
+  const std::optional<compiler::MlpPlan> plan = compiler::plan_mlp(shape, chip(32));
+  REQUIRE(plan);
+  CHECK(plan->mb == 512);
+  CHECK(plan->tk == 256);
+  const isa::Program p(compiler::compile_mlp(shape, chip(32), "spyre::mlp[linear,bias,residual,layer_norm,...]"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 32}));
+  const Moves m = moves(p);
+  const std::uint64_t x = 512ull * 2048 * 2, w = 2048ull * 8192 * 2;
+  // Arguments: 4 b1, 5 b2, 6 and 7 the norm's weight and bias, 8 attn, 9 Wo, 10 bo.
+  CHECK(m.loaded.at(0) == x);
+  CHECK(m.loaded.at(8) == x);
+  CHECK(m.loaded.at(9) == 2048ull * 2048 * 2);
+  CHECK(m.loaded.at(1) == w);
+  CHECK(m.loaded.at(3) == w);
+  CHECK(m.stored.size() == 1);
+  CHECK(m.stored.at(2) == x);
+  CHECK(m.sent == m.received);
+  // Phase 1's panels: per K step each core's 16 rows go round the ring, 31 hops: a core
+  // sends its own and forwards 30 (the last it receives has been everywhere).
+  CHECK(m.sent.at({5, 6, 0}).size() == 9 * 31);  // 9 K steps (64, then 256 x 7, then 192)
+  const compiler::MlpShape both{.m = 8, .d = 64, .h = 64, .residual = true,
+                                .projection = compiler::MlpShape::Projection{.dp = 64}};
+  CHECK_THROWS_WITH(compiler::compile_mlp(both, chip(4), "spyre::mlp"),
+                    ContainsSubstring("no residual (x1 is the residual)"));
 }
 
 TEST_CASE("given an MLP whose rows would need blocks that re-read the weights, the compiler refuses it") {

@@ -465,8 +465,10 @@ def test_a_gpt2_blocks_layer_norms_run_in_its_matmuls_prologues(dtype):
         assert_close(got.cpu(), want, **{torch.float32: dict(atol=1e-4, rtol=1e-4),
                                          torch.float16: dict(atol=5e-3, rtol=5e-3)}[dtype])
         names, _ = kernels(compiled, x.to("spyre"))
+    # The QKV projection with LN1 in its prologue, attention, and the rest in one kernel:
+    # the output projection and its residual, LN2, fc1, GELU, fc2 and the second residual.
     assert names == ["spyre::matmul[layer_norm,bias]", "aten::_scaled_dot_product_fused_attention_overrideable",
-                     "spyre::matmul[bias,residual]", "spyre::mlp[layer_norm,gelu_tanh,residual]"]
+                     "spyre::mlp[linear,bias,residual,layer_norm,gelu_tanh,residual]"]
 
 
 def _mlp_unfused(a, w1, b1, act, w2, b2, residual, *norm):
@@ -519,6 +521,82 @@ def test_an_mlp_in_one_kernel_equals_its_two_matmul_kernels(kind, dtype, m, d, h
     assert torch.spyre.fallback_counts() == {}
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("m,d,h,dp", [(37, 64, 200, 96), (300, 200, 1000, 24), (1, 96, 256, 96)], ids=str)
+def test_a_projection_before_an_mlp_in_its_kernel_equals_the_projection_then_the_mlp(dtype, m, d, h, dp):
+    # y = mlp(x1) + x1 for x1 = p @ wp.t() + bp + x, x1 kept on chip (each core its rows)
+    # on the CI chip's 4 cores: p's columns split 24 a core (dp 24: one core has them
+    # all, the others add zeros), rows fewer than cores. Against the projection's kernel
+    # then the MLP's, to the order of the fp32 sums (as above), and against the CPU.
+    x, p = rand((m, d), dtype, 91).to("spyre"), rand((m, dp), dtype, 92).to("spyre")
+    wp, bp = rand((d, dp), dtype, 93).to("spyre"), rand((d,), dtype, 94).to("spyre")
+    w1, b1 = rand((h, d), dtype, 95).to("spyre"), rand((h,), dtype, 96).to("spyre")
+    w2, b2 = rand((d, h), dtype, 97).to("spyre"), rand((d,), dtype, 98).to("spyre")
+    w, b = _norm_params("layer_norm", d, dtype, 99)
+    norm = ("layer_norm", w, b, 1e-5)
+    torch.spyre.reset_fallback_counts()
+    fused = lambda: torch.ops.spyre.mlp(x, w1, b1, "gelu_tanh", w2, b2, None, *norm, p, wp, bp)  # noqa: E731
+    names, _ = kernels(fused)
+    assert names == ["spyre::mlp[linear,bias,residual,layer_norm,gelu_tanh,residual]"]
+
+    def two_kernels():
+        x1 = torch.ops.spyre.matmul_epilogue(p, wp.t(), bp, "", x, "add")
+        return torch.ops.spyre.mlp(x1, w1, b1, "gelu_tanh", w2, b2, x1, *norm)
+
+    # (What x1 saves in DRAM traffic shows at real sizes: tests/compiler/mlp_test.cpp. Here
+    # the cores' slices of p and Wp, 24 columns, straddle 128-byte sticks, which DMA
+    # moves whole.)
+    assert kernels(two_kernels)[0] == ["spyre::matmul[bias,residual]", "spyre::mlp[layer_norm,gelu_tanh,residual]"]
+    want = two_kernels().cpu().float()
+    scale = want.abs().max().item()
+    close = dict(atol={torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype] * scale, rtol=0)
+    assert_close(fused().cpu().float(), want, **close)
+    x1 = (p.cpu().float() @ wp.cpu().float().t() + bp.cpu().float()).to(dtype).float() + x.cpu().float()
+    x1 = x1.to(dtype).float()
+    hid = F.gelu(F.layer_norm(x1, (d,), w.cpu().float(), b.cpu().float(), 1e-5) @ w1.cpu().float().t()
+                 + b1.cpu().float(), approximate="tanh").to(dtype).float()
+    cpu = (hid @ w2.cpu().float().t() + b2.cpu().float()).to(dtype).float() + x1
+    assert_close(fused().cpu().float(), cpu, **close)
+    assert torch.spyre.fallback_counts() == {}
+
+
+class _ProjectedMlp(torch.nn.Module):
+    """x1 = x + proj(a), then x1 + mlp(ln(x1)): a transformer block's second half; with
+    `keep`, x1 is an output too."""
+
+    def __init__(self, keep):
+        super().__init__()
+        self.keep, self.proj, self.ln = keep, torch.nn.Linear(96, 64), torch.nn.LayerNorm(64)
+        self.up, self.down = torch.nn.Linear(64, 256), torch.nn.Linear(256, 64)
+
+    def forward(self, x, a):
+        x1 = x + self.proj(a)
+        y = x1 + self.down(F.gelu(self.up(self.ln(x1))))
+        return (y, x1) if self.keep else y
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_projection_joins_the_mlp_kernel_only_when_nothing_else_reads_its_result(keep):
+    torch._dynamo.reset()
+    torch.manual_seed(6)
+    model = _ProjectedMlp(keep)
+    x, a = rand((2, 20, 64), torch.float32, 31), rand((2, 20, 96), torch.float32, 32)
+    want = model(x, a)
+    model = model.to("spyre")
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="spyre")
+        torch.spyre.reset_fallback_counts()
+        got = compiled(x.to("spyre"), a.to("spyre"))
+        assert torch.spyre.fallback_counts() == {}
+        names, _ = kernels(compiled, x.to("spyre"), a.to("spyre"))
+    for g, w in zip(got if keep else [got], want if keep else [want]):
+        assert_close(g.cpu(), w, atol=1e-4, rtol=1e-4)
+    if keep:  # x1 is written: the projection keeps its kernel
+        assert names == ["spyre::matmul[bias,residual]", "spyre::mlp[layer_norm,gelu,residual]"]
+    else:
+        assert names == ["spyre::mlp[linear,bias,residual,layer_norm,gelu,residual]"]
+
+
 def test_an_mlp_checks_its_operands():
     a = torch.ones(4, 8, device="spyre")
     w1, w2 = torch.ones(16, 8, device="spyre"), torch.ones(8, 16, device="spyre")
@@ -530,6 +608,12 @@ def test_an_mlp_checks_its_operands():
         torch.ops.spyre.mlp(a, w1, None, "swish", w2, None)
     with pytest.raises(RuntimeError, match=r"the residual must be a \[4, 8\] Float matrix"):
         torch.ops.spyre.mlp(a, w1, None, "relu", w2, None, torch.ones(4, 16, device="spyre"))
+    with pytest.raises(RuntimeError, match="with a projection the residual is its result"):
+        torch.ops.spyre.mlp(a, w1, None, "relu", w2, None, a, "", None, None, 0., a, torch.ones(8, 8, device="spyre"))
+    with pytest.raises(RuntimeError, match=r"proj_weight must be a \[8, 8\] Float matrix"):
+        torch.ops.spyre.mlp(a, w1, None, "relu", w2, None, None, "", None, None, 0., a, w2)
+    with pytest.raises(RuntimeError, match="proj_weight or proj_bias without proj_input"):
+        torch.ops.spyre.mlp(a, w1, None, "relu", w2, None, None, "", None, None, 0., None, w2)
     # The device keeps working.
     assert_close(torch.ops.spyre.mlp(a, w1, None, "relu", w2, None).cpu(), torch.full((4, 8), 128.0))
 
