@@ -689,20 +689,24 @@ def test_residual_adds_after_linear_layers_run_in_the_matmul_epilogue(dtype):
                                          torch.bfloat16: dict(atol=6e-2, rtol=6e-2)}[dtype])
         names, fused_bytes = kernels(compiled, x.to("spyre"))
         eager, eager_bytes = kernels(model, x.to("spyre"))
-    # (The second residual's linears are the feed-forward kernel, spyre::mlp.)
-    assert names == ["spyre::matmul[bias,residual]", "spyre::mlp[gelu,residual]"]
+    # (All of it is one feed-forward kernel: the first residual's linear is its phase 0,
+    # h never leaves the chip.)
+    assert names == ["spyre::mlp[linear,bias,residual,gelu,residual]"]
     assert eager.count("aten::add") == 2 and len(eager) == 6  # (and gelu's own kernel)
-    # Per residual, eager writes the product, reads it and x, writes the sum (4 passes of
-    # 2 x 32 x 256 values); the kernel reads x and writes the sum (2). The gelu epilogue
-    # saves its read and write of the 2 x 32 x 640 hidden values, and the feed-forward
-    # kernel their write and read after the activation too.
-    # Its 4 cores (the CI chip) take 160 hidden units each: in 16-bit dtypes a core's
-    # 320-byte piece of each of W2's 256 rows, and its slice of b1, straddle three 128-byte
-    # sticks, which DMA moves whole (64 bytes more each).
+    # Eager moves 10 passes of 2 x 32 x 256 values (proj reads x and writes its product,
+    # the add reads both and writes h, up reads h, down writes its product, the second add
+    # reads it and h and writes the sum) and 4 of the 2 x 32 x 640 hidden values (up's
+    # write, gelu's read and write, down's read). The kernel reads x twice (as the
+    # projection's input and its residual) and writes the sum: 7 passes and the hidden
+    # ones fewer. Each of its 4 cores (the CI chip) reads all of the projection's bias
+    # (256 values, 3 more times than eager), and takes 160 hidden units: in 16-bit dtypes a
+    # core's 320-byte piece of each of W2's 256 rows, and its slice of b1, straddle three
+    # 128-byte sticks, which DMA moves whole (64 bytes more each).
     pass_bytes = 2 * 32 * 256 * x.element_size()
     hidden_bytes = 2 * 32 * 640 * x.element_size()
     straddle = 0 if dtype == torch.float32 else 4 * (256 + 1) * 64
-    assert eager_bytes - fused_bytes == 2 * 2 * pass_bytes + 2 * 2 * hidden_bytes - straddle
+    bias_copies = 3 * 256 * x.element_size()
+    assert eager_bytes - fused_bytes == 7 * pass_bytes + 4 * hidden_bytes - bias_copies - straddle
 
 
 def test_residual_epilogues_compile_with_dynamic_lengths():
@@ -717,7 +721,7 @@ def test_residual_epilogues_compile_with_dynamic_lengths():
             # fp32: the epilogues' single roundings are eager's; the feed-forward kernel sums
             # the second product in its own order (each core's hidden slice, then the ring's).
             assert_close(compiled(x).cpu(), model(x).cpu(), atol=1e-5, rtol=1e-5)
-            assert kernels(compiled, x)[0] == ["spyre::matmul[bias,residual]", "spyre::mlp[gelu,residual]"]
+            assert kernels(compiled, x)[0] == ["spyre::mlp[linear,bias,residual,gelu,residual]"]
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
