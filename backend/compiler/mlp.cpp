@@ -209,10 +209,10 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
   ksteps = k_steps(s.d, p.tk);
   for (std::uint64_t n0 = 0; n0 < s.d; n0 += p.tn) chunks.emplace_back(n0, std::min(p.tn, s.d - n0));
 
+  const Layout l = layout(s, P, p.hc, p.mb, p.tk, p.tn);  // (every core's)
   isa::ProgramBuilder b(name, P);
   for (std::uint32_t c = 0; c < P; ++c) {
     const std::uint64_t h0 = c * p.hc, hcc = std::min(p.hc, s.h - h0);
-    const Layout l = layout(s, P, p.hc, p.mb, p.tk, p.tn);
     const NormRows nr{s.norm.value_or(MatmulShape::Norm{}), s.dtype, s.d, l.mean, l.rstd, l.nw, l.nb, l.nwork,
                       l.nrows * s.d};
     const auto up = static_cast<std::uint16_t>((c + P - 1) % P), down = static_cast<std::uint16_t>((c + 1) % P);

@@ -1370,12 +1370,13 @@ def fuse_norm_prologues(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
-def _through_views(node):
-    """(source, views): the node `node` is a view of, through views each read only by the
-    next (``view(view(x))``), and those views; `node` itself when it is no view."""
+def _view_root(node, read_once=True):
+    """(source, views): the node `node` is a view of, through a chain of views, and those
+    views; with `read_once`, only through views each read by nothing but the next
+    (``view(view(x))``). `node` itself when it is no view."""
     views = []
     while (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _VIEWS
-           and len(node.users) == 1 and isinstance(node.args[0], torch.fx.Node)):
+           and (len(node.users) == 1 or not read_once) and isinstance(node.args[0], torch.fx.Node)):
         views.append(node)
         node = node.args[0]
     return node, views
@@ -1396,7 +1397,7 @@ def fuse_mlps(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if found is None or found[1] is not epilogue:
             continue
         a2, (b2, bias2, act2, residual, residual_op) = found[0], found[2]
-        first, views = _through_views(a2)
+        first, views = _view_root(a2)
         if (act2 or residual_op != "add" or not isinstance(first, torch.fx.Node) or first.op != "call_function"
                 or first.target is not epilogue or first.kwargs or len(first.users) != 1 or first is node):
             continue
@@ -1424,16 +1425,6 @@ def fuse_mlps(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         gm.graph.lint()
         gm.recompile()
     return gm
-
-
-def _view_root(node):
-    """The node `node` is a view of through any chain of views, and those views."""
-    views = []
-    while (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _VIEWS
-           and isinstance(node.args[0], torch.fx.Node)):
-        views.append(node)
-        node = node.args[0]
-    return node, views
 
 
 def _read_only_through_views_by(node, reader):
@@ -1465,8 +1456,8 @@ def fuse_mlp_projections(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if node.op != "call_function" or node.target is not mlp or len(node.args) != 11 or node.kwargs:
             continue
         a, w1, b1, act, w2, b2, residual, kind, norm_w, norm_b, eps = node.args
-        source, _ = _view_root(a)
-        if residual is None or _view_root(residual)[0] is not source:
+        source, _ = _view_root(a, read_once=False)
+        if residual is None or _view_root(residual, read_once=False)[0] is not source:
             continue
         if (source.op != "call_function" or source.target is not epilogue or source.kwargs
                 or len(source.args) != 6 or source.args[3] or source.args[5] != "add" or source.args[4] is None):
