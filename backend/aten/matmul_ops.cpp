@@ -630,14 +630,18 @@ at::Tensor linear_gated(const at::Tensor& a, const at::Tensor& gate, const at::T
 // the two linears are (the hidden activation to the input's dtype, the output before the
 // residual's add). What the torch.compile backend puts in place of the two matmul
 // kernels; when the kernel does not fit (or would read the weights too often), those
-// two kernels run.
+// two kernels run. With up_weight (w3, [h, d]) the first half is gated, SwiGLU's
+// activation(input @ w1.t()) * (input @ w3.t()), rounded as spyre::linear_gated rounds
+// it (no b1), and the kernels it replaces are linear_gated's and the second linear's.
 at::Tensor mlp(const at::Tensor& a, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
                c10::string_view activation, const at::Tensor& w2, const std::optional<at::Tensor>& b2,
                const std::optional<at::Tensor>& residual_in, c10::string_view norm,
                const std::optional<at::Tensor>& norm_weight, const std::optional<at::Tensor>& norm_bias,
                double norm_eps, const std::optional<at::Tensor>& proj_input,
-               const std::optional<at::Tensor>& proj_weight, const std::optional<at::Tensor>& proj_bias) {
+               const std::optional<at::Tensor>& proj_weight, const std::optional<at::Tensor>& proj_bias,
+               const std::optional<at::Tensor>& up_weight) {
   const bool projected = proj_input && proj_input->defined();
+  const bool gated = up_weight && up_weight->defined();
   if (projected) {
     // x1 = proj_input @ proj_weight.t() + proj_bias + input, then the MLP of x1 + x1.
     const at::Tensor& pin = *proj_input;
@@ -683,6 +687,13 @@ at::Tensor mlp(const at::Tensor& a, const at::Tensor& w1, const std::optional<at
   TORCH_CHECK(w1.dim() == 2, "spyre::mlp: w1 must be an [h, ", d, "] matrix, got shape ", w1.sizes());
   matrix(w1, h, d, "w1");
   matrix(w2, d, h, "w2 (the second linear's weight)");
+  if (gated) {
+    matrix(*up_weight, h, d, "up_weight (w3)");
+    TORCH_CHECK(!(b1 && b1->defined()), "spyre::mlp: a gated first half (up_weight given) takes no b1");
+    TORCH_CHECK(act != isa::UnaryOp::hardswish && act != isa::UnaryOp::hardsigmoid,
+                "spyre::mlp: a gated first half takes spyre::linear_gated's activations (silu, gelu, gelu_tanh, "
+                "relu, sigmoid, tanh or none), got '", activation, "'");
+  }
   const at::Tensor* residual = residual_in && residual_in->defined() ? &*residual_in : nullptr;
   if (residual != nullptr) matrix(*residual, m, d, "the residual");
   for (const auto& [bias, n, what] : {std::tuple{&b1, h, "b1"}, std::tuple{&b2, d, "b2"}}) {
@@ -701,14 +712,16 @@ at::Tensor mlp(const at::Tensor& a, const at::Tensor& w1, const std::optional<at
       const at::Tensor x1 =
           matmul_epilogue(*proj_input, proj_weight->t(), proj_bias, "", a, "add", "", std::nullopt, std::nullopt, 0);
       return mlp(x1, w1, b1, activation, w2, b2, x1, norm, norm_weight, norm_bias, norm_eps, std::nullopt,
-                 std::nullopt, std::nullopt);
+                 std::nullopt, std::nullopt, up_weight);
     }
-    const at::Tensor hidden = matmul_epilogue(a, w1.t(), b1, activation, std::nullopt, "add", norm, norm_weight,
-                                              norm_bias, norm_eps);
+    const at::Tensor hidden = gated ? linear_gated(a, w1, *up_weight, activation, norm, norm_weight, norm_bias, norm_eps)
+                                    : matmul_epilogue(a, w1.t(), b1, activation, std::nullopt, "add", norm,
+                                                      norm_weight, norm_bias, norm_eps);
     return matmul_epilogue(hidden, w2.t(), b2, "", residual_in, "add", "", std::nullopt, std::nullopt, 0);
   };
   if (m == 0 || d == 0 || h == 0) return unfused();
   const at::Tensor x = a.contiguous(), wa = weight_rows(w1), wb = weight_rows(w2);
+  const at::Tensor wu = gated ? weight_rows(*up_weight) : at::Tensor();
   const at::Tensor res = residual != nullptr ? residual->contiguous() : at::Tensor();
   at::Tensor out = at::empty({m, d}, a.options());
   compiler::MlpShape s;
@@ -722,6 +735,8 @@ at::Tensor mlp(const at::Tensor& a, const at::Tensor& w1, const std::optional<at
   if (has_b2) s.bias2 = s.dtype;
   s.activation = act;
   s.residual = residual != nullptr;
+  s.gated = gated;
+  if (gated) s.ld3 = row_pitch(wu);
   if (prologue) s.norm = prologue->norm;
   const bool has_bp = projected && proj_bias && proj_bias->defined();
   at::Tensor pin, wp;
@@ -733,14 +748,15 @@ at::Tensor mlp(const at::Tensor& a, const at::Tensor& w1, const std::optional<at
   }
   std::string parts = projected ? std::string(has_bp ? "linear,bias,residual," : "linear,residual,") : "";
   parts += prologue ? std::string(norm) + "," : "";
-  parts += activation.empty() ? std::string("none") : std::string(activation);
+  parts += activation.empty() ? std::string("none") : (gated ? "gated_" : "") + std::string(activation);
   if (s.residual || projected) parts += ",residual";
   const std::string name = "spyre::mlp[" + parts + "]";
   const std::string key = name + "|" + std::string(isa::to_string(s.dtype)) + "|" + std::to_string(m) + "x" +
                           std::to_string(d) + "x" + std::to_string(h) + "|" + std::to_string(s.ld1) + "," +
                           std::to_string(s.ld2) + (has_b1 ? "|b1" : "|-") + (has_b2 ? "b2" : "-") +
                           (prologue ? prologue->key() : "") +
-                          (projected ? "|p" + std::to_string(pin.size(1)) + (has_bp ? "b" : "") : "");
+                          (projected ? "|p" + std::to_string(pin.size(1)) + (has_bp ? "b" : "") : "") +
+                          (gated ? "|g" + std::to_string(s.ld3) : "");
   std::vector<std::uint64_t> args{device_address(x), device_address(wa), device_address(out), device_address(wb)};
   if (has_b1) args.push_back(device_address(*b1));
   if (has_b2) args.push_back(device_address(*b2));
@@ -751,10 +767,11 @@ at::Tensor mlp(const at::Tensor& a, const at::Tensor& w1, const std::optional<at
     args.push_back(device_address(wp));
     if (has_bp) args.push_back(device_address(*proj_bias));
   }
+  if (gated) args.push_back(device_address(wu));
   const c10::DeviceGuard guard(a.device());
   const std::uint64_t size = isa::dtype_size(s.dtype);
   const std::uint64_t dp = projected ? static_cast<std::uint64_t>(pin.size(1)) : 0;
-  const Traffic traffic{.read = (s.m * s.d * (s.residual ? 2 : 1) + 2 * s.d * s.h + (has_b1 ? s.h : 0) +
+  const Traffic traffic{.read = (s.m * s.d * (s.residual ? 2 : 1) + (gated ? 3 : 2) * s.d * s.h + (has_b1 ? s.h : 0) +
                                  (has_b2 ? s.d : 0) + s.m * dp + s.d * dp + (has_bp ? s.d : 0)) * size +
                                 (prologue ? prologue->bytes() : 0),
                         .written = s.m * s.d * size};
@@ -780,7 +797,7 @@ TORCH_LIBRARY_FRAGMENT(spyre, m) {
         "Tensor? norm_weight=None, Tensor? norm_bias=None, float norm_eps=0.) -> Tensor");
   m.def("mlp(Tensor input, Tensor w1, Tensor? b1, str activation, Tensor w2, Tensor? b2, Tensor? residual=None, "
         "str norm=\"\", Tensor? norm_weight=None, Tensor? norm_bias=None, float norm_eps=0., "
-        "Tensor? proj_input=None, Tensor? proj_weight=None, Tensor? proj_bias=None) -> Tensor");
+        "Tensor? proj_input=None, Tensor? proj_weight=None, Tensor? proj_bias=None, Tensor? up_weight=None) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) {
   m.impl("matmul_epilogue", matmul_epilogue);

@@ -21,8 +21,8 @@ constexpr isa::DType f32 = isa::DType::fp32;
 // Scratchpad layout of a plan (Arena: every buffer 64-byte aligned).
 struct Layout {
   // Phase 1's fp32 accumulator [mb x hc], then (converted in place) the hidden slice in
-  // x's dtype, phase 2's A.
-  std::uint32_t acc = 0;
+  // x's dtype, phase 2's A. A gated pair's up accumulator beside it (rounded in place too).
+  std::uint32_t acc = 0, acc_up = 0;
   // Phase 1's two x panels [mb x tk]; phase 2's two fp32 partials [mb x tn] in the same
   // bytes.
   std::uint32_t x[2] = {}, partial[2] = {};
@@ -53,13 +53,15 @@ Layout layout(const MlpShape& s, std::uint32_t cores, std::uint64_t hc, std::uin
   Layout l;
   Arena a;
   l.acc = a(std::max(mb * hc * 4, mb * pc * size));  // (phase 0: p's slice)
+  if (s.gated) l.acc_up = a(mb * hc * 4);
+  const std::uint64_t w1_rows = s.gated ? 2 * hc : hc;  // (a gated pair's panel: W1's rows, then W3's)
   const std::uint64_t x_bytes = (mb * tk * size + 63) / 64 * 64, part_bytes = (mb * tn * 4 + 63) / 64 * 64;
   const std::uint32_t shared = a(2 * std::max(x_bytes, part_bytes));
   for (std::uint32_t q = 0; q < 2; ++q) {
     l.x[q] = shared + static_cast<std::uint32_t>(q * x_bytes);
     l.partial[q] = shared + static_cast<std::uint32_t>(q * part_bytes);
   }
-  for (auto& w : l.w) w = a(std::max({hc * tk, tn * hc, tn * pc}) * size);
+  for (auto& w : l.w) w = a(std::max({w1_rows * tk, tn * hc, tn * pc}) * size);
   for (auto& r : l.recv) r = a(seg * tn * 4);
   for (int q = 0; q < 2; ++q) {
     l.out[q] = a(seg * tn * size);
@@ -130,7 +132,7 @@ std::optional<MlpPlan> plan_mlp(const MlpShape& s, const Target& target) {
                                       target.depth(s.dtype), m, n, k);
     };
     std::uint64_t total = (s.d / tn) * mm(mb, tn, hc) + (s.d % tn ? mm(mb, s.d % tn, hc) : 0);
-    for (const auto& [k0, kk] : k_steps(s.d, tk)) total += mm(mb, hc, kk);
+    for (const auto& [k0, kk] : k_steps(s.d, tk)) total += (s.gated ? 2 : 1) * mm(mb, hc, kk);
     return total;
   };
   // The most rows a block can take (the weights are read once per block), then the K
@@ -172,6 +174,10 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
   if (s.norm) {
     check_norm(*s.norm, s.dtype, name, "x");
   }
+  if (s.gated && (s.bias1 || (s.ld3 != 0 && s.ld3 < s.d))) {
+    throw std::invalid_argument(name + ": a gated MLP takes no b1, and W3's row pitch " + str(s.ld3) +
+                                " must be >= d (" + str(s.d) + ")");
+  }
   if (s.projection && (s.residual || s.projection->dp == 0 ||
                        (s.projection->bias && !isa::is_float(*s.projection->bias)))) {
     throw std::invalid_argument(name + ": a projection before takes p's width dp > 0, a float bias, and no residual "
@@ -183,16 +189,17 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
                      "): no blocking fits the scratchpad's " + str(target.scratchpad_bytes) + " bytes");
   }
   const MlpPlan& p = *plan;
-  // Each further block of rows reads the weights again: worth it only while that costs
-  // less than the hidden activation's write and read the fusion saves.
-  if ((p.blocks - 1) * s.d >= s.m) {
+  // Each further block of rows reads the weights again (2 or, gated, 3 of d x h): worth
+  // it only while that costs less than the hidden activation's write and read (2 of m x h)
+  // the fusion saves.
+  if ((p.blocks - 1) * (s.gated ? 3 : 2) * s.d >= 2 * s.m) {
     throw DoesNotFit(name + " " + str(s.m) + "x" + str(s.d) + " (hidden " + str(s.h) + "): blocks of " + str(p.mb) +
                      " rows read the weights " + str(p.blocks) +
                      " times, more than the hidden activation's traffic the fusion saves");
   }
   const std::uint64_t size = isa::dtype_size(s.dtype);
   const std::uint32_t P = p.cores;
-  const std::uint64_t ld1 = s.ld1 != 0 ? s.ld1 : s.d, ld2 = s.ld2 != 0 ? s.ld2 : s.h;
+  const std::uint64_t ld1 = s.ld1 != 0 ? s.ld1 : s.d, ld2 = s.ld2 != 0 ? s.ld2 : s.h, ld3 = s.ld3 != 0 ? s.ld3 : s.d;
   const auto u32 = [](std::uint64_t v) { return static_cast<std::uint32_t>(v); };
   // Argument numbers.
   std::uint16_t next_arg = 4;
@@ -201,6 +208,8 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
   next_arg = static_cast<std::uint16_t>(next_arg + (s.norm && s.norm->weight ? 1 : 0) + (s.norm && s.norm->bias ? 1 : 0));
   const std::uint16_t p_arg = next_arg, wp_arg = static_cast<std::uint16_t>(next_arg + 1),
                       bp_arg = static_cast<std::uint16_t>(next_arg + 2);
+  if (s.projection) next_arg = static_cast<std::uint16_t>(next_arg + (s.projection->bias ? 3 : 2));
+  const std::uint16_t w3_arg = next_arg;
   const MlpShape::Projection* pj = s.projection ? &*s.projection : nullptr;
   const std::uint64_t pc = proj_slice(s, P);
 
@@ -244,6 +253,11 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
       } else if (w.which == 0) {  // W1 rows h0 .. h0 + hcc, columns at .. at + cols: [hcc x cols]
         b.add(c, make_dma<isa::DmaLoad>(token, s.dtype, 1, (h0 * ld1 + w.at) * size, l.w[u % 3],
                                         {u32(w.cols), u32(hcc), 1}, {1, static_cast<std::int64_t>(ld1), 0}));
+        if (s.gated) {  // and W3's below them
+          b.add(c, make_dma<isa::DmaLoad>(token, s.dtype, w3_arg, (h0 * ld3 + w.at) * size,
+                                          l.w[u % 3] + u32(hcc * w.cols * size), {u32(w.cols), u32(hcc), 1},
+                                          {1, static_cast<std::int64_t>(ld3), 0}));
+        }
       } else {  // W2 rows at .. at + cols, columns h0 .. h0 + hcc: [cols x hcc]
         b.add(c, make_dma<isa::DmaLoad>(token, s.dtype, 3, (w.at * ld2 + h0) * size, l.w[u % 3],
                                         {u32(hcc), u32(w.cols), 1}, {1, static_cast<std::int64_t>(ld2), 0}));
@@ -491,6 +505,12 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
         b.add(c, isa::Matmul{.a = l.x[slot], .b = l.w[wuse % 3], .c = l.acc, .m = u32(mr), .n = u32(hcc), .k = u32(kk),
                              .lda = u32(kk), .ldb = u32(kk), .ldc = u32(hcc), .in = s.dtype, .out = f32,
                              .trans_a = false, .trans_b = true, .accumulate = st > 0});
+        if (s.gated) {  // the up projection: the panel's second half, the same x panel
+          b.add(c, isa::Matmul{.a = l.x[slot], .b = l.w[wuse % 3] + u32(hcc * kk * size), .c = l.acc_up,
+                               .m = u32(mr), .n = u32(hcc), .k = u32(kk), .lda = u32(kk), .ldb = u32(kk),
+                               .ldc = u32(hcc), .in = s.dtype, .out = f32, .trans_a = false, .trans_b = true,
+                               .accumulate = st > 0});
+        }
         // Core 0: the next x panel into the other slot once the matmul before this one
         // has read it (this one is queued: the array keeps working while the stream waits).
         x_load(st + 1);
@@ -514,6 +534,14 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
         if (s.dtype != f32) {
           b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = at32, .dst = l.acc + u32(r0 * hcc * size),
                                  .count = count});
+        }
+        if (s.gated) {  // * the up projection, rounded first as its own product is
+          const std::uint32_t up32 = l.acc_up + u32(r0 * hcc * 4), up_at = l.acc_up + u32(r0 * hcc * size);
+          if (s.dtype != f32) {
+            b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = up32, .dst = up_at, .count = count});
+          }
+          b.add(c, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = s.dtype, .a = l.acc + u32(r0 * hcc * size),
+                                .b = up_at, .dst = l.acc + u32(r0 * hcc * size), .rows = rows, .cols = u32(hcc)});
         }
       }
       // Phase 2: each chunk's partial, then (while the next chunk's is on the arrays) its

@@ -23,6 +23,9 @@
 // The numerics are the two linears' (the hidden activation rounded to x's dtype once, the
 // output once before the residual), with the second product's fp32 sum in a different
 // order (each core's partial over its slice, then the ring's order).
+// A gated feed-forward (SwiGLU's, `MlpShape::gated`: act(x W1^T) * (x W3^T), then W2)
+// takes each core's rows of W1 and W3 as one panel per K step, two accumulators fed by
+// one x panel, and rounds its hidden slice as spyre::linear_gated does.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,11 @@ struct MlpShape {
   std::optional<isa::DType> bias1 = std::nullopt, bias2 = std::nullopt;  // h and d values
   std::optional<isa::UnaryOp> activation = std::nullopt;
   bool residual = false;  // y + residual, an [m x d] matrix of x's dtype
+  // A gated first half: hidden = act(x W1^T) * (x W3^T) with W3 [h x d] (row pitch ld3,
+  // 0 = d), each product accumulated in fp32, the gate's activated, both rounded to x's
+  // dtype and multiplied in it (compiler::MatmulShape::gated's numerics). No b1.
+  bool gated = false;
+  std::uint64_t ld3 = 0;
   std::optional<MatmulShape::Norm> norm = std::nullopt;  // of x's rows, as MatmulShape::norm
   // An output projection and its residual before (a transformer block's attention
   // output, projected, plus the block's input): the MLP's input is then
@@ -74,7 +82,8 @@ struct MlpPlan {
 std::optional<MlpPlan> plan_mlp(const MlpShape& shape, const Target& target);
 
 // Arguments: 0 = x [m x d], 1 = W1 [h x d], 2 = y [m x d], 3 = W2 [d x h], then b1, b2,
-// the residual, the norm's weight and bias, a projection's p, Wp and bp, each when given. Throws DoesNotFit when no
+// the residual, the norm's weight and bias, a projection's p, Wp and bp, each when given,
+// and last W3 when gated. Throws DoesNotFit when no
 // blocking fits the scratchpad, or when rows must be split into blocks so small that
 // re-reading the weights for each would cost more than the hidden activation the fusion
 // saves (the caller then runs the two linears); std::invalid_argument for a malformed

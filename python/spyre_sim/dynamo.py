@@ -1389,8 +1389,10 @@ def fuse_mlps(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     before, the first linear's matmul_epilogue whose result (through views) only the
     second's reads, as its input. The kernel splits the hidden units over the cores and
     reduces the second product over the ring (compiler::compile_mlp), so the hidden
-    activation never goes to DRAM; it rounds as the two kernels do."""
-    epilogue = torch.ops.spyre.matmul_epilogue.default
+    activation never goes to DRAM; it rounds as the two kernels do. A gated first half
+    (SwiGLU's ``linear_gated``, Llama's feed-forward) is taken the same way, its up
+    projection's weight as the call's ``up_weight``."""
+    epilogue, gated = torch.ops.spyre.matmul_epilogue.default, torch.ops.spyre.linear_gated.default
     changed = False
     for node in list(gm.graph.nodes):
         found = _matmul_input(node)  # (the second linear: a matmul_epilogue, an addmm or an mm)
@@ -1399,11 +1401,17 @@ def fuse_mlps(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         a2, (b2, bias2, act2, residual, residual_op) = found[0], found[2]
         first, views = _view_root(a2)
         if (act2 or residual_op != "add" or not isinstance(first, torch.fx.Node) or first.op != "call_function"
-                or first.target is not epilogue or first.kwargs or len(first.users) != 1 or first is node):
+                or first.target not in (epilogue, gated) or first.kwargs or len(first.users) != 1 or first is node):
             continue
-        args1 = list(first.args) + [None, "add", "", None, None, 0.0][len(first.args) - 4:]
-        a1, b1, bias1, act1, residual1, _, kind, norm_w, norm_b, eps = args1[:10]
-        w1, w2 = _linear_weight(b1), _linear_weight(b2)
+        up = None
+        if first.target is gated:  # (input, gate, up, activation[, norm, weight, bias, eps])
+            a1, w1, up, act1, kind, norm_w, norm_b, eps = list(first.args) + ["", None, None, 0.0][len(first.args) - 4:]
+            b1 = bias1 = residual1 = None
+        else:
+            args1 = list(first.args) + [None, "add", "", None, None, 0.0][len(first.args) - 4:]
+            a1, b1, bias1, act1, residual1, _, kind, norm_w, norm_b, eps = args1[:10]
+            w1 = _linear_weight(b1)
+        w2 = _linear_weight(b2)
         x_val, h_val, out = _val(a1), _val(first), _val(node)
         if (residual1 is not None or w1 is None or w2 is None or not isinstance(x_val, torch.Tensor)
                 or not isinstance(h_val, torch.Tensor) or not isinstance(out, torch.Tensor) or x_val.dim() != 2
@@ -1412,7 +1420,8 @@ def fuse_mlps(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             continue
         with gm.graph.inserting_before(node):
             call = gm.graph.call_function(torch.ops.spyre.mlp.default,
-                                          (a1, w1, bias1, act1, w2, bias2, residual, kind, norm_w, norm_b, eps))
+                                          (a1, w1, bias1, act1, w2, bias2, residual, kind, norm_w, norm_b, eps)
+                                          + ((None, None, None, up) if up is not None else ()))
             call.meta["val"] = out
         node.replace_all_uses_with(call)
         gm.graph.erase_node(node)
@@ -1453,9 +1462,11 @@ def fuse_mlp_projections(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     epilogue, mlp = torch.ops.spyre.matmul_epilogue.default, torch.ops.spyre.mlp.default
     changed = False
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target is not mlp or len(node.args) != 11 or node.kwargs:
+        if (node.op != "call_function" or node.target is not mlp or node.kwargs or len(node.args) not in (11, 15)
+                or any(v is not None for v in node.args[11:14])):
             continue
-        a, w1, b1, act, w2, b2, residual, kind, norm_w, norm_b, eps = node.args
+        a, w1, b1, act, w2, b2, residual, kind, norm_w, norm_b, eps = node.args[:11]
+        up = node.args[14] if len(node.args) == 15 else None
         source, _ = _view_root(a, read_once=False)
         if residual is None or _view_root(residual, read_once=False)[0] is not source:
             continue
@@ -1471,7 +1482,7 @@ def fuse_mlp_projections(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             continue
         with gm.graph.inserting_before(node):
             call = gm.graph.call_function(mlp, (x, w1, b1, act, w2, b2, None, kind, norm_w, norm_b, eps,
-                                                p_in, wp, bias_proj))
+                                                p_in, wp, bias_proj) + ((up,) if up is not None else ()))
             call.meta["val"] = out
         node.replace_all_uses_with(call)
         gm.graph.erase_node(node)

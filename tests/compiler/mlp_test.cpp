@@ -104,14 +104,21 @@ TEST_CASE("given MLPs of many shapes and core counts, every ring message sent is
   for (const std::uint32_t cores : {1u, 4u, 32u}) {
     for (const std::uint64_t m : {1ull, 7ull, 300ull}) {
       for (const std::uint64_t h : {40ull, 1000ull}) {
-        for (const int variant : {0, 1, 2}) {
-          const bool norm = variant == 1;
+        for (const int variant : {0, 1, 2, 3, 4}) {  // (3 and 4: 1 and 2 gated)
+          const bool norm = variant == 1 || variant == 3, projection = variant == 2 || variant == 4;
           compiler::MlpShape shape{.m = m, .d = 200, .h = h, .dtype = isa::DType::bf16,
-                                   .activation = isa::UnaryOp::relu, .residual = norm};
+                                   .activation = isa::UnaryOp::relu, .residual = norm, .gated = variant >= 3};
           if (variant > 0) shape.norm = compiler::MatmulShape::Norm{.rms = true, .eps = 1e-6};
-          if (variant == 2) shape.projection = compiler::MlpShape::Projection{.dp = 24, .bias = isa::DType::bf16};
-          if (variant == 2 && !compiler::plan_mlp(shape, chip(cores))) continue;  // (all rows in one block, or none)
+          if (projection) shape.projection = compiler::MlpShape::Projection{.dp = 24, .bias = isa::DType::bf16};
+          if (projection && !compiler::plan_mlp(shape, chip(cores))) continue;  // (all rows in one block, or none)
           INFO("cores=" << cores << " m=" << m << " h=" << h << " variant=" << variant);
+          if (shape.gated && cores == 1 && m == 300 && h == 1000) {
+            // Two accumulators: blocks of 75 rows, W1, W3 and W2 read 4 times (3 x 3 x
+            // 200 x 1000 values more) against the 2 x 300 x 1000 of hidden activation saved.
+            CHECK(compiler::plan_mlp(shape, chip(cores))->mb == 75);
+            CHECK_THROWS_AS(compiler::compile_mlp(shape, chip(cores), "spyre::mlp"), compiler::DoesNotFit);
+            continue;
+          }
           const isa::Program p(compiler::compile_mlp(shape, chip(cores), "spyre::mlp"));
           CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = p.num_streams()}));
           const Moves mv = moves(p);
@@ -122,11 +129,52 @@ TEST_CASE("given MLPs of many shapes and core counts, every ring message sent is
           CHECK(blocks == (cores == 1 && m == 300 && h == 1000 ? 2 : 1));
           CHECK(mv.loaded.at(1) == blocks * h * 200 * 2);
           CHECK(mv.loaded.at(3) == blocks * h * 200 * 2);
+          if (shape.gated) CHECK(mv.loaded.rbegin()->second == blocks * h * 200 * 2);  // W3, the last argument
           CHECK(mv.stored.at(2) == m * 200 * 2);
         }
       }
     }
   }
+}
+
+TEST_CASE("given Llama's gated feed-forward half on the default chip, W1, W3 and W2 are read once") {
+  // m 512, d 2048, h 5632, fp16, an RMSNorm prologue with its weight, SiLU on the gate and
+  // the residual. 32 cores take ceil(5632 / 32) = 176 hidden units each (a multiple of
+  // 8); the two fp32 accumulators take 2 x 512 x 176 x 4 = 704 KiB, so a K step of 256
+  // would not fit beside them (two 256 KiB x panels and three W panels of gate and up
+  // rows, 3 x 2 x 176 x 256 x 2 = 528 KiB: 1760 KiB in all, over 1638); 128 does. All
+  // rows are one block: each weight is read once (2048 x 5632 x 2 bytes), x twice (core
+  // 0's panels and the statistics' rows), the residual once, y stored once.
+  compiler::MlpShape shape{.m = 512, .d = 2048, .h = 5632, .dtype = isa::DType::fp16,
+                           .activation = isa::UnaryOp::silu, .residual = true, .gated = true};
+  shape.norm = compiler::MatmulShape::Norm{.rms = true, .eps = 1e-6, .weight = isa::DType::fp16};
+  const std::optional<compiler::MlpPlan> plan = compiler::plan_mlp(shape, chip(32));
+  REQUIRE(plan);
+  CHECK(plan->hc == 176);
+  CHECK(plan->mb == 512);
+  CHECK(plan->tk == 128);
+  const isa::Program p(compiler::compile_mlp(shape, chip(32), "spyre::mlp[rms_norm,gated_silu,residual]"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 32}));
+  const Moves m = moves(p);
+  const std::uint64_t x = 512ull * 2048 * 2, w = 2048ull * 5632 * 2;
+  // Arguments: 4 the residual, 5 the norm's weight, 6 W3.
+  CHECK(m.loaded.at(1) == w);
+  CHECK(m.loaded.at(3) == w);
+  CHECK(m.loaded.at(6) == w);
+  CHECK(m.loaded.at(0) == 2 * x);
+  CHECK(m.loaded.at(4) == x);
+  CHECK(m.stored.at(2) == x);
+  CHECK(m.sent == m.received);
+  // Every K step's panel feeds two matmuls (gate and up) per core: 1 + 2048 / 128 = 17
+  // steps (a first of 64, 15 of 128, a last of 64) on each of the 32 cores, then phase 2's.
+  std::uint64_t matmuls = 0;
+  for (std::uint32_t pc = 0; pc < p.stream_length(7); ++pc) {
+    matmuls += std::holds_alternative<isa::Matmul>(*p.decode_at(7, pc).inst) ? 1 : 0;
+  }
+  CHECK(matmuls >= 2 * 17);
+  compiler::MlpShape biased = shape;
+  biased.bias1 = isa::DType::fp16;
+  CHECK_THROWS_WITH(compiler::compile_mlp(biased, chip(32), "spyre::mlp"), ContainsSubstring("takes no b1"));
 }
 
 TEST_CASE("given a projection before GPT-2's feed-forward half, x1 is computed on chip and never read back") {

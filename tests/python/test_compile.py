@@ -115,10 +115,10 @@ def test_an_rmsnorm_swiglu_block_matches_eager_with_fewer_kernels(dtype):
         fused, _ = kernels(compiled, x.to("spyre"))
         eager, _ = kernels(model, x.to("spyre"))
     # The written-out norm (pow, mean, add, rsqrt, mul, mul) is nn.RMSNorm's one kernel;
-    # silu(w1 h) * w3 h is one kernel reading h once; x + w2(...) is in the down
-    # projection's epilogue.
-    # The norm is the gated kernel's prologue (fuse_norm_prologues).
-    assert fused == ["spyre::linear_gated[rms_norm,silu]", "spyre::matmul[residual]"]
+    # silu(w1 h) * w3 h is one kernel reading h once (linear_gated), with the norm as its
+    # prologue (fuse_norm_prologues); x + w2(...) is the down projection's epilogue; and
+    # the two are one feed-forward kernel (fuse_mlps), the hidden activation on chip.
+    assert fused == ["spyre::mlp[rms_norm,gated_silu,residual]"]
     assert len(eager) == 12
 
 
@@ -356,7 +356,11 @@ def test_a_llama_block_as_hugging_face_writes_it_compiles_to_the_same_kernels(dt
         eager, _ = kernels(written, x.to("spyre"))
         torch._dynamo.reset()
         plain_names, _ = kernels(torch.compile(plain, backend="spyre"), x.to("spyre"))
-    assert names == plain_names and len(names) == 6  # (the two norms in their matmuls' prologues)
+    # (The first norm in the QKV kernel's prologue; the output projection, its residual,
+    # the second norm, the gated feed-forward and its residual in one kernel.)
+    assert names == plain_names == ["spyre::linear_concat[rms_norm]", "spyre::fused[mul_rotate_half_mul_add]",
+                                    "aten::_scaled_dot_product_fused_attention_overrideable",
+                                    "spyre::mlp[linear,residual,rms_norm,gated_silu,residual]"]
     assert len(eager) > 3 * len(names)
 
 
@@ -522,6 +526,50 @@ def test_an_mlp_in_one_kernel_equals_its_two_matmul_kernels(kind, dtype, m, d, h
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("m,d,h", [(37, 64, 200), (300, 200, 1000), (1, 96, 256)], ids=str)
+@pytest.mark.parametrize("kind", ["", "rms_norm"])
+def test_a_gated_mlp_in_one_kernel_equals_linear_gated_then_the_down_projection(kind, dtype, m, d, h):
+    # SwiGLU's feed-forward half: silu(x @ w1.t()) * (x @ w3.t()) @ w2.t() + residual, on
+    # the CI chip's 4 cores as above (hidden slices of 56 and 256 units, two fp32
+    # accumulators a core). The hidden activation is rounded as linear_gated rounds it (each
+    # product rounded, then multiplied in the dtype); the down projection's fp32 sum runs
+    # in the ring's order: against linear_gated's and the matmul's kernels, and the CPU.
+    a = (rand((m, d), dtype, 61) + (3 if kind else 0)).to("spyre")
+    w1, w3 = rand((h, d), dtype, 62).to("spyre"), rand((h, d), dtype, 63).to("spyre")
+    w2, residual = rand((d, h), dtype, 64).to("spyre"), rand((m, d), dtype, 65).to("spyre")
+    norm = ()
+    if kind:
+        w, _ = _norm_params(kind, d, dtype, 66)
+        norm = (kind, w, None, float(torch.tensor(1e-6, dtype=dtype)))
+    norm_args = norm or ("", None, None, 0.0)
+
+    def fused():
+        return torch.ops.spyre.mlp(a, w1, None, "silu", w2, None, residual, *norm_args, None, None, None, w3)
+
+    def two_kernels():
+        hid = torch.ops.spyre.linear_gated(a, w1, w3, "silu", *norm_args)
+        return torch.ops.spyre.matmul_epilogue(hid, w2.t(), None, "", residual, "add")
+
+    torch.spyre.reset_fallback_counts()
+    names, _ = kernels(fused)
+    assert names == ["spyre::mlp[" + (kind + "," if kind else "") + "gated_silu,residual]"]
+    assert kernels(two_kernels)[0] == ["spyre::linear_gated[" + (kind + "," if kind else "") + "silu]",
+                                       "spyre::matmul[residual]"]
+    x = a.cpu().float()
+    if kind:
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm[3]) * norm[1].cpu().float()
+    gate, up = x @ w1.cpu().float().t(), x @ w3.cpu().float().t()
+    hid = (F.silu(gate).to(dtype) * up.to(dtype)).float()
+    want = (hid @ w2.cpu().float().t()).to(dtype).float() + residual.cpu().float()
+    scale = want.abs().max().item()
+    close = dict(atol={torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype] * scale, rtol=0)
+    assert_close(fused().cpu().float(), want, **close)
+    assert_close(two_kernels().cpu().float(), want, **close)
+    assert_close(fused().cpu().float(), two_kernels().cpu().float(), **close)
+    assert torch.spyre.fallback_counts() == {}
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("m,d,h,dp", [(37, 64, 200, 96), (300, 200, 1000, 24), (1, 96, 256, 96)], ids=str)
 def test_a_projection_before_an_mlp_in_its_kernel_equals_the_projection_then_the_mlp(dtype, m, d, h, dp):
     # y = mlp(x1) + x1 for x1 = p @ wp.t() + bp + x, x1 kept on chip (each core its rows)
@@ -614,6 +662,13 @@ def test_an_mlp_checks_its_operands():
         torch.ops.spyre.mlp(a, w1, None, "relu", w2, None, None, "", None, None, 0., a, w2)
     with pytest.raises(RuntimeError, match="proj_weight or proj_bias without proj_input"):
         torch.ops.spyre.mlp(a, w1, None, "relu", w2, None, None, "", None, None, 0., None, w2)
+    with pytest.raises(RuntimeError, match=r"up_weight \(w3\) must be a \[16, 8\] Float matrix"):
+        torch.ops.spyre.mlp(a, w1, None, "silu", w2, None, None, "", None, None, 0., None, None, None, w2)
+    with pytest.raises(RuntimeError, match="a gated first half .* takes no b1"):
+        torch.ops.spyre.mlp(a, w1, torch.ones(16, device="spyre"), "silu", w2, None, None, "", None, None, 0.,
+                            None, None, None, w1)
+    with pytest.raises(RuntimeError, match="linear_gated's activations .* got 'hardswish'"):
+        torch.ops.spyre.mlp(a, w1, None, "hardswish", w2, None, None, "", None, None, 0., None, None, None, w1)
     # The device keeps working.
     assert_close(torch.ops.spyre.mlp(a, w1, None, "relu", w2, None).cpu(), torch.full((4, 8), 128.0))
 
