@@ -524,7 +524,30 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
 
   std::vector<std::vector<std::int64_t>> strides;
   for (const auto& o : kernel.inputs) strides.push_back(padded(o.strides, dims));
-  const std::vector<std::int64_t> out_strides = padded(kernel.output.strides, dims);
+  std::vector<std::int64_t> out_strides = padded(kernel.output.strides, dims);
+  // An input broadcast along an outer dimension (3 or beyond) but read along the third
+  // would be read again for every index of that dimension, since a tile box spans the
+  // three innermost: rotary embeddings' cos and sin [positions x head dim] against Q and K
+  // [heads x positions x head dim], once per head. When that dimension is small, it
+  // trades places with the third (the order of an elementwise iteration is free; not
+  // with random values, whose stream follows it), so the box spans it and the input's
+  // plane is read once and copied (`replicate` below). Not when that would make another
+  // input, broadcast along the third and read along it, be read again instead.
+  if (!kernel.random()) {
+    for (std::size_t d = 3; d < dims; ++d) {
+      if (shape[d] <= 1 || shape[d] > kMaxAcross || shape[2] <= 1) continue;
+      bool helps = false, hurts = false;
+      for (const auto& st : strides) {
+        helps = helps || (st[d] == 0 && st[2] != 0);
+        hurts = hurts || (st[2] == 0 && st[d] != 0);
+      }
+      if (!helps || hurts) continue;
+      std::swap(shape[2], shape[d]);
+      for (auto& st : strides) std::swap(st[2], st[d]);
+      std::swap(out_strides[2], out_strides[d]);
+      break;
+    }
+  }
 
   // Tile size: at most 64 Ki elements, at most an even share per core (whole sticks),
   // halved until the registers fit the scratchpad.
@@ -593,6 +616,15 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
   // (steps never write the input buffers).
   using Loaded = std::tuple<std::uint64_t, std::array<std::uint32_t, 3>, std::array<std::int64_t, 3>>;
   std::vector<std::optional<Loaded>> loaded[2];
+  // A full box that repeats along its outermost dimension (a float input broadcast
+  // along dimension 2 but not 0 and 1: rotary embeddings' cos and sin over the heads) is
+  // read once, one plane, and copied into the box's other planes in the scratchpad
+  // once it has arrived, instead of being read from DRAM once per plane.
+  struct Replicate {
+    std::uint32_t addr = 0, plane = 0, planes = 0;  // buffer, elements per plane, planes
+    isa::DType dtype = isa::DType::fp32;
+  };
+  std::vector<Replicate> replicate[2];
   const auto load = [&](std::vector<isa::Instruction>& code, const Unit& u, std::uint32_t slot) {
     loaded[slot].resize(kernel.inputs.size());
     for (std::uint32_t i = 0; i < kernel.inputs.size(); ++i) {
@@ -608,6 +640,10 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
         case Form::scalar: break;
       }
       const std::uint64_t source = offset(s, u.origin, kernel.inputs[i].dtype);
+      if (forms[i] == Form::full && e2 > 1 && s[2] == 0 && isa::is_float(kernel.inputs[i].dtype)) {
+        box_shape[2] = 1;
+        replicate[slot].push_back({walker.input_addr(i, slot), e0 * e1, e2, kernel.inputs[i].dtype});
+      }
       Loaded now{source, box_shape, box_stride};
       if (forms[i] != Form::full && loaded[slot][i] == now) continue;
       loaded[slot][i] = now;
@@ -629,6 +665,7 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
     const std::uint64_t first = units * core / cores, last = units * (core + 1) / cores;
     code.clear();
     for (auto& l : loaded) l.clear();
+    for (auto& r : replicate) r.clear();
     if (kernel.random()) {  // the state as integers: real on every device, data or not
       code.push_back(make_dma<isa::DmaLoad>(kStateToken, isa::DType::int32, static_cast<std::uint16_t>(out_arg + 1), 0,
                                             walker.random_state_addr(), {4, 1, 1}, {1, 0, 0}));
@@ -644,6 +681,16 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
         load(code, unit(u + 1), 1 - slot);
       }
       code.push_back(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
+      for (const Replicate& r : replicate[slot]) {  // the planes doubled: 1 -> 2 -> 4 ...
+        const std::uint32_t plane_bytes = r.plane * static_cast<std::uint32_t>(isa::dtype_size(r.dtype));
+        for (std::uint32_t have = 1; have < r.planes;) {
+          const std::uint32_t n = std::min(have, r.planes - have);
+          code.push_back(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = r.dtype, .src = r.addr,
+                                     .dst = r.addr + have * plane_bytes, .count = n * r.plane});
+          have += n;
+        }
+      }
+      replicate[slot].clear();
       if (u >= first + 2 && !walker.output_aliases_input()) {
         code.push_back(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
       }

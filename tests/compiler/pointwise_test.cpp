@@ -213,3 +213,37 @@ TEST_CASE("given members that synchronise their cores or too many arguments, a g
   CHECK_THROWS_WITH(compiler::compile_pointwise_group(many, target, "g"),
                     ContainsSubstring("take 258 launch arguments, a launch has at most 256"));
 }
+
+TEST_CASE("given an input broadcast along a small outer dimension, the box spans that dimension and reads the input once") {
+  // Rotary embeddings on Q and K of 20 heads together: cos [512 positions x 128] against
+  // Q/K [20 heads x 512 positions x 128], head dims split in halves of 64 (shape, innermost
+  // first, {64, 2, 512, 20}; cos's stride 0 along the heads). A box spans the three
+  // innermost dimensions, so in this order each head's tiles would read cos again: 20 x
+  // 512 x 128 values. The heads trade places with the positions, a box is 64 x 2 x 20
+  // (one position of every head), and cos's plane of it (64 x 2 values) is read once and
+  // copied to the other 19 in the scratchpad: 512 x 128 values in all; q once, 20 x 512
+  // x 128 values, and the output stored once.
+  const compiler::Target target{.cores = 32, .scratchpad_bytes = 1638 * 1024, .stick_bytes = 128};
+  compiler::PointwiseKernel k;
+  k.shape = {64, 2, 512, 20};
+  k.inputs = {{isa::DType::fp16, {1, 64, 128, 0}}, {isa::DType::fp16, {1, 64, 3072, 128}}};
+  k.output = {isa::DType::fp16, {1, 64, 128, 65536}};
+  k.steps = {compiler::Step::binary(isa::BinaryOp::mul, isa::DType::fp16, compiler::Value::input(0),
+                                    compiler::Value::input(1))};
+  const isa::Program p(compiler::compile_pointwise(k, target, "spyre::fused[mul]"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = p.num_streams()}));
+  std::map<std::uint16_t, std::uint64_t> loaded;
+  std::uint64_t stored = 0, copies = 0;
+  for (std::uint32_t s = 0; s < p.num_streams(); ++s) {
+    for (std::uint32_t pc = 0; pc < p.stream_length(s); ++pc) {
+      const isa::Decoded d = p.decode_at(s, pc);
+      if (const auto* l = std::get_if<isa::DmaLoad>(&*d.inst)) loaded[l->arg] += std::uint64_t{l->shape[0]} * l->shape[1] * l->shape[2];
+      if (const auto* st = std::get_if<isa::DmaStore>(&*d.inst)) stored += std::uint64_t{st->shape[0]} * st->shape[1] * st->shape[2];
+      if (const auto* u = std::get_if<isa::VUnary>(&*d.inst)) copies += u->op == isa::UnaryOp::copy ? u->count : 0;
+    }
+  }
+  CHECK(loaded.at(0) == 512 * 128);
+  CHECK(loaded.at(1) == 20 * 512 * 128);
+  CHECK(stored == 20 * 512 * 128);
+  CHECK(copies == 19 * 512 * 128);  // (1 -> 2 -> 4 -> 8 -> 16 -> 20 planes a box)
+}
