@@ -569,6 +569,43 @@ def test_a_gated_mlp_in_one_kernel_equals_linear_gated_then_the_down_projection(
     assert torch.spyre.fallback_counts() == {}
 
 
+class _GatedMlp(torch.nn.Module):
+    """x + w2(silu(w1 x) * w3 x); with `keep`, the hidden activation is an output too."""
+
+    def __init__(self, keep):
+        super().__init__()
+        self.keep = keep
+        self.w1, self.w3 = torch.nn.Linear(64, 160, bias=False), torch.nn.Linear(64, 160, bias=False)
+        self.w2 = torch.nn.Linear(160, 64, bias=False)
+
+    def forward(self, x):
+        hid = F.silu(self.w1(x)) * self.w3(x)
+        y = x + self.w2(hid)
+        return (y, hid) if self.keep else y
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_gated_pair_joins_the_mlp_kernel_only_when_nothing_else_reads_its_result(keep):
+    torch._dynamo.reset()
+    torch.manual_seed(8)
+    model = _GatedMlp(keep)
+    x = rand((2, 12, 64), torch.float32, 41)
+    want = model(x)
+    model = model.to("spyre")
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="spyre")
+        torch.spyre.reset_fallback_counts()
+        got = compiled(x.to("spyre"))
+        assert torch.spyre.fallback_counts() == {}
+        names, _ = kernels(compiled, x.to("spyre"))
+    for g, w in zip(got if keep else [got], want if keep else [want]):
+        assert_close(g.cpu(), w, atol=1e-4, rtol=1e-4)
+    if keep:  # the hidden activation is written: the gated pair keeps its kernel
+        assert names == ["spyre::linear_gated[silu]", "spyre::matmul[residual]"]
+    else:
+        assert names == ["spyre::mlp[gated_silu,residual]"]
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("m,d,h,dp", [(37, 64, 200, 96), (300, 200, 1000, 24), (1, 96, 256, 96)], ids=str)
 def test_a_projection_before_an_mlp_in_its_kernel_equals_the_projection_then_the_mlp(dtype, m, d, h, dp):
