@@ -1,6 +1,7 @@
 #include "compiler/mlp.h"
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 #include <string>
 
@@ -41,14 +42,9 @@ struct Layout {
 
 constexpr std::uint64_t kNormRowsMax = 8;  // rows per statistics piece (at most)
 
-// A projection's columns of p per core (whole 8-column groups; 0 without one).
-std::uint64_t proj_slice(const MlpShape& s, std::uint32_t cores) {
-  return s.projection ? ceil_div(ceil_div(s.projection->dp, cores), 8) * 8 : 0;
-}
-
-Layout layout(const MlpShape& s, std::uint32_t cores, std::uint64_t hc, std::uint64_t mb, std::uint64_t tk,
-              std::uint64_t tn) {
-  const std::uint64_t pc = proj_slice(s, cores);
+// pc: a projection's columns of p per core (0 without one).
+Layout layout(const MlpShape& s, std::uint32_t cores, std::uint64_t hc, std::uint64_t pc, std::uint64_t mb,
+              std::uint64_t tk, std::uint64_t tn) {
   const std::uint64_t size = isa::dtype_size(s.dtype), seg = ceil_div(mb, cores);
   Layout l;
   Arena a;
@@ -116,10 +112,13 @@ constexpr std::uint32_t kXPieces = 4;
 
 }  // namespace
 
-std::optional<MlpPlan> plan_mlp(const MlpShape& s, const Target& target) {
-  const std::uint64_t cores = std::max<std::uint32_t>(1, target.cores);
-  // Slices of whole 8-unit groups (the arrays' width), over as many cores as that allows.
-  const std::uint64_t hc = std::min(s.h, ceil_div(ceil_div(s.h, cores), 8) * 8);
+namespace {
+
+// The plan for slices of hc hidden units, and its estimated time (seconds; 0 when the
+// target gives no clock or bandwidth): the array's cycles against the weights' DRAM
+// bytes as the DMAs move them (whole sticks).
+std::optional<std::pair<MlpPlan, double>> plan_slices(const MlpShape& s, const Target& target, std::uint64_t hc,
+                                                      std::uint64_t pc) {
   const auto p = static_cast<std::uint32_t>(ceil_div(s.h, hc));
   // A core's array cycles for its share of both products at a K step and chunk: each
   // K step (phase 1) and chunk (phase 2) is one matmul, whose folds each pay the array's
@@ -133,6 +132,7 @@ std::optional<MlpPlan> plan_mlp(const MlpShape& s, const Target& target) {
     };
     std::uint64_t total = (s.d / tn) * mm(mb, tn, hc) + (s.d % tn ? mm(mb, s.d % tn, hc) : 0);
     for (const auto& [k0, kk] : k_steps(s.d, tk)) total += (s.gated ? 2 : 1) * mm(mb, hc, kk);
+    if (pc > 0) total += (s.d / tn) * mm(mb, tn, pc) + (s.d % tn ? mm(mb, s.d % tn, pc) : 0);  // (phase 0)
     return total;
   };
   // The most rows a block can take (the weights are read once per block), then the K
@@ -145,17 +145,67 @@ std::optional<MlpPlan> plan_mlp(const MlpShape& s, const Target& target) {
     for (const std::uint64_t tk_max : {512ull, 256ull, 128ull, 64ull}) {
       for (const std::uint64_t tn_max : {256ull, 128ull, 64ull}) {
         const std::uint64_t tk = std::min(tk_max, s.d), tn = std::min(tn_max, s.d);
-        const Layout l = layout(s, p, hc, mb, tk, tn);
+        const Layout l = layout(s, p, hc, pc, mb, tk, tn);
         if (l.end > target.scratchpad_bytes) continue;
         const std::uint64_t c = cycles(mb, tk, tn);
         // (Within 1%, the wider step and chunk, tried first: fewer loads, fewer reduce-scatters.)
         if (!best || static_cast<double>(c) < 0.99 * static_cast<double>(best_cycles)) {
-          best = MlpPlan{p, hc, mb, tk, tn, ceil_div(s.m, mb), l.end}, best_cycles = c;
+          best = MlpPlan{p, hc, mb, tk, tn, ceil_div(s.m, mb), l.end, pc}, best_cycles = c;
         }
       }
     }
-    if (best || mb == 1 || s.projection) return best;  // (a projection: all rows in one block)
+    if (best) {
+      // W1's (and W3's) rows of a slice are whole rows; W2's columns of it, and Wp's of a
+      // projection's slice, are a run in each of their d rows, which the DMAs move as the
+      // sticks the run touches (rows taken to start on a stick).
+      const std::uint64_t size = isa::dtype_size(s.dtype), stick = std::max<std::uint32_t>(1, target.stick_bytes);
+      const auto moved = [&](std::uint64_t n, std::uint64_t slice) {  // a row of n values cut in slices
+        std::uint64_t bytes = 0;
+        for (std::uint64_t v0 = 0; slice > 0 && v0 < n; v0 += slice) {
+          bytes += (ceil_div(std::min(n, v0 + slice) * size, stick) - v0 * size / stick) * stick;
+        }
+        return bytes;
+      };
+      const double bytes = static_cast<double>(best->blocks) *
+                           static_cast<double>((s.gated ? 2 : 1) * s.h * s.d * size + s.d * moved(s.h, hc) +
+                                               (pc > 0 ? s.d * moved(s.projection->dp, pc) : 0));
+      const double time = target.clock_hz > 0 && target.dram_bytes_per_s > 0
+                              ? std::max(static_cast<double>(best->blocks * best_cycles) / target.clock_hz,
+                                         bytes / target.dram_bytes_per_s)
+                              : 0.0;
+      return std::pair{*best, time};
+    }
+    if (mb == 1 || s.projection) return std::nullopt;  // (a projection: all rows in one block)
   }
+}
+
+}  // namespace
+
+std::optional<MlpPlan> plan_mlp(const MlpShape& s, const Target& target) {
+  const std::uint64_t cores = std::max<std::uint32_t>(1, target.cores);
+  // Slices of whole 8-unit groups (the arrays' width), over as many cores as that allows;
+  // or of whole sticks, when the DRAM time their W2 columns save (a slice that is not a
+  // whole number of sticks moves the sticks it straddles) outweighs the array time an
+  // uneven split costs: the few rows of a decode step, whose time is the weights'.
+  // A projection's columns of p are split the same two ways over the cores the hidden
+  // units take (with whole sticks some may take none). The first candidate is the even
+  // split of both, kept unless another is estimated faster.
+  const std::uint64_t per_stick = std::max<std::uint64_t>(1, target.stick_bytes / isa::dtype_size(s.dtype));
+  const auto splits = [&](std::uint64_t n, std::uint64_t over) {
+    const std::uint64_t share = ceil_div(n, over);
+    return std::array<std::uint64_t, 2>{std::min(n, ceil_div(share, 8) * 8),
+                                        std::min(n, ceil_div(share, per_stick) * per_stick)};
+  };
+  std::optional<std::pair<MlpPlan, double>> best;
+  for (const std::uint64_t hc : splits(s.h, cores)) {
+    const auto p = static_cast<std::uint32_t>(ceil_div(s.h, hc));
+    const std::array<std::uint64_t, 2> pcs = s.projection ? splits(s.projection->dp, p) : std::array<std::uint64_t, 2>{};
+    for (const std::uint64_t pc : pcs) {
+      const auto plan = plan_slices(s, target, hc, pc);
+      if (plan && (!best || (plan->second > 0 && plan->second < best->second))) best = plan;
+    }
+  }
+  return best ? std::optional(best->first) : std::nullopt;
 }
 
 std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, const std::string& name) {
@@ -211,14 +261,14 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
   if (s.projection) next_arg = static_cast<std::uint16_t>(next_arg + (s.projection->bias ? 3 : 2));
   const std::uint16_t w3_arg = next_arg;
   const MlpShape::Projection* pj = s.projection ? &*s.projection : nullptr;
-  const std::uint64_t pc = proj_slice(s, P);
+  const std::uint64_t pc = p.pc;
 
   // K steps of phase 1 and output chunks of phase 2.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ksteps, chunks;
   ksteps = k_steps(s.d, p.tk);
   for (std::uint64_t n0 = 0; n0 < s.d; n0 += p.tn) chunks.emplace_back(n0, std::min(p.tn, s.d - n0));
 
-  const Layout l = layout(s, P, p.hc, p.mb, p.tk, p.tn);  // (every core's)
+  const Layout l = layout(s, P, p.hc, pc, p.mb, p.tk, p.tn);  // (every core's)
   isa::ProgramBuilder b(name, P);
   for (std::uint32_t c = 0; c < P; ++c) {
     const std::uint64_t h0 = c * p.hc, hcc = std::min(p.hc, s.h - h0);

@@ -76,6 +76,7 @@ struct MlpPlan {
   std::uint64_t tk = 0, tn = 0;  // phase 1's K step; phase 2's output chunk
   std::uint64_t blocks = 0;
   std::uint64_t scratchpad_bytes = 0;  // the layout's
+  std::uint64_t pc = 0;      // a projection's columns of p per core (0 without one)
 };
 
 // The plan, or nothing when no blocking fits the scratchpad.

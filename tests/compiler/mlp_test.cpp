@@ -177,6 +177,45 @@ TEST_CASE("given Llama's gated feed-forward half on the default chip, W1, W3 and
   CHECK_THROWS_WITH(compiler::compile_mlp(biased, chip(32), "spyre::mlp"), ContainsSubstring("takes no b1"));
 }
 
+TEST_CASE("given a decode step's feed-forward half, the cores take whole sticks of the weights; a prefill's, even shares") {
+  // Llama's gated half with its output projection before (d 2048, h 5632, fp16) on a
+  // 1 GHz chip of 32 cores. Even shares give each core 176 hidden units, 352 bytes of
+  // every W2 row: the 32 runs touch 112 sticks of each 11264-byte row's 88 (those they
+  // straddle read by two cores), 3072 bytes more a row, 6.3 MB in all. At one row the kernel's time is the
+  // weights' (about 78 MB at 149.5 GB/s against a few microseconds of arrays), so the
+  // plan takes slices of whole sticks instead: 192 units on 30 cores (the last 64), and
+  // p's 2048 columns in 128s (ceil(2048 / 30) = 69, rounded up to a stick of 64) on 16
+  // of them; W2 and Wp are then read once, byte for byte. At 512 rows the arrays set the
+  // time, and the even 176 stays.
+  compiler::Target target = chip(32);
+  target.clock_hz = 1e9;
+  compiler::MlpShape shape{.m = 1, .d = 2048, .h = 5632, .dtype = isa::DType::fp16,
+                           .activation = isa::UnaryOp::silu, .gated = true};
+  shape.norm = compiler::MatmulShape::Norm{.rms = true, .eps = 1e-6, .weight = isa::DType::fp16};
+  shape.projection = compiler::MlpShape::Projection{.dp = 2048};
+  const std::optional<compiler::MlpPlan> plan = compiler::plan_mlp(shape, target);
+  REQUIRE(plan);
+  CHECK(plan->hc == 192);
+  CHECK(plan->cores == 30);
+  CHECK(plan->pc == 128);
+  const isa::Program p(compiler::compile_mlp(shape, target, "spyre::mlp[linear,residual,rms_norm,gated_silu,residual]"));
+  CHECK_NOTHROW(p.validate(isa::Limits{.scratchpad_bytes = 1638 * 1024, .num_streams = 30}));
+  const Moves m = moves(p);
+  const std::uint64_t w = 2048ull * 5632 * 2;
+  // Arguments: 4 the norm's weight, 5 p, 6 Wp, 7 W3.
+  CHECK(m.loaded.at(1) == w);
+  CHECK(m.loaded.at(3) == w);
+  CHECK(m.loaded.at(7) == w);
+  CHECK(m.loaded.at(6) == 2048ull * 2048 * 2);
+  CHECK(m.sent == m.received);
+  shape.m = 512;
+  const std::optional<compiler::MlpPlan> prefill = compiler::plan_mlp(shape, target);
+  REQUIRE(prefill);
+  CHECK(prefill->hc == 176);
+  CHECK(prefill->cores == 32);
+  CHECK(prefill->pc == 64);
+}
+
 TEST_CASE("given a projection before GPT-2's feed-forward half, x1 is computed on chip and never read back") {
   // x1 = attn Wo^T + bo + x for attn [512 x 2048], Wo [2048 x 2048]: each of the 32 cores
   // reads its 64 columns of attn (512 x 64 x 2 bytes) and of Wo (2048 x 64 x 2), and its
