@@ -628,8 +628,8 @@ def test_a_projection_before_an_mlp_in_its_kernel_equals_the_projection_then_the
         x1 = torch.ops.spyre.matmul_epilogue(p, wp.t(), bp, "", x, "add")
         return torch.ops.spyre.mlp(x1, w1, b1, "gelu_tanh", w2, b2, x1, *norm)
 
-    # (What x1 saves in DRAM traffic shows at real sizes: tests/compiler/mlp_test.cpp. Here
-    # the cores' slices of p and Wp, 24 columns, straddle 128-byte sticks, which DMA
+    # (What x1 saves in DRAM traffic shows at real sizes: tests/compiler/mlp_test.cpp. At
+    # these sizes the cores' slices of the weights can straddle 128-byte sticks, which DMA
     # moves whole.)
     assert kernels(two_kernels)[0] == ["spyre::matmul[bias,residual]", "spyre::mlp[layer_norm,gelu_tanh,residual]"]
     want = two_kernels().cpu().float()
