@@ -173,6 +173,7 @@ std::optional<std::pair<MlpPlan, double>> plan_slices(const MlpShape& s, const T
                               ? std::max(static_cast<double>(best->blocks * best_cycles) / target.clock_hz,
                                          bytes / target.dram_bytes_per_s)
                               : 0.0;
+      best->estimated_s = time;
       return std::pair{*best, time};
     }
     if (mb == 1 || s.projection) return std::nullopt;  // (a projection: all rows in one block)
@@ -206,6 +207,15 @@ std::optional<MlpPlan> plan_mlp(const MlpShape& s, const Target& target) {
     }
   }
   return best ? std::optional(best->first) : std::nullopt;
+}
+
+double estimate_unfused_s(const MlpShape& s, const Target& target) {
+  const auto predicted = [&](std::uint64_t m, std::uint64_t n, std::uint64_t k) {
+    const MatmulShape shape{.m = m, .n = n, .k = k, .dtype = s.dtype, .b_transposed = true};
+    return plan_matmul(shape, target).predicted_s;
+  };
+  return (s.projection ? predicted(s.m, s.d, s.projection->dp) : 0.0) +
+         predicted(s.m, (s.gated ? 2 : 1) * s.h, s.d) + predicted(s.m, s.d, s.h);
 }
 
 std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, const std::string& name) {
@@ -246,6 +256,16 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
     throw DoesNotFit(name + " " + str(s.m) + "x" + str(s.d) + " (hidden " + str(s.h) + "): blocks of " + str(p.mb) +
                      " rows read the weights " + str(p.blocks) +
                      " times, more than the hidden activation's traffic the fusion saves");
+  }
+  // Slower than the separate kernels by the estimates (the arrays' K steps cut short by a
+  // scratchpad full of accumulators, as a wide hidden slice over many rows makes them):
+  // those run instead. The fused kernel saves the hidden activation's traffic, which the
+  // separate kernels' estimate includes.
+  const double unfused = estimate_unfused_s(s, target);
+  if (p.estimated_s > 0 && unfused > 0 && p.estimated_s > unfused) {
+    throw DoesNotFit(name + " " + str(s.m) + "x" + str(s.d) + " (hidden " + str(s.h) + "): estimated " +
+                     std::to_string(p.estimated_s * 1e6) + " us with K steps of " + str(p.tk) + ", against " +
+                     std::to_string(unfused * 1e6) + " us for the separate kernels");
   }
   const std::uint64_t size = isa::dtype_size(s.dtype);
   const std::uint32_t P = p.cores;

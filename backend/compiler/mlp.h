@@ -77,10 +77,17 @@ struct MlpPlan {
   std::uint64_t blocks = 0;
   std::uint64_t scratchpad_bytes = 0;  // the layout's
   std::uint64_t pc = 0;      // a projection's columns of p per core (0 without one)
+  // The estimated time (seconds; 0 when the target gives no clock or bandwidth): the
+  // arrays' cycles against the weights' DRAM bytes as the DMAs move them.
+  double estimated_s = 0;
 };
 
 // The plan, or nothing when no blocking fits the scratchpad.
 std::optional<MlpPlan> plan_mlp(const MlpShape& shape, const Target& target);
+
+// The separate kernels' estimated time (plan_matmul's predictions of the projection, the
+// first linear or gated pair, and the second linear; 0 when unknown).
+double estimate_unfused_s(const MlpShape& shape, const Target& target);
 
 // Arguments: 0 = x [m x d], 1 = W1 [h x d], 2 = y [m x d], 3 = W2 [d x h], then b1, b2,
 // the residual, the norm's weight and bias, a projection's p, Wp and bp, each when given,
