@@ -178,8 +178,8 @@ TEST_CASE("given Llama's gated feed-forward half on the default chip, W1, W3 and
 }
 
 TEST_CASE("given a decode step's feed-forward half, the cores take whole sticks of the weights; a prefill's, even shares") {
-  // Llama's gated half with its output projection before (d 2048, h 5632, fp16) on a
-  // 1 GHz chip of 32 cores. Even shares give each core 176 hidden units, 352 bytes of
+  // Llama's gated half with its output projection before (d 2048, h 5632, fp16) on the
+  // default chip's 32 cores. Even shares give each core 176 hidden units, 352 bytes of
   // every W2 row: the 32 runs touch 112 sticks of each 11264-byte row's 88 (those they
   // straddle read by two cores), 3072 bytes more a row, 6.3 MB in all. At one row the kernel's time is the
   // weights' (about 78 MB at 149.5 GB/s against a few microseconds of arrays), so the
@@ -188,7 +188,8 @@ TEST_CASE("given a decode step's feed-forward half, the cores take whole sticks 
   // of them; W2 and Wp are then read once, byte for byte. At 512 rows the arrays set the
   // time, and the even 176 stays.
   compiler::Target target = chip(32);
-  target.clock_hz = 1e9;
+  target.clock_hz = 1.5e9;  // (the default chip's: 2 corelets of 8 x 8 PEs, 8 MACs deep, 1.536 T MAC/s a core)
+  target.corelets = 2;
   compiler::MlpShape shape{.m = 1, .d = 2048, .h = 5632, .dtype = isa::DType::fp16,
                            .activation = isa::UnaryOp::silu, .gated = true};
   shape.norm = compiler::MatmulShape::Norm{.rms = true, .eps = 1e-6, .weight = isa::DType::fp16};
@@ -214,6 +215,29 @@ TEST_CASE("given a decode step's feed-forward half, the cores take whole sticks 
   CHECK(prefill->hc == 176);
   CHECK(prefill->cores == 32);
   CHECK(prefill->pc == 64);
+}
+
+TEST_CASE("given a fused feed-forward half estimated slower than its separate kernels, the compiler refuses it") {
+  // Llama-3-8B's prefill on one of 2 cards of tensor parallelism: 512 rows, d 4096, the
+  // card's 7168 hidden units, gated. 224 units a core need two fp32 accumulators of
+  // 512 x 224 x 4 = 448 KiB each: beside them only K steps and chunks of 64 fit, and at
+  // 64 a fold streams 8 cycles against the array's 14 of fill. The separate kernels
+  // (plan_matmul's predictions) are estimated faster, so the op runs them instead.
+  compiler::Target target = chip(32);
+  target.clock_hz = 1.5e9;  // (the default chip's)
+  target.corelets = 2;
+  compiler::MlpShape shape{.m = 512, .d = 4096, .h = 7168, .dtype = isa::DType::fp16,
+                           .activation = isa::UnaryOp::silu, .gated = true};
+  shape.norm = compiler::MatmulShape::Norm{.rms = true, .eps = 1e-6, .weight = isa::DType::fp16};
+  const std::optional<compiler::MlpPlan> plan = compiler::plan_mlp(shape, target);
+  REQUIRE(plan);
+  CHECK(plan->mb == 512);
+  CHECK(plan->tk == 64);
+  CHECK(plan->estimated_s > compiler::estimate_unfused_s(shape, target));
+  CHECK_THROWS_AS(compiler::compile_mlp(shape, target, "spyre::mlp"), compiler::DoesNotFit);
+  CHECK_THROWS_WITH(compiler::compile_mlp(shape, target, "spyre::mlp"), ContainsSubstring("for the separate kernels"));
+  // Without the target's rates nothing is estimated, and the kernel compiles.
+  CHECK_NOTHROW(compiler::compile_mlp(shape, chip(32), "spyre::mlp"));
 }
 
 TEST_CASE("given a projection before GPT-2's feed-forward half, x1 is computed on chip and never read back") {

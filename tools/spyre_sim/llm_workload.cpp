@@ -223,26 +223,14 @@ at::Tensor norm_linear_concat(const at::Tensor& x, const at::Tensor& norm, const
                                                double)>();
   return op.call(x, weights, "rms_norm", norm, std::nullopt, rms_eps(x));
 }
-// The feed-forward half as torch.compile gives it: x + w2(silu(w1 f) * w3 f) for f the
-// RMSNorm of x's rows, one spyre::mlp kernel (the hidden activation on chip; the op runs
-// the gated pair's and the down projection's kernels when the fused one would re-read
-// the weights, as at a long prompt's rows). `residual`: x itself on card 0, none on the
-// others (their partial sums, as linear_residual's). With `proj` (rows, wo), on one card:
-// x is the block's input and the kernel first computes x1 = x + rows @ wo^T, the output
-// projection and its residual, then x1 + the feed-forward half of x1.
-at::Tensor feed_forward(const at::Tensor& x, const Layer& l, const std::optional<at::Tensor>& residual,
-                        const std::optional<std::pair<at::Tensor, at::Tensor>>& proj) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("spyre::mlp", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
-                            const at::Tensor&, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
-                            c10::string_view, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
-                            double, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
-                            const std::optional<at::Tensor>&, const std::optional<at::Tensor>&)>();
-  return op.call(x, l.w1, std::nullopt, "silu", l.w2, std::nullopt, residual, "rms_norm", l.ffn_norm, std::nullopt,
-                 rms_eps(x), proj ? std::optional(proj->first) : std::nullopt,
-                 proj ? std::optional(proj->second) : std::nullopt, std::nullopt, l.w3);
+// The RMSNorm of x's rows in the prologue, then silu(x @ gate^T) * (x @ up^T).
+at::Tensor norm_linear_gated(const at::Tensor& x, const at::Tensor& norm, const at::Tensor& gate, const at::Tensor& up) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("spyre::linear_gated", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view,
+                                               c10::string_view, const std::optional<at::Tensor>&,
+                                               const std::optional<at::Tensor>&, double)>();
+  return op.call(x, gate, up, "silu", "rms_norm", norm, std::nullopt, rms_eps(x));
 }
 // residual + x @ w^T (the residual added in the matmul's epilogue; none: x @ w^T by the
 // same kernel, the output projections of cards 1..tp-1, whose partial sums the
@@ -513,11 +501,7 @@ std::vector<at::Tensor> forward(const LlmSpec& s, std::vector<Card>& cards, cons
   const std::int64_t b = tokens[0].size(0), len = tokens[0].size(1), hd = s.head_dim();
   const std::int64_t heads = s.local_heads(), kv_heads = s.local_kv_heads();
   const bool fused = cards[0].device.type() == c10::DeviceType::PrivateUse1;
-  std::vector<at::Tensor> h(n), part(n), att_rows(n);
-  // On one card the output projection and its residual join the feed-forward kernel (as
-  // torch.compile's fuse_mlp_projections has them); over several, the all-reduce of its
-  // partial sums comes between them.
-  const bool projection_in_ffn = fused && n == 1;
+  std::vector<at::Tensor> h(n), part(n);
   const auto reduce = [&] {
     if (ring != nullptr) ring->all_reduce(part);
     for (std::size_t r = 0; r < n; ++r) h[r] = part[r].view({b, len, s.dim});
@@ -579,23 +563,20 @@ std::vector<at::Tensor> forward(const LlmSpec& s, std::vector<Card>& cards, cons
         att = at::scaled_dot_product_attention(q, k, v, opt_mask, 0.0, /*is_causal=*/!mask.defined() && len > 1,
                                                std::nullopt, /*enable_gqa=*/kv_heads != heads);
       }
-      if (projection_in_ffn) {
-        att_rows[r] = att.transpose(1, 2).reshape({b * len, heads * hd});
-      } else if (fused) {  // the residual added in the projection's epilogue (card 0)
+      if (fused) {  // the residual added in the projection's epilogue (card 0)
         const at::Tensor rows = att.transpose(1, 2).reshape({b * len, heads * hd});
         part[r] = linear_residual(rows, l.wo, r == 0 ? std::optional(h[r].reshape({b * len, s.dim})) : std::nullopt);
       } else {
         part[r] = at::add(h[r], at::linear(att.transpose(1, 2).reshape({b, len, heads * hd}), l.wo));
       }
     }
-    if (!projection_in_ffn) reduce();
+    reduce();
     for (std::size_t r = 0; r < n; ++r) {
       const c10::DeviceGuard guard(cards[r].device);
       const Layer& l = cards[r].model.layers[i];
-      if (fused) {  // the norm, SwiGLU's three linears and the residual as one kernel (see feed_forward)
-        const at::Tensor x = h[r].reshape({b * len, s.dim});
-        part[r] = projection_in_ffn ? feed_forward(x, l, std::nullopt, std::pair(att_rows[r], l.wo))
-                                    : feed_forward(x, l, r == 0 ? std::optional(x) : std::nullopt, std::nullopt);
+      if (fused) {  // the norm and SwiGLU's two linears as one kernel; the residual as above
+        const at::Tensor g = norm_linear_gated(h[r].reshape({b * len, s.dim}), l.ffn_norm, l.w1, l.w3);
+        part[r] = linear_residual(g, l.w2, r == 0 ? std::optional(h[r].reshape({b * len, s.dim})) : std::nullopt);
       } else {
         const at::Tensor f = at::rms_norm(h[r], {s.dim}, l.ffn_norm, kNormEps);
         part[r] = at::add(h[r], at::linear(at::mul(at::silu(at::linear(f, l.w1)), at::linear(f, l.w3)), l.w2));
