@@ -607,12 +607,14 @@ def test_a_gated_pair_joins_the_mlp_kernel_only_when_nothing_else_reads_its_resu
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("m,d,h,dp", [(37, 64, 200, 96), (300, 200, 1000, 24), (1, 96, 256, 96)], ids=str)
+@pytest.mark.parametrize("m,d,h,dp", [(37, 64, 200, 96), (300, 200, 1000, 24), (1, 128, 512, 64)], ids=str)
 def test_a_projection_before_an_mlp_in_its_kernel_equals_the_projection_then_the_mlp(dtype, m, d, h, dp):
     # y = mlp(x1) + x1 for x1 = p @ wp.t() + bp + x, x1 kept on chip (each core its rows)
     # on the CI chip's 4 cores: p's columns split 24 a core (dp 24: one core has them
-    # all, the others add zeros), rows fewer than cores. Against the projection's kernel
-    # then the MLP's, to the order of the fp32 sums (as above), and against the CPU.
+    # all, the others add zeros), rows fewer than cores (m 1: a size the estimate keeps
+    # fused in every dtype; at d 96, h 256 the 16-bit kernel is estimated slower than
+    # two and refused). Against the projection's kernel then the MLP's, to the order of
+    # the fp32 sums (as above), and against the CPU.
     x, p = rand((m, d), dtype, 91).to("spyre"), rand((m, dp), dtype, 92).to("spyre")
     wp, bp = rand((d, dp), dtype, 93).to("spyre"), rand((d,), dtype, 94).to("spyre")
     w1, b1 = rand((h, d), dtype, 95).to("spyre"), rand((h,), dtype, 96).to("spyre")
