@@ -240,32 +240,53 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
     return std::min(a.kv_len, last + 1);
   };
   // Cores with one item each whose items read the same key/value head share its blocks
-  // over the ring: block j of the prefix they all need is read from DRAM by member
-  // j mod g, which sends it to the others (the ring carries it; DRAM reads it once).
+  // over the ring. Key block j is shared by the members that need it whole (their keys
+  // run past its end, or all of them end at the same key in it): one of them, taking
+  // turns by j, reads it from DRAM and sends it to the others when it lands (the ring
+  // carries it; DRAM reads it once). A causal head's later query blocks need more key
+  // blocks than its first: those the fewer members share among themselves.
   struct Sharing {
     std::vector<std::uint16_t> members;  // cores, in order
-    std::uint64_t blocks = 0;            // shared key blocks: [0, blocks)
+    std::vector<std::uint64_t> ends;     // each member's keys: [0, end)
   };
-  std::vector<Sharing> sharing(p.cores);
+  std::vector<const Sharing*> sharing(p.cores, nullptr);
+  std::map<std::pair<std::uint64_t, std::uint64_t>, Sharing> by_head;
   {
     bool one_each = true;
     for (const auto& list : per_core) one_each = one_each && list.size() == 1;
-    std::map<std::pair<std::uint64_t, std::uint64_t>, Sharing> by_head;
     if (one_each && !p.grouped) {
       for (std::uint32_t c = 0; c < p.cores; ++c) {
         const Item& it = items[per_core[c][0]];
         Sharing& g = by_head[{it.batch, it.kv_head}];
-        const std::uint64_t n = (kv_end_of(blocks_of(it)) + bk - 1) / bk;
-        g.blocks = g.members.empty() ? n : std::min(g.blocks, n);
         g.members.push_back(static_cast<std::uint16_t>(c));
+        g.ends.push_back(kv_end_of(blocks_of(it)));
       }
       for (std::uint32_t c = 0; c < p.cores; ++c) {
         const Item& it = items[per_core[c][0]];
-        const Sharing& g = by_head[{it.batch, it.kv_head}];
-        if (g.members.size() > 1) sharing[c] = g;
+        const Sharing& g = by_head.at({it.batch, it.kv_head});
+        if (g.members.size() > 1) sharing[c] = &g;
       }
     }
   }
+  // The members sharing key block j with `core` (empty: it reads the block itself).
+  const auto sharers = [&](std::uint32_t core, std::uint64_t j) {
+    std::vector<std::uint16_t> out;
+    const Sharing* g = sharing[core];
+    if (g == nullptr) return out;
+    const std::uint64_t k0 = j * bk;
+    std::uint64_t longest = 0;  // the most keys of block j a member needs
+    for (const std::uint64_t end : g->ends) longest = std::max(longest, end > k0 ? std::min(bk, end - k0) : 0);
+    bool mine = false;
+    for (std::size_t x = 0; x < g->members.size(); ++x) {
+      const std::uint64_t end = g->ends[x];
+      if (end > k0 && std::min(bk, end - k0) == longest) {
+        out.push_back(g->members[x]);
+        mine = mine || g->members[x] == core;
+      }
+    }
+    if (!mine || out.size() < 2) out.clear();
+    return out;
+  };
 
   const std::uint64_t out_row = a.q_heads * a.value_dim, out_batch = a.q_len * out_row;
   isa::ProgramBuilder b(name, p.cores);
@@ -313,9 +334,9 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
       const std::uint64_t kv_end = kv_end_of(blocks);
       const std::uint64_t kv_blocks = (kv_end + bk - 1) / bk;
       // Who reads block j from DRAM: this core, or (shared) the member whose turn it is.
-      const Sharing& share = sharing[core];
       const auto loader = [&](std::uint64_t j) {
-        return j < share.blocks ? share.members[j % share.members.size()] : static_cast<std::uint16_t>(core);
+        const std::vector<std::uint16_t> with = sharers(core, j);
+        return with.empty() ? static_cast<std::uint16_t>(core) : with[j % with.size()];
       };
       // 0: the block sees none of the keys [k0, k0 + n); 1: all; 2: some (the band).
       const auto visibility = [&](const Rows& r, std::uint64_t k0, std::uint64_t n) {
@@ -357,6 +378,18 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
                                      k_off * isa::dtype_size(a.dtype), L.k[slot], {d, rows_n, 1}, {1, a.k_stride[2], 0}));
           add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokV + slot), a.dtype, 2,
                                      v_off * isa::dtype_size(a.dtype), L.v[slot], {dv, rows_n, 1}, {1, a.v_stride[2], 0}));
+        }
+        // A shared block goes to the others as soon as it lands (the send waits for the
+        // loads' bytes in the scratchpad, not for this core's turn to use them).
+        const std::vector<std::uint16_t> with = sharers(core, j);
+        if (!with.empty() && loader(j) == core) {
+          const std::uint32_t kv_bytes = L.v[slot] - L.k[slot] + static_cast<std::uint32_t>(n * dv * isa::dtype_size(a.dtype));
+          for (const std::uint16_t other : with) {
+            if (other != core) {
+              add(isa::RingSend{.token = kTokRing, .dst_core = other, .tag = static_cast<std::uint16_t>(j),
+                                .sp_addr = L.k[slot], .bytes = kv_bytes});
+            }
+          }
         }
         for (std::size_t s = 0; s < blocks.size(); ++s) {
           const Rows& r = blocks[s];
@@ -425,15 +458,8 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
           // A shared block arrives from its loader: keys and values side by side in the
           // slot, one ring message.
           const std::uint32_t kv_bytes = L.v[slot] - L.k[slot] + n * dv * static_cast<std::uint32_t>(isa::dtype_size(a.dtype));
-          if (pr.j < share.blocks && loader(pr.j) == core) {
-            add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokK + slot) | bit(kTokV + slot))});
-            for (const std::uint16_t other : share.members) {
-              if (other != core) {
-                add(isa::RingSend{.token = kTokRing, .dst_core = other, .tag = static_cast<std::uint16_t>(pr.j),
-                                  .sp_addr = L.k[slot], .bytes = kv_bytes});
-              }
-            }
-          } else if (pr.j < share.blocks) {
+          const std::vector<std::uint16_t> with = sharers(core, pr.j);
+          if (!with.empty() && loader(pr.j) != core) {
             add(isa::RingRecv{.token = kTokRing, .src_core = loader(pr.j), .tag = static_cast<std::uint16_t>(pr.j),
                               .sp_addr = L.k[slot], .bytes = kv_bytes});
           }

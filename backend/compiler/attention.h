@@ -10,6 +10,9 @@
 // Grouped-query attention (fewer key/value heads than query heads) reads each key and
 // value block once for its group: when a group's query rows fit one block, the block
 // holds all of them (rows = heads of the group x query length), as a decode step needs.
+// When each core has one block of query rows, the cores whose blocks read one key/value
+// head share its key blocks over the ring: each block is read from DRAM once, by one
+// of the cores that need it whole, and sent to the others as soon as it lands.
 #pragma once
 
 #include <array>

@@ -103,3 +103,35 @@ TEST_CASE("given attention the kernel cannot take, compilation says what it foun
   CHECK_THROWS_AS(compiler::plan_attention(heads(1, 1, 8, 8, 256), tiny), compiler::DoesNotFit);
   CHECK_THROWS_WITH(compiler::plan_attention(heads(1, 1, 8, 8, 256), tiny), ContainsSubstring("the device has 4096"));
 }
+
+TEST_CASE("given causal grouped-query prefill, a key block is read once for every core that needs it") {
+  // 4 query heads on 1 key/value head, 512 positions, on 8 cores: a group's 2048 rows
+  // do not fit one block, so each core takes one 256-row block of one head (8 items).
+  // Key blocks are 256 long: block 0 all 8 cores need (each head's first and second
+  // query block), block 1 only the 4 second blocks. Each is read from DRAM once and
+  // sent over the ring to the others that need it: 7 + 3 sends. (Sharing only the
+  // blocks every member needs read block 1 four times: 5 reads.)
+  auto a = heads(4, 1, 512, 512, 64);
+  a.causal = true;
+  const compiler::AttentionPlan plan = compiler::plan_attention(a, kChip);
+  CHECK_FALSE(plan.grouped);
+  CHECK(plan.block_q == 256);
+  CHECK(plan.block_k == 256);
+  CHECK(plan.sub_blocks == 1);
+  CHECK(plan.items == 8);
+  const isa::Program p(compiler::compile_attention(a, kChip, "sdpa"));
+  REQUIRE(p.num_streams() == 8);
+  int key_reads = 0, value_reads = 0, sends = 0, receives = 0;
+  for (const auto& [qk, key_loads] : count(p, 1)) key_reads += key_loads;
+  for (const auto& [qk, value_loads] : count(p, 2)) value_reads += value_loads;
+  for (std::uint32_t s = 0; s < p.num_streams(); ++s) {
+    for (std::uint32_t pc = 0; pc < p.stream_length(s); ++pc) {
+      sends += std::holds_alternative<isa::RingSend>(*p.decode_at(s, pc).inst) ? 1 : 0;
+      receives += std::holds_alternative<isa::RingRecv>(*p.decode_at(s, pc).inst) ? 1 : 0;
+    }
+  }
+  CHECK(key_reads == 2);
+  CHECK(value_reads == 2);
+  CHECK(sends == 7 + 3);
+  CHECK(receives == sends);
+}

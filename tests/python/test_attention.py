@@ -51,6 +51,7 @@ CASES = [  # batch, q heads, kv heads, L, S, head dim, value dim, causal, mask
     (1, 2, 1, 5, 9, 256, 128, False, "bool"),
     (1, 2, 2, 1024, 1024, 32, 32, True, None),  # one item per core: key blocks shared over the ring
     (1, 4, 2, 512, 512, 32, 32, False, "float"),  # the same with grouped heads and a mask
+    (1, 2, 1, 512, 512, 32, 32, True, None),  # one block per core: key block 1 shared by the 2 that need it
 ]
 
 
