@@ -240,8 +240,8 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
     return std::min(a.kv_len, last + 1);
   };
   // Cores with one item each whose items read the same key/value head share its blocks
-  // over the ring. Key block j is shared by the members that need it whole (their keys
-  // run past its end, or all of them end at the same key in it): one of them, taking
+  // over the ring. Key block j is shared by the members that need the most of it (all
+  // of it, unless every member's keys end inside it): one of them, taking
   // turns by j, reads it from DRAM and sends it to the others when it lands (the ring
   // carries it; DRAM reads it once). A causal head's later query blocks need more key
   // blocks than its first: those the fewer members share among themselves.
