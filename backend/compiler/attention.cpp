@@ -333,10 +333,14 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
       const std::vector<Rows> blocks = blocks_of(it);
       const std::uint64_t kv_end = kv_end_of(blocks);
       const std::uint64_t kv_blocks = (kv_end + bk - 1) / bk;
-      // Who reads block j from DRAM: this core, or (shared) the member whose turn it is.
-      const auto loader = [&](std::uint64_t j) {
-        const std::vector<std::uint16_t> with = sharers(core, j);
+      // Who reads block j from DRAM, given its sharers: this core, or (shared) the
+      // member whose turn it is.
+      const auto loader = [&](std::uint64_t j, const std::vector<std::uint16_t>& with) {
         return with.empty() ? static_cast<std::uint16_t>(core) : with[j % with.size()];
+      };
+      // A shared block's one ring message: its keys and values side by side in the slot.
+      const auto kv_message_bytes = [&](std::uint32_t slot, std::uint64_t n) {
+        return L.v[slot] - L.k[slot] + static_cast<std::uint32_t>(n * dv * isa::dtype_size(a.dtype));
       };
       // 0: the block sees none of the keys [k0, k0 + n); 1: all; 2: some (the band).
       const auto visibility = [&](const Rows& r, std::uint64_t k0, std::uint64_t n) {
@@ -358,7 +362,9 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
         const auto rows_n = static_cast<std::uint32_t>(n);
         const std::uint64_t k_off = it.batch * a.k_stride[0] + it.kv_head * a.k_stride[1] + k0 * a.k_stride[2];
         const std::uint64_t v_off = it.batch * a.v_stride[0] + it.kv_head * a.v_stride[1] + k0 * a.v_stride[2];
-        if (loader(j) == core && a.paged) {
+        const std::vector<std::uint16_t> with = sharers(core, j);
+        const bool loads = loader(j, with) == core;
+        if (loads && a.paged) {
           // The block's pool rows, then each head's rows gathered by them. (The slots
           // buffer is reused at once: the gathers read their indices when issued.)
           const std::uint64_t esize = isa::dtype_size(a.dtype);
@@ -373,7 +379,7 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
                              .count = rows_n, .sp_addr = L.v[slot], .row_bytes = static_cast<std::uint32_t>(dv * esize),
                              .offset = it.kv_head * static_cast<std::uint64_t>(a.v_stride[1]) * esize, .rows = a.pool_slots,
                              .row_stride = static_cast<std::uint64_t>(a.v_stride[2]) * esize});
-        } else if (loader(j) == core) {
+        } else if (loads) {
           add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokK + slot), a.dtype, 1,
                                      k_off * isa::dtype_size(a.dtype), L.k[slot], {d, rows_n, 1}, {1, a.k_stride[2], 0}));
           add(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kTokV + slot), a.dtype, 2,
@@ -381,13 +387,11 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
         }
         // A shared block goes to the others as soon as it lands (the send waits for the
         // loads' bytes in the scratchpad, not for this core's turn to use them).
-        const std::vector<std::uint16_t> with = sharers(core, j);
-        if (!with.empty() && loader(j) == core) {
-          const std::uint32_t kv_bytes = L.v[slot] - L.k[slot] + static_cast<std::uint32_t>(n * dv * isa::dtype_size(a.dtype));
+        if (!with.empty() && loads) {
           for (const std::uint16_t other : with) {
             if (other != core) {
               add(isa::RingSend{.token = kTokRing, .dst_core = other, .tag = static_cast<std::uint16_t>(j),
-                                .sp_addr = L.k[slot], .bytes = kv_bytes});
+                                .sp_addr = L.k[slot], .bytes = kv_message_bytes(slot, n)});
             }
           }
         }
@@ -455,13 +459,11 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
         const auto slot = static_cast<std::uint32_t>(pr.j % 2);
         const std::uint32_t n = keys_of(pr);
         if (pr.first) {
-          // A shared block arrives from its loader: keys and values side by side in the
-          // slot, one ring message.
-          const std::uint32_t kv_bytes = L.v[slot] - L.k[slot] + n * dv * static_cast<std::uint32_t>(isa::dtype_size(a.dtype));
+          // A shared block arrives from its loader.
           const std::vector<std::uint16_t> with = sharers(core, pr.j);
-          if (!with.empty() && loader(pr.j) != core) {
-            add(isa::RingRecv{.token = kTokRing, .src_core = loader(pr.j), .tag = static_cast<std::uint16_t>(pr.j),
-                              .sp_addr = L.k[slot], .bytes = kv_bytes});
+          if (!with.empty() && loader(pr.j, with) != core) {
+            add(isa::RingRecv{.token = kTokRing, .src_core = loader(pr.j, with), .tag = static_cast<std::uint16_t>(pr.j),
+                              .sp_addr = L.k[slot], .bytes = kv_message_bytes(slot, n)});
           }
           add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokK + slot) | bit(kTokTile + slot))});
         }
