@@ -40,11 +40,17 @@ struct Layout {
   std::uint64_t end = 0;
 };
 
-constexpr std::uint64_t kNormRowsMax = 8;  // rows per statistics piece (at most)
+// Rows per statistics piece (at most): 8, or 4 when that makes room for a longer K step.
+// Not fewer: at 2, Llama-3-8B's prefill on one of 2 tensor-parallel cards (512 rows, d
+// 4096, 7168 hidden units, gated, RMSNorm) gets K steps of 128, and the estimates then
+// put the fused kernel ahead (1.62 against 1.65 ms) where the simulator has it behind
+// (1706.4 against 1582.4 us): the fused estimate misses time the kernel spends there.
+constexpr std::array<std::uint64_t, 2> kNormRows = {8, 4};
 
-// pc: a projection's columns of p per core (0 without one).
+// pc: a projection's columns of p per core (0 without one); norm_rows: rows per
+// statistics piece (at most).
 Layout layout(const MlpShape& s, std::uint32_t cores, std::uint64_t hc, std::uint64_t pc, std::uint64_t mb,
-              std::uint64_t tk, std::uint64_t tn) {
+              std::uint64_t tk, std::uint64_t tn, std::uint64_t norm_rows) {
   const std::uint64_t size = isa::dtype_size(s.dtype), seg = ceil_div(mb, cores);
   Layout l;
   Arena a;
@@ -72,7 +78,7 @@ Layout layout(const MlpShape& s, std::uint32_t cores, std::uint64_t hc, std::uin
     l.rstd = a(mb * 4);
     if (s.norm->weight) l.nw = a(s.d * 4);
     if (s.norm->bias) l.nb = a(s.d * 4);
-    l.nrows = std::min<std::uint64_t>(kNormRowsMax, ceil_div(mb, cores));
+    l.nrows = std::min<std::uint64_t>(norm_rows, ceil_div(mb, cores));
     l.nwork = a(l.nrows * s.d * 4);
     // (also the weight's and bias's staging before their conversion: d values each; with
     // a projection only that: the rows are x1's, already in the scratchpad)
@@ -136,21 +142,40 @@ std::optional<std::pair<MlpPlan, double>> plan_slices(const MlpShape& s, const T
     return total;
   };
   // The most rows a block can take (the weights are read once per block), then the K
-  // step and chunk of the fewest array cycles. Both at least 64 columns: a W1 panel's rows
-  // are then at least a 128-byte stick (fp16); narrower ones would move whole sticks for
-  // a fraction of their bytes.
+  // step and chunk of the fewest array cycles. Both multiples of 64 columns: a W1 panel's
+  // rows are then whole 128-byte sticks (fp16; the K steps after the first of 64 start on
+  // one); other widths would move the sticks they straddle for a fraction of their bytes.
+  // A step of 192 between 256 and 128 counts: a fold streams ceil(tk / depth) cycles
+  // against the array's fill and drain, so Llama's gated half (512 rows, d 2048, 176
+  // hidden units a core, whose two accumulators take 704 KiB) at steps of 192 spends
+  // 24 / (24 + 14) of its phase-1 array time streaming instead of 128's 16 / (16 + 14)
+  // (830.4 -> 766.6 us in compile_bench). Every multiple of 64 was tried too: the cycle
+  // count then picks 384 for GPT-2-sized halves (d 2048, h 5632), which the simulator
+  // has slower than 256 (416.3 against 412.2 us: the count leaves out the pipeline's
+  // start and the short last step). The norm's statistics pieces take fewer rows when
+  // that lets a longer step fit.
   for (std::uint64_t mb = s.m;; mb = ceil_div(mb, 2)) {
     std::optional<MlpPlan> best;
     std::uint64_t best_cycles = 0;
-    for (const std::uint64_t tk_max : {512ull, 256ull, 128ull, 64ull}) {
+    for (const std::uint64_t tk_max : {512ull, 256ull, 192ull, 128ull, 64ull}) {
       for (const std::uint64_t tn_max : {256ull, 128ull, 64ull}) {
         const std::uint64_t tk = std::min(tk_max, s.d), tn = std::min(tn_max, s.d);
-        const Layout l = layout(s, p, hc, pc, mb, tk, tn);
-        if (l.end > target.scratchpad_bytes) continue;
+        std::optional<Layout> fits;
+        std::uint64_t norm_rows = 0;
+        for (const std::uint64_t rows : kNormRows) {
+          const Layout l = layout(s, p, hc, pc, mb, tk, tn, rows);
+          if (l.end <= target.scratchpad_bytes) {
+            fits = l, norm_rows = rows;
+            break;
+          }
+          if (!s.norm) break;
+        }
+        if (!fits) continue;
         const std::uint64_t c = cycles(mb, tk, tn);
         // (Within 1%, the wider step and chunk, tried first: fewer loads, fewer reduce-scatters.)
         if (!best || static_cast<double>(c) < 0.99 * static_cast<double>(best_cycles)) {
-          best = MlpPlan{p, hc, mb, tk, tn, ceil_div(s.m, mb), l.end, pc}, best_cycles = c;
+          best = MlpPlan{p, hc, mb, tk, tn, ceil_div(s.m, mb), fits->end, pc}, best_cycles = c;
+          best->norm_rows = norm_rows;
         }
       }
     }
@@ -288,7 +313,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
   ksteps = k_steps(s.d, p.tk);
   for (std::uint64_t n0 = 0; n0 < s.d; n0 += p.tn) chunks.emplace_back(n0, std::min(p.tn, s.d - n0));
 
-  const Layout l = layout(s, P, p.hc, pc, p.mb, p.tk, p.tn);  // (every core's)
+  const Layout l = layout(s, P, p.hc, pc, p.mb, p.tk, p.tn, p.norm_rows);  // (every core's)
   isa::ProgramBuilder b(name, P);
   for (std::uint32_t c = 0; c < P; ++c) {
     const std::uint64_t h0 = c * p.hc, hcc = std::min(p.hc, s.h - h0);

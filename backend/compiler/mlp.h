@@ -77,6 +77,7 @@ struct MlpPlan {
   std::uint64_t blocks = 0;
   std::uint64_t scratchpad_bytes = 0;  // the layout's
   std::uint64_t pc = 0;      // a projection's columns of p per core (0 without one)
+  std::uint64_t norm_rows = 8;  // rows per piece of the norm's statistics (at most)
   // The estimated time (seconds; 0 when the target gives no clock or bandwidth): the
   // arrays' cycles against the weights' DRAM bytes as the DMAs move them.
   double estimated_s = 0;
