@@ -1,5 +1,5 @@
 // spyre::fused_pointwise: one device kernel for a whole elementwise expression, the op
-// the torch.compile backend (python/spyre_sim/dynamo.py) puts in place of a chain of
+// the torch.compile backend (python/spyre_sim/dynamo/) puts in place of a chain of
 // aten pointwise ops. The expression is a small serialised IR of pointwise steps
 // (compiler/pointwise.h), kStepWords integers per step, validated once here:
 //
