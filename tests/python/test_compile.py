@@ -1,5 +1,5 @@
 """torch.compile(backend="spyre"): aten graphs whose pointwise chains run as one fused
-device kernel each (python/spyre_sim/dynamo.py, backend/aten/fused_ops.cpp), checked
+device kernel each (python/spyre_sim/dynamo/, backend/aten/fused_ops.cpp), checked
 against the CPU and against the same code run eagerly on the device."""
 
 import math
@@ -851,9 +851,10 @@ def test_a_residual_epilogue_checks_its_operand():
 def test_linears_of_one_input_in_one_kernel_are_the_separate_products(dtype, m, widths, k):
     # On the CI chip: pieces narrower than a tile, tiles that cross a piece boundary
     # (64-wide tiles over 300 | 100 | 300), a piece whose rows are a slice of a wider
-    # weight; each piece of the result is the separate mm's product (to the last bit or
-    # two: the simulator's fp32 sums follow the host BLAS's order, which depends on the
-    # tile's shape).
+    # weight; each piece of the result is the separate mm's product up to the order of
+    # its fp32 sums: the simulator's follow the host BLAS's order, which depends on the
+    # tile's shape and on the BLAS kernel the host's CPU gets (the last bit or two with
+    # AVX-512's; up to 5e-5 of a 2200-term sum with an AMD EPYC's AVX2 kernel).
     a = rand((m, k), dtype, 31).to("spyre")
     weights = [rand((w, k + 5), dtype, 32 + i).to("spyre")[:, 2:k + 2] if i == 1 else rand((w, k), dtype, 32 + i).to("spyre")
                for i, w in enumerate(widths)]
@@ -862,8 +863,9 @@ def test_linears_of_one_input_in_one_kernel_are_the_separate_products(dtype, m, 
     assert torch.spyre.fallback_counts() == {}
     assert got.shape == (m, sum(widths))
     at = 0
+    piece_tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else tol(dtype)
     for w in weights:
-        assert_close(got[:, at:at + w.shape[0]].cpu(), (a @ w.t()).cpu(), **tol(dtype))
+        assert_close(got[:, at:at + w.shape[0]].cpu(), (a @ w.t()).cpu(), **piece_tol)
         at += w.shape[0]
     assert_close(got.cpu().float(), a.cpu().float() @ torch.cat([w.cpu().float() for w in weights]).t(),
                  **{torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=3e-2, rtol=3e-3),
@@ -913,6 +915,7 @@ def test_projections_of_one_input_are_one_kernel_that_reads_it_once(dtype):
     assert sum(k["dram_read_bytes"] for k in eager) == 3 * x_bytes + w_bytes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("m,n,k", [(37, 70, 50), (1152, 700, 2200), (64, 8, 96)], ids=str)
 def test_a_gated_pair_in_one_kernel_equals_its_two_matmul_kernels(dtype, m, n, k):
