@@ -6,6 +6,10 @@ import torch
 import spyre_sim  # noqa: F401  (registers the spyre device and torch.spyre)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: left out of the edit loop (tools/dev check); tools/dev test runs it")
+
+
 @pytest.fixture
 def sync():
     """Synchronize the device after a test's work (surfaces faults in the test)."""

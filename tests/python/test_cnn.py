@@ -333,6 +333,7 @@ def calibrated(name):
     return model.eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v3_small", "vit_b_16"])
 def test_torchvision_models_run_on_the_device_eager_and_compiled(name):
     # 224x224 at batch 1 (batch 8: backend/bench/cnn_bench.py --check), in fp32 and fp16,

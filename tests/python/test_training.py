@@ -48,6 +48,7 @@ def within(got, want, rel=1e-4):
     return (got.double() - want.double()).abs().max().item() <= rel * max(want.abs().max().item(), 1e-30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_a_resnet18_training_step_matches_the_cpu(compiled):
     # Batch 8 at 64x64: smaller batches or images leave the last stage's batch norm a few

@@ -40,6 +40,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(WHAT_IFS))
 def test_kernels_compile_and_match_the_cpu_on_a_what_if_chip(name):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPYRE_SIM_")}

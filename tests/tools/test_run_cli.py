@@ -123,6 +123,7 @@ def sweep(out, *extra):
                      "--out", str(out), *extra)
 
 
+@pytest.mark.slow
 def test_sweep_records_every_point_and_shards_merge_to_the_same_csv(tmp_path):
     full = sweep(tmp_path / "full")
     assert full.returncode == 1  # one grid column cannot compile: recorded, not fatal
@@ -162,6 +163,7 @@ def time_us(workload, config):
                   "--mode", "no-data")["metrics"]["time_us"]
 
 
+@pytest.mark.slow
 def test_what_ifs_make_physical_sense_on_the_default_chip():
     gemm, add = "gemm:4096,4096,4096,fp16", "add:67108864,fp16"
     base_gemm, base_add = time_us(gemm, "spyre.yaml"), time_us(add, "spyre.yaml")
@@ -279,6 +281,7 @@ def test_sweep_folders_belong_to_one_sweep_and_damaged_points_are_rerun(tmp_path
     assert not list(out.glob("*.tmp"))
 
 
+@pytest.mark.slow
 def test_a_stopped_sweep_waits_for_its_points_and_resumes(tmp_path):
     import signal
     import time
@@ -396,6 +399,7 @@ def test_a_paged_kv_cache_generates_the_tokens_of_the_contiguous_one():
 TP_LLM = "llm:layers=2,dim=256,heads=8,kv_heads=4,ffn=512,vocab=512,prompt=24,gen=6,dtype=fp32"
 
 
+@pytest.mark.slow
 def test_tensor_parallel_llm_generates_the_cpus_tokens_over_2_and_4_cards(tmp_path):
     single = report("--workload", TP_LLM + ",check=cpu", "--config", CI)
     assert "tensor_parallel" not in single["llm"]
@@ -480,6 +484,7 @@ def torchvision_macs(name, resolution):
     return total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,resolution", [("resnet18", 64), ("resnet50", 64), ("mobilenet_v3_small", 64),
                                              ("vit_b_16", 32)])
 def test_vision_workloads_are_torchvisions_architectures_reported_per_layer(name, resolution):
@@ -497,6 +502,7 @@ def test_vision_workloads_are_torchvisions_architectures_reported_per_layer(name
     assert m["images_per_s"] == pytest.approx(1 / (m["time_us"] * 1e-6))
 
 
+@pytest.mark.slow
 def test_a_training_step_workload_runs_forward_backward_and_sgd_on_the_device():
     j = report("--workload", "train:resnet18,2,32,fp32", "--config", CI, "--mode", "no-data")
     names = [r["name"] for r in j["vision"]["layers"]]

@@ -4,6 +4,10 @@
     tools/dev torch-tests --full     # the whole files (hours on two cores)
     tools/dev torch-tests --full test_view_ops.py   # one whole file
 
+ctest runs the CI selection's files side by side, one test each (`--record DIR FILE`:
+each file's counts, outcomes and coverage records kept in DIR), then `--summary DIR`
+prints the table and checks the coverage over all of them.
+
 The test tree is PyTorch's own, of the installed version, from Debian's source package
 (tools/dev fetches and caches it; --tree names it). Each file runs in its own pytest
 process with PYTORCH_TESTING_DEVICE_ONLY_FOR=spyre (classes `Test...PRIVATEUSE1`, ids
@@ -37,8 +41,9 @@ def run_file(tree: pathlib.Path, entry: suites.Entry, full: bool, expectations: 
              timeout: float, outcomes: dict) -> dict:
     log = workdir / (entry.file + ".log.jsonl")
     done = workdir / (entry.file + ".done")
-    log.write_text("")
-    done.write_text("")
+    covered = workdir / (entry.file + ".coverage.jsonl")
+    for path in (log, done, covered):
+        path.write_text("")
     results, crashed = {}, []
     # The fallback's once-per-op warnings would break tests that count warnings. PyTorch's
     # tests expect a GPU's memory (some allocate GiBs; a failed test's traceback keeps its
@@ -50,7 +55,7 @@ def run_file(tree: pathlib.Path, entry: suites.Entry, full: bool, expectations: 
     env = dict(os.environ, PYTORCH_TESTING_DEVICE_ONLY_FOR="spyre", SPYRE_FALLBACK_WARN="0", SPYRE_SIM_SET=chip,
                SPYRE_SUITE_LOG=str(log),
                SPYRE_SUITE_DONE=str(done), SPYRE_SUITE_EXPECTATIONS=str(expectations),
-               SPYRE_SUITE_COVERAGE=str(workdir / "coverage.jsonl"),
+               SPYRE_SUITE_COVERAGE=str(covered),
                PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     command = [sys.executable, "-m", "pytest", entry.file, "-q", "-p", "no:cacheprovider", "-p", "spyre_suite_plugin",
                "--tb=no", "-rN"]
@@ -99,10 +104,11 @@ def run_file(tree: pathlib.Path, entry: suites.Entry, full: bool, expectations: 
         counts[outcome if outcome in counts else "failed"] += 1
     counts["seconds"] = round(time.monotonic() - start)
     counts["unexpected"] = sorted(t for t, o in results.items() if o in ("failed", "error", "xpassed", "crashed"))
+    (workdir / (entry.file + ".result.json")).write_text(json.dumps({"counts": counts, "outcomes": results}))
     return counts
 
 
-def coverage(path: pathlib.Path, outcomes: dict) -> list:
+def coverage(workdir: pathlib.Path, outcomes: dict) -> list:
     """Which ops with a spyre kernel were not tested in a dtype the device computes.
 
     The plugin records, per collected OpInfo test, the op, its dtype and the dtypes the
@@ -115,7 +121,7 @@ def coverage(path: pathlib.Path, outcomes: dict) -> list:
 
     device_ops, declared = set(), {}
     tested = {"passed": {}, "xfailed": {}}
-    if path.exists():
+    for path in sorted(workdir.glob("*.coverage.jsonl")):
         for line in path.read_text().splitlines():
             record = json.loads(line)
             if "device_ops" in record:
@@ -156,48 +162,99 @@ def coverage(path: pathlib.Path, outcomes: dict) -> list:
     return gaps
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", required=True, type=pathlib.Path, help="PyTorch's test/ folder")
-    parser.add_argument("--full", action="store_true", help="whole files instead of the CI selection")
-    parser.add_argument("--expectations", type=pathlib.Path, default=HERE / "expectations.txt")
-    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per file")
-    parser.add_argument("--json", type=pathlib.Path, help="write the counts here")
-    parser.add_argument("files", nargs="*", help="only these files")
-    args = parser.parse_args()
-    known = suites.CI + (suites.FULL_ONLY if args.full else [])
-    entries = [e for e in known if not args.files or e.file in args.files]
-    if args.files:
-        entries += [suites.Entry(f) for f in args.files if f not in {e.file for e in entries}]
-    totals = {o: 0 for o in OUTCOMES}
-    table = {}
-    outcomes = {}
-    with tempfile.TemporaryDirectory(prefix="spyre-suites-") as tmp:
-        print(f"{'file':<28} {'passed':>7} {'failed':>7} {'xfail':>6} {'xpass':>6} {'skipped':>8} {'crashed':>8} {'time s':>7}",
-              flush=True)
-        for entry in entries:
-            c = run_file(args.tree, entry, args.full, args.expectations, pathlib.Path(tmp), args.timeout, outcomes)
-            table[entry.file] = c
-            for o in OUTCOMES:
-                totals[o] += c[o]
-            print(f"{entry.file:<28} {c['passed']:>7} {c['failed'] + c['error']:>7} {c['xfailed']:>6} {c['xpassed']:>6} "
-                  f"{c['skipped']:>8} {c['crashed']:>8} {c['seconds']:>7}", flush=True)
-            for t in c["unexpected"][:50]:
-                print(f"    unexpected: {t}")
-        # The CI selection must cover every op with a device kernel in each device dtype
-        # (a run of chosen files or of --full reports the coverage without failing on it).
-        gaps = coverage(pathlib.Path(tmp) / "coverage.jsonl", outcomes)
-        if args.files or args.full:
-            gaps = []
+HEADER = f"{'file':<28} {'passed':>7} {'failed':>7} {'xfail':>6} {'xpass':>6} {'skipped':>8} {'crashed':>8} {'time s':>7}"
+
+
+def print_row(file: str, c: dict) -> None:
+    print(f"{file:<28} {c['passed']:>7} {c['failed'] + c['error']:>7} {c['xfailed']:>6} {c['xpassed']:>6} "
+          f"{c['skipped']:>8} {c['crashed']:>8} {c['seconds']:>7}", flush=True)
+    for t in c["unexpected"][:50]:
+        print(f"    unexpected: {t}")
+
+
+def finish(table: dict, workdir: pathlib.Path, outcomes: dict, check_coverage: bool, json_path,
+           report_coverage: bool = True) -> int:
+    """The totals, the coverage report and check (for the CI selection) and the exit status."""
+    totals = {o: sum(c[o] for c in table.values()) for o in OUTCOMES}
+    gaps = coverage(workdir, outcomes) if report_coverage else []
+    if not check_coverage:
+        gaps = []
     ran = sum(totals[o] for o in OUTCOMES if o != "skipped")
     print(f"{'total':<28} {totals['passed']:>7} {totals['failed'] + totals['error']:>7} {totals['xfailed']:>6} "
           f"{totals['xpassed']:>6} {totals['skipped']:>8} {totals['crashed']:>8}")
     if ran:
         print(f"expected failures: {totals['xfailed']} of {ran} run ({100 * totals['xfailed'] / ran:.1f}%)")
-    if args.json:
-        args.json.write_text(json.dumps(table, indent=1))
+    if json_path:
+        json_path.write_text(json.dumps(table, indent=1))
     bad = totals["failed"] + totals["error"] + totals["xpassed"] + totals["crashed"] + len(gaps)
     return 1 if bad else 0
+
+
+def summary(workdir: pathlib.Path, json_path) -> int:
+    """The CI selection's table from the records its parts left in workdir (--record)."""
+    table, outcomes, missing = {}, {}, []
+    print(HEADER, flush=True)
+    for entry in suites.CI:
+        record = workdir / (entry.file + ".result.json")
+        if not record.exists():
+            missing.append(entry.file)
+            continue
+        saved = json.loads(record.read_text())
+        table[entry.file] = saved["counts"]
+        outcomes.update(saved["outcomes"])
+        print_row(entry.file, saved["counts"])
+    for entry in suites.EXTENDED:  # tools/dev test --full's parts, when they ran
+        record = workdir / (entry.file + ".result.json")
+        if record.exists():
+            saved = json.loads(record.read_text())
+            table[entry.file] = saved["counts"]
+            outcomes.update(saved["outcomes"])
+            print_row(entry.file, saved["counts"])
+    for file in missing:
+        print(f"{file:<28} not run: no record in {workdir} (run.py --record {workdir} {file} writes it)")
+    return finish(table, workdir, outcomes, True, json_path) or (1 if missing else 0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=pathlib.Path, help="PyTorch's test/ folder (read from DIR/tree with --record)")
+    parser.add_argument("--full", action="store_true", help="whole files instead of the CI selection")
+    parser.add_argument("--expectations", type=pathlib.Path, default=HERE / "expectations.txt")
+    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per file")
+    parser.add_argument("--json", type=pathlib.Path, help="write the counts here")
+    parser.add_argument("--record", type=pathlib.Path, metavar="DIR",
+                        help="keep each file's counts, outcomes and coverage records in DIR (for --summary)")
+    parser.add_argument("--summary", type=pathlib.Path, metavar="DIR",
+                        help="run nothing: the CI selection's table and coverage check from DIR's records")
+    parser.add_argument("files", nargs="*", help="only these files")
+    args = parser.parse_args()
+    if args.summary:
+        return summary(args.summary, args.json)
+    if args.tree is None and args.record and (args.record / "tree").exists():
+        args.tree = pathlib.Path((args.record / "tree").read_text().strip())
+    if args.tree is None:
+        parser.error("--tree is required (or a DIR/tree file written by the set-up step, with --record DIR)")
+    known = suites.CI + suites.EXTENDED + (suites.FULL_ONLY if args.full else [])
+    entries = [e for e in known if not args.files or e.file in args.files]
+    if args.files:
+        entries += [suites.Entry(f) for f in args.files if f not in {e.file for e in entries}]
+    table = {}
+    outcomes = {}
+    with tempfile.TemporaryDirectory(prefix="spyre-suites-") as tmp:
+        workdir = pathlib.Path(tmp)
+        if args.record:
+            workdir = args.record
+            workdir.mkdir(parents=True, exist_ok=True)
+        print(HEADER, flush=True)
+        for entry in entries:
+            c = run_file(args.tree, entry, args.full, args.expectations, workdir, args.timeout, outcomes)
+            table[entry.file] = c
+            print_row(entry.file, c)
+        # The CI selection must cover every op with a device kernel in each device dtype
+        # (a run of chosen files or of --full reports the coverage without failing on it).
+        # A part of ctest's run (--record DIR FILE) leaves the coverage to --summary.
+        return finish(table, workdir, outcomes, not (args.files or args.full), args.json,
+                      report_coverage=not (args.record and args.files))
 
 
 if __name__ == "__main__":
