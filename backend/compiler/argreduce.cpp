@@ -106,7 +106,7 @@ std::vector<std::uint8_t> compile_argreduce(const ArgReduceShape& s, const Targe
       const auto r = static_cast<std::uint32_t>(x.rows), c = static_cast<std::uint32_t>(x.cols);
       const std::uint32_t n = r * c;
       if (u + 1 < units.size()) load(u + 1);
-      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (kTokIn + u % 2))});
+      add(wait_on(kTokIn + u % 2));
       std::uint32_t xv = L.in[u % 2];
       if (s.in != f32) {
         add(isa::VConvert{.from = s.in, .to = f32, .src = xv, .dst = L.x, .count = n});
@@ -149,7 +149,7 @@ std::vector<std::uint8_t> compile_argreduce(const ArgReduceShape& s, const Targe
       }
       if (x.c0 + x.cols < s.cols) continue;
       // The row tile is done: its indices as int64 (low word, then a zero word), its values.
-      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << kTokOut)});
+      add(wait_on(kTokOut));
       add(isa::VConvert{.from = f32, .to = i32, .src = L.idx, .dst = L.idx32, .count = r});
       add(make_dma<isa::DmaStore>(kTokOut, i32, 1, x.r0 * 8, L.idx32, {1, r, 1}, {1, 2, 0}));
       add(make_dma<isa::DmaStore>(kTokOut, i32, 1, x.r0 * 8 + 4, L.zero, {1, r, 1}, {1, 2, 0}));
@@ -255,7 +255,7 @@ std::vector<std::uint8_t> compile_topk(const TopkShape& s, const Target& target,
       const RowUnit& x = units[u];
       const auto r = u32(x.rows), c = u32(x.cols), n = r * c;
       if (u + 1 < units.size()) load(u + 1);
-      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (kTopkTokIn + u % 2))});
+      add(wait_on(kTopkTokIn + u % 2));
       // The chunk in fp32 (negated for the smallest), its keys (positions from the
       // row's start), NaNs made infinite with their keys moved.
       if (s.in == f32) {
@@ -315,7 +315,7 @@ std::vector<std::uint8_t> compile_topk(const TopkShape& s, const Target& target,
       add(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = tk, .b = L.tf, .dst = tk, .rows = 1, .cols = no});
       if (!s.largest) add(isa::VUnary{.op = isa::UnaryOp::neg, .dtype = f32, .src = tv, .dst = tv, .count = no});
       add(isa::VSelect{.dtype = f32, .cond = L.nanout, .a = L.nanfill, .b = tv, .dst = tv, .count = no});
-      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << kTopkTokOut)});
+      add(wait_on(kTopkTokOut));
       std::uint32_t vals = tv;
       if (s.in != f32) {
         add(isa::VConvert{.from = f32, .to = s.in, .src = tv, .dst = L.val, .count = no});

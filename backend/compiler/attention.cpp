@@ -23,7 +23,6 @@ constexpr isa::DType f32 = isa::DType::fp32;
 // the stores of the output and of the logsumexp.
 constexpr std::uint8_t kTokK = 0, kTokV = 2, kTokTile = 4, kTokOut = 7, kTokLse = 8, kTokPos = 9, kTokRing = 10, kTokQ = 11,
                        kTokSlots = 12;
-std::uint16_t bit(unsigned t) { return static_cast<std::uint16_t>(1u << t); }
 
 // The scratchpad buffers of a plan, laid out once: the footprint the planner checks and
 // the addresses the code generator uses come from the same function.
@@ -319,7 +318,7 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
       } else {
         add(make_dma<isa::DmaLoad>(kTokPos, f32, band_arg, 0, L.pos_r, {static_cast<std::uint32_t>(bq), 1, 1}, {1, 0, 0}));
       }
-      add(isa::Wait{.token_mask = bit(kTokPos)});
+      add(wait_on(kTokPos));
       if (aligned) make_band(L.diag, static_cast<std::uint32_t>(bq), static_cast<std::uint32_t>(bk), 0);
     }
     // v := (v == imm) ? c : v over n values.
@@ -370,7 +369,7 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
           const std::uint64_t esize = isa::dtype_size(a.dtype);
           add(make_dma<isa::DmaLoad>(kTokSlots, isa::DType::int32, slots_arg, (it.batch * (a.slots_stride != 0 ? a.slots_stride : a.kv_len) + k0) * 4, L.slots,
                                      {rows_n, 1, 1}, {1, 0, 0}));
-          add(isa::Wait{.token_mask = bit(kTokSlots)});
+          add(wait_on(kTokSlots));
           add(isa::DmaGather{.token = static_cast<std::uint8_t>(kTokK + slot), .arg = 1, .index_sp = L.slots,
                              .count = rows_n, .sp_addr = L.k[slot], .row_bytes = static_cast<std::uint32_t>(d * esize),
                              .offset = it.kv_head * static_cast<std::uint64_t>(a.k_stride[1]) * esize, .rows = a.pool_slots,
@@ -407,7 +406,7 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
         }
       };
       // The previous item's stores read the output buffers.
-      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokOut) | bit(kTokLse))});
+      add(wait_on(kTokOut, kTokLse));
       for (std::size_t s = 0; s < blocks.size(); ++s) {
         const Rows& r = blocks[s];
         const std::uint64_t off = r.batch * a.q_stride[0] + r.head * a.q_stride[1] + r.i0 * a.q_stride[2];
@@ -416,7 +415,7 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
                                    {1, a.q_stride[2], a.q_stride[1]}));
       }
       if (kv_blocks > 0) load_kv(0);
-      add(isa::Wait{.token_mask = bit(kTokQ)});
+      add(wait_on(kTokQ));
       // Fold the scale into the query rows (once per block, in fp32, one rounding).
       for (std::size_t s = 0; s < blocks.size(); ++s) {
         const std::uint32_t n = blocks[s].count() * d;
@@ -449,7 +448,7 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
         }
       }
       if (kv_blocks > 1) {
-        add(isa::Wait{.token_mask = bit(kTokRing)});
+        add(wait_on(kTokRing));
         load_kv(1);
       }
       const auto keys_of = [&](const Pair& pr) { return static_cast<std::uint32_t>(std::min(bk, kv_end - pr.j * bk)); };
@@ -465,7 +464,7 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
             add(isa::RingRecv{.token = kTokRing, .src_core = loader(pr.j, with), .tag = static_cast<std::uint16_t>(pr.j),
                               .sp_addr = L.k[slot], .bytes = kv_message_bytes(slot, n)});
           }
-          add(isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kTokK + slot) | bit(kTokTile + slot))});
+          add(wait_on(kTokK + slot, kTokTile + slot));
         }
         add(isa::Matmul{.a = L.sub[pr.s].q, .b = L.k[slot], .c = L.s[i % 2], .m = blocks[pr.s].count(), .n = n, .k = d,
                         .lda = d, .ldb = d, .ldc = n, .in = a.dtype, .out = f32, .trans_b = true});
@@ -526,13 +525,13 @@ std::vector<std::uint8_t> compile_attention(const AttentionShape& a, const Targe
                            .dst = sb.o, .rows = rn, .cols = dv});
         }
         if (half) add(isa::VConvert{.from = f32, .to = a.dtype, .src = S, .dst = P, .count = count});
-        if (pr.first) add(isa::Wait{.token_mask = bit(kTokV + slot)});
+        if (pr.first) add(wait_on(kTokV + slot));
         add(isa::Matmul{.a = P, .b = L.v[slot], .c = sb.o, .m = rn, .n = dv, .k = n, .lda = n, .ldb = dv, .ldc = dv,
                         .in = a.dtype, .out = f32, .accumulate = started[s]});
         started[s] = true;
         m_cur[s] = 1 - m_cur[s];
         if (pr.last && pr.j + 2 < kv_blocks) {
-          add(isa::Wait{.token_mask = bit(kTokRing)});  // (the slot's last send has left)
+          add(wait_on(kTokRing));  // (the slot's last send has left)
           load_kv(pr.j + 2);
         }
         if (i + 2 < pairs.size()) scores(i + 2);

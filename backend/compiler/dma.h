@@ -25,4 +25,11 @@ T make_dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_
   return d;
 }
 
+// A Wait for every token named (token t is bit t of the mask): wait_on(kStore + slot),
+// wait_on(kW, kRs + slot).
+template <class... Tokens>
+isa::Wait wait_on(Tokens... tokens) {
+  return isa::Wait{.token_mask = static_cast<std::uint16_t>(((1u << static_cast<unsigned>(tokens)) | ...))};
+}
+
 }  // namespace spyre::compiler

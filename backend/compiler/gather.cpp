@@ -53,7 +53,7 @@ std::vector<std::uint8_t> compile_gather(const GatherShape& s, const Target& tar
         const auto slot = static_cast<std::uint32_t>(unit % 2);
         const auto len = static_cast<std::uint32_t>(std::min(piece, s.row_bytes - p0));
         // The slot's buffer is free once its store from two blocks ago is done.
-        if (unit >= 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
+        if (unit >= 2) b.add(core, wait_on(2 + slot));
         b.add(core, isa::DmaGather{.token = 1, .wide_index = s.wide_index, .arg = 0, .index_sp = 0, .count = n,
                                    .sp_addr = sp_rows[slot], .row_bytes = len, .offset = p0, .rows = s.rows,
                                    .row_stride = s.row_bytes});
@@ -123,7 +123,7 @@ std::vector<std::uint8_t> compile_scatter(const ScatterShape& s, const Target& t
         loaded_block = blk;
       }
       // The slot's buffer is free once its scatter from two units ago is done.
-      if (u >= first + 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
+      if (u >= first + 2) b.add(core, wait_on(2 + slot));
       b.add(core, make_dma<isa::DmaLoad>(1, isa::DType::int8, 2, (o * s.count + i0) * source_stride, sp_rows[slot],
                                          {row_bytes, n, 1}, {1, static_cast<std::int64_t>(source_stride), 0}));
       b.add(core, isa::Wait{.token_mask = 3});
@@ -177,7 +177,7 @@ std::vector<std::uint8_t> compile_gather_along(const GatherAlongShape& s, const 
       const auto n = static_cast<std::uint32_t>(std::min(block, s.count - i0));
       const auto slot = static_cast<std::uint32_t>((u - first) % 2);
       // Tokens: 0 the indices, 1 the gather, 2/3 the stores of slots 0/1.
-      if (u >= first + 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
+      if (u >= first + 2) b.add(core, wait_on(2 + slot));
       b.add(core, make_dma<isa::DmaLoad>(0, isa::DType::int8, 1, (o * s.count + i0) * kIndex, sp_idx[slot],
                                          {static_cast<std::uint32_t>(n * kIndex), 1, 1}, {1, 0, 0}));
       b.add(core, isa::Wait{.token_mask = 1});

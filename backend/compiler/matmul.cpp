@@ -78,7 +78,6 @@ struct Panel {
   bool conv = false;
   std::uint32_t row_start(std::uint32_t part) const { return rows * part / kParts; }
 };
-std::uint16_t bit(std::uint32_t token) { return static_cast<std::uint16_t>(1u << token); }
 
 // The DMAs that gather rows [p0, p0 + count) and columns [k0, k0 + kk) of a
 // convolution's implicit A (MatmulShape::ConvA) into a panel at `sp` with row pitch kk,
@@ -505,7 +504,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     // transfer (which reads it) is done.
     const auto load = [&](const Panel& pn, std::uint8_t dma_base, std::uint8_t ring_base, std::uint16_t arg,
                           std::uint32_t sp, std::uint32_t slot) {
-      b.add(stream, isa::Wait{.token_mask = bit(ring_base + slot)});
+      b.add(stream, wait_on(ring_base + slot));
       for (std::uint32_t part = 0; part < kParts; ++part) {
         const std::uint32_t r0 = pn.row_start(part), r1 = pn.row_start(part + 1);
         if (r1 == r0) continue;
@@ -582,7 +581,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       issue(0);
       for (std::size_t x = 0; x < pieces.size(); ++x) {
         issue(x + 1);
-        b.add(stream, isa::Wait{.token_mask = bit(token[x % 2])});
+        b.add(stream, wait_on(token[x % 2]));
         const Piece& pc = pieces[x];
         nr.stats(b, stream, sp_nraw[x % 2], pc.rows, static_cast<std::uint32_t>(pc.r * p.tm + pc.q));
       }
@@ -618,7 +617,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     // the norm kernel does it, a few rows at a time through the fp32 piece buffer.
     const auto normalize = [&](std::uint32_t part_at, std::uint32_t rows, std::uint32_t k, std::uint64_t k0,
                                std::uint32_t stat_row) {
-      if (stats_wait) b.add(stream, isa::Wait{.token_mask = bit(kBias)});
+      if (stats_wait) b.add(stream, wait_on(kBias));
       stats_wait = false;
       nr.normalize(b, stream, part_at, rows, k, k0, stat_row);
     };
@@ -627,14 +626,14 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
     const auto fetch = [&](bool loader, const Panel& pn, std::uint8_t dma_base, std::uint8_t ring_token,
                            std::uint16_t from, std::uint16_t to, std::uint16_t tag, std::uint32_t sp,
                            std::uint32_t slot, std::int32_t norm_tile = -1, std::uint64_t k0 = 0) {
-      if (!loader) b.add(stream, isa::Wait{.token_mask = bit(ring_token)});  // the slot's last forward
+      if (!loader) b.add(stream, wait_on(ring_token));  // the slot's last forward
       const auto row_bytes = static_cast<std::uint32_t>(pn.cols * size);
       for (std::uint32_t part = 0; part < kParts; ++part) {
         const std::uint32_t r0 = pn.row_start(part), r1 = pn.row_start(part + 1);
         if (r1 == r0) continue;
         const std::uint32_t at_sp = sp + r0 * row_bytes, bytes = (r1 - r0) * row_bytes;
         if (loader) {
-          b.add(stream, isa::Wait{.token_mask = bit(dma_token(dma_base, slot, part))});
+          b.add(stream, wait_on(dma_token(dma_base, slot, part)));
           if (to != kNone) {
             b.add(stream, isa::RingSend{.token = ring_token, .dst_core = to, .tag = tag, .sp_addr = at_sp,
                                         .bytes = bytes});
@@ -647,7 +646,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
       // A norm prologue: the panel travels as loaded, and each core normalises its own
       // copy (in parallel, off the chain's path) once it has passed it on.
       if (norm_tile >= 0) {
-        if (!loader && to != kNone) b.add(stream, isa::Wait{.token_mask = bit(ring_token)});
+        if (!loader && to != kNone) b.add(stream, wait_on(ring_token));
         normalize(sp, pn.rows, pn.cols, k0, static_cast<std::uint32_t>(norm_tile) * static_cast<std::uint32_t>(p.tm));
       }
     };
@@ -781,7 +780,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
         if (s.norm && x == 0) fetch_b();
         const std::uint32_t c = rt == 1 ? sp_c[0] : sp_c[r];
         // In place (two tiles per core): the accumulator's last store must be done.
-        if (rt == 2 && u.first && ph.tile > 0) b.add(stream, isa::Wait{.token_mask = bit(kStore + r)});
+        if (rt == 2 && u.first && ph.tile > 0) b.add(stream, wait_on(kStore + r));
         // The core's last matmul runs in row pieces, each converted and stored while
         // the next computes: the tail after the last matmul is one piece's store, not
         // the tile's (the systolic folds are the same; pieces are whole folds of the
@@ -810,7 +809,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
           // The tile's rows are complete: the epilogue, then convert (or copy, fp32) and store.
           if (s.scale) {
             if (!scale_ready) {
-              b.add(stream, isa::Wait{.token_mask = bit(kBias)});
+              b.add(stream, wait_on(kBias));
               scale_ready = true;
             }
             b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = isa::DType::fp32,
@@ -819,7 +818,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
           }
           if (s.bias) {
             if (!bias_ready) {
-              b.add(stream, isa::Wait{.token_mask = bit(kBias)});
+              b.add(stream, wait_on(kBias));
               if (*s.bias != isa::DType::fp32) {
                 b.add(stream, isa::VConvert{.from = *s.bias, .to = isa::DType::fp32, .src = sp_bias_raw, .dst = sp_bias,
                                             .count = t.n});
@@ -838,7 +837,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
                                       .count = rows * t.n});
           }
           const std::uint32_t out = rt == 1 ? sp_o + static_cast<std::uint32_t>(r0 * t.n * out_size) : c_at;
-          if (rt == 1 && store_pending && r0 == 0) b.add(stream, isa::Wait{.token_mask = bit(kStore)});
+          if (rt == 1 && store_pending && r0 == 0) b.add(stream, wait_on(kStore));
           if (out_t != acc) {
             b.add(stream, isa::VConvert{.from = acc, .to = out_t, .src = c_at, .dst = out, .count = rows * t.n});
           } else if (out != c_at) {
@@ -857,7 +856,7 @@ std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& tar
           }
           if (s.residual) {
             if (!residual_ready) {
-              b.add(stream, isa::Wait{.token_mask = bit(kResidual)});
+              b.add(stream, wait_on(kResidual));
               residual_ready = true;
             }
             const std::uint32_t res = sp_residual + r * residual_bytes + static_cast<std::uint32_t>(r0 * t.n * out_size);

@@ -104,7 +104,6 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> k_steps(std::uint64_t d, st
   return steps;
 }
 
-std::uint16_t bit(std::uint32_t token) { return static_cast<std::uint16_t>(1u << token); }
 
 // Tokens: x's DMA and its ring transfers per slot, W panels per slot, the reduce-scatter's
 // sends per partial, the residual's loads and y's stores per slot, the parameters (and the
@@ -372,7 +371,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
                                       t == f32 ? bias_at[q][0] : bias_at[q][1], {u32(bias_count[q]), 1, 1},
                                       {1, 0, 0}));
     }
-    b.add(c, isa::Wait{.token_mask = bit(kParam)});
+    b.add(c, wait_on(kParam));
     for (int q = 0; q < 3; ++q) {
       if (biases[q].first && *biases[q].first != f32) {
         b.add(c, isa::VConvert{.from = *biases[q].first, .to = f32, .src = bias_at[q][1], .dst = bias_at[q][0],
@@ -417,14 +416,14 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
           b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = at,
                                 .b = (phase0 ? l.bp : l.b2) + u32(n0 * 4), .dst = at, .rows = rows, .cols = u32(nn)});
         }
-        b.add(c, isa::Wait{.token_mask = bit(kStore + slot)});  // the buffer's last store
+        b.add(c, wait_on(kStore + slot));  // the buffer's last store
         if (s.dtype != f32) {
           b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = at, .dst = l.out[slot], .count = count});
         } else {
           b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = at, .dst = l.out[slot], .count = count});
         }
         if (s.residual || pj) {
-          b.add(c, isa::Wait{.token_mask = bit(kRes + slot)});
+          b.add(c, wait_on(kRes + slot));
           b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = s.dtype, .a = l.out[slot], .b = l.res[slot],
                                 .dst = l.out[slot], .rows = rows, .cols = u32(nn)});
         }
@@ -462,7 +461,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
         if (c != 0 || st >= ksteps.size() || pj) return;  // (a projection: the panels come from x1's segments)
         const auto slot = static_cast<std::uint32_t>(st % 2);
         const auto [k0, kk] = ksteps[st];
-        b.add(c, isa::Wait{.token_mask = bit(kXRing + slot)});  // the slot's last send
+        b.add(c, wait_on(kXRing + slot));  // the slot's last send
         b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kX + slot), s.dtype, 0, ((i0 * s.d) + k0) * size,
                                         l.x[slot], {u32(kk), u32(mr), 1}, {1, static_cast<std::int64_t>(s.d), 0}));
       };
@@ -497,13 +496,13 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
         if (pcc > 0) {
           b.add(c, make_dma<isa::DmaLoad>(kX, s.dtype, p_arg, (i0 * pj->dp + p0) * size, l.acc, {u32(pcc), u32(mr), 1},
                                           {1, static_cast<std::int64_t>(pj->dp), 0}));
-          b.add(c, isa::Wait{.token_mask = bit(kX)});
+          b.add(c, wait_on(kX));
         }
         for (std::size_t i = 0; i < chunks.size(); ++i, ++wuse) {
           const auto slot = static_cast<std::uint32_t>(i % 2);
           const auto nn = chunks[i].second;
           fetch_residual(i, true);
-          b.add(c, isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kW + wuse % 3) | bit(kRs + slot))});
+          b.add(c, wait_on(kW + wuse % 3, kRs + slot));
           load_w(wuse + 1);
           if (pcc > 0) {
             b.add(c, isa::Matmul{.a = l.acc, .b = l.w[wuse % 3], .c = partial(i), .m = u32(mr), .n = u32(nn),
@@ -523,7 +522,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
                      u32(pieces[x].first));
             continue;
           }
-          b.add(c, isa::Wait{.token_mask = bit(kStats + x % 2)});
+          b.add(c, wait_on(kStats + x % 2));
           nr.stats(b, c, l.nraw[x % 2], u32(pieces[x].second), u32(pieces[x].first));
           issue(x + 2);
         }
@@ -554,7 +553,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
           // The panel from every core's segment of x1: this core's rows copied in, sent to
           // the next core, and the others' received from the one before, each passed on
           // until it has been round the ring.
-          b.add(c, isa::Wait{.token_mask = bit(xtoken)});  // the slot's last sends
+          b.add(c, wait_on(xtoken));  // the slot's last sends
           const auto [lo, hi] = seg(own);
           for (std::uint64_t r = lo; r < hi; ++r) {
             b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s.dtype, .src = l.x1 + u32(((r - lo) * s.d + k0) * size),
@@ -573,9 +572,9 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
                                    .sp_addr = l.x[slot] + u32(flo * row_bytes), .bytes = u32((fhi - flo) * row_bytes)});
           }
         } else if (c == 0) {
-          b.add(c, isa::Wait{.token_mask = bit(kX + slot)});
+          b.add(c, wait_on(kX + slot));
         } else {
-          b.add(c, isa::Wait{.token_mask = bit(xtoken)});  // the slot's last forward
+          b.add(c, wait_on(xtoken));  // the slot's last forward
         }
         for (std::uint32_t part = 0; part < kXPieces && !pj; ++part) {
           const std::uint64_t r0 = mr * part / kXPieces, r1 = mr * (part + 1) / kXPieces;
@@ -590,12 +589,12 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
           }
         }
         if (s.norm) {
-          if (c + 1 < P || (pj && P > 1)) b.add(c, isa::Wait{.token_mask = bit(xtoken)});
+          if (c + 1 < P || (pj && P > 1)) b.add(c, wait_on(xtoken));
           nr.normalize(b, c, l.x[slot], u32(mr), u32(kk), k0, 0);
         }
         // The next W panel once this one is in: each core has one load in flight, so the
         // DRAM serves the cores' panels step by step.
-        b.add(c, isa::Wait{.token_mask = bit(kW + wuse % 3)});
+        b.add(c, wait_on(kW + wuse % 3));
         load_w(wuse + 1);
         b.add(c, isa::Matmul{.a = l.x[slot], .b = l.w[wuse % 3], .c = l.acc, .m = u32(mr), .n = u32(hcc), .k = u32(kk),
                              .lda = u32(kk), .ldb = u32(kk), .ldc = u32(hcc), .in = s.dtype, .out = f32,
@@ -645,7 +644,7 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
         const auto slot = static_cast<std::uint32_t>(i % 2);
         const auto [n0, nn] = chunks[i];
         fetch_residual(i, false);
-        b.add(c, isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(kW + wuse % 3) | bit(kRs + slot))});
+        b.add(c, wait_on(kW + wuse % 3, kRs + slot));
         load_w(wuse + 1);
         // (The first chunk in the hidden slice's row pieces, each once it is rounded.)
         for (std::uint64_t r0 = 0; r0 < mr; r0 += i == 0 ? piece_rows : mr) {

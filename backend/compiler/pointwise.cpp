@@ -677,10 +677,10 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
       if (u + 1 < last) {
         // The other slot's buffers: its store (tile u - 1) must be done before a reload
         // when the store reads an input buffer.
-        if (walker.output_aliases_input() && u > first) code.push_back(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + (1 - slot)))});
+        if (walker.output_aliases_input() && u > first) code.push_back(wait_on(2 + (1 - slot)));
         load(code, unit(u + 1), 1 - slot);
       }
-      code.push_back(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
+      code.push_back(wait_on(slot));
       for (const Replicate& r : replicate[slot]) {  // the planes doubled: 1 -> 2 -> 4 ...
         const std::uint32_t plane_bytes = r.plane * static_cast<std::uint32_t>(isa::dtype_size(r.dtype));
         for (std::uint32_t have = 1; have < r.planes;) {
@@ -692,12 +692,12 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
       }
       replicate[slot].clear();
       if (u >= first + 2 && !walker.output_aliases_input()) {
-        code.push_back(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
+        code.push_back(wait_on(2 + slot));
       }
       std::uint64_t start = 0;
       for (std::size_t d = 0; d < dims; ++d) start += cur.origin[d] * pitch[d];
       walker.set_random_position(start, pitch[1], pitch[2]);
-      if (kernel.random() && u == first) code.push_back(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << kStateToken)});
+      if (kernel.random() && u == first) code.push_back(wait_on(kStateToken));
       walker.emit(slot, cur.e, code);
       const auto e0 = static_cast<std::uint32_t>(cur.e.e0), e1 = static_cast<std::uint32_t>(cur.e.e1),
                  e2 = static_cast<std::uint32_t>(cur.e.e2);

@@ -184,7 +184,7 @@ std::vector<std::uint8_t> compile_reduce(const ReduceShape& s, const Target& tar
     for (std::size_t u = 0; u < units.size(); ++u) {
       const auto slot = static_cast<std::uint32_t>(u % 2);
       if (u + 1 < units.size()) load(u + 1, 1 - slot);
-      b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
+      b.add(core, wait_on(slot));
       const auto [a0, r0, alen, rlen] = units[u];
       const auto a = static_cast<std::uint32_t>(alen), r = static_cast<std::uint32_t>(rlen);
       const auto [first_r, last_r] = ends[u];
@@ -214,7 +214,7 @@ std::vector<std::uint8_t> compile_reduce(const ReduceShape& s, const Target& tar
                                  .a = sp_acc, .b = 0, .dst = sp_acc, .rows = 1, .cols = a, .imm = s.scale});
       }
       const auto oslot = static_cast<std::uint32_t>(stores % 2);
-      if (stores >= 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + oslot))});
+      if (stores >= 2) b.add(core, wait_on(2 + oslot));
       if (s.out == acc_t) {
         b.add(core, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = acc_t, .src = sp_acc, .dst = sp_out[oslot], .count = a});
       } else {
@@ -282,8 +282,8 @@ std::vector<std::uint8_t> compile_softmax(const SoftmaxShape& s, const Target& t
     for (std::uint64_t u = first; u < last; ++u) {
       const auto slot = static_cast<std::uint32_t>((u - first) % 2);
       if (u + 1 < last) load(u + 1, 1 - slot);
-      b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
-      if (u >= first + 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
+      b.add(core, wait_on(slot));
+      if (u >= first + 2) b.add(core, wait_on(2 + slot));
       const std::uint32_t rows = rows_of(u), count = rows * cols;
       std::uint32_t x = sp_in[slot];
       if (convert_in) {
@@ -389,7 +389,7 @@ std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& s, const Targ
     }
     load(first, 0);
     if (params > 0) {
-      b.add(core, isa::Wait{.token_mask = 1u << 8});
+      b.add(core, wait_on(8));
       if (s.weight && *s.weight != f32) {
         b.add(core, isa::VConvert{.from = *s.weight, .to = f32, .src = sp_w_raw, .dst = sp_w, .count = cols});
       }
@@ -399,11 +399,10 @@ std::vector<std::uint8_t> compile_layer_norm(const LayerNormShape& s, const Targ
     }
     for (std::uint64_t u = first; u < last; ++u) {
       const auto slot = static_cast<std::uint32_t>((u - first) % 2);
-      const auto bit = [&](std::uint32_t t) { return static_cast<std::uint16_t>(1u << t); };
       if (u + 1 < last) load(u + 1, 1 - slot);
-      b.add(core, isa::Wait{.token_mask = bit(slot)});
+      b.add(core, wait_on(slot));
       // The slot's buffers are free once the stores of two tiles ago are done.
-      if (u >= first + 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(bit(2 + slot) | bit(4 + slot) | bit(6 + slot))});
+      if (u >= first + 2) b.add(core, wait_on(2 + slot, 4 + slot, 6 + slot));
       const std::uint32_t rows = rows_of(u), count = rows * cols;
       std::uint32_t x = sp_in[slot];
       if (convert_in) {
@@ -592,7 +591,7 @@ std::vector<std::uint8_t> compile_foreach_norm_partials(const ForeachNormShape& 
     for (std::size_t u = 0; u < pieces.size(); ++u) {
       const auto slot = static_cast<std::uint32_t>(u % 2);
       if (u + 1 < pieces.size()) load(u + 1, 1 - slot);
-      b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
+      b.add(core, wait_on(slot));
       const NormPiece& p = pieces[u];
       const auto len = static_cast<std::uint32_t>(p.len);
       const isa::DType t = s.dtypes[p.tensor];
@@ -618,7 +617,7 @@ std::vector<std::uint8_t> compile_foreach_norm_partials(const ForeachNormShape& 
       }
       if (!last) continue;
       const auto oslot = static_cast<std::uint32_t>(stores % 2);
-      if (stores >= 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + oslot))});
+      if (stores >= 2) b.add(core, wait_on(2 + oslot));
       b.add(core, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = sp_acc, .dst = sp_out[oslot], .count = 1});
       b.add(core, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + oslot), f32, n, next_slot[p.tensor]++ * 4,
                                           sp_out[oslot], {1, 1, 1}, {1, 0, 0}));

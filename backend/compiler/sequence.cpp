@@ -143,7 +143,7 @@ std::vector<std::uint8_t> compile_cumsum(const CumsumShape& s, const Target& tar
       const RowUnit& x = units[u];
       const auto r = u32(x.rows), c = u32(x.cols), n = r * c;
       if (u + 1 < units.size()) load(u + 1);
-      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (kTokIn + u % 2))});
+      add(wait_on(kTokIn + u % 2));
       if (s.in == f32) {
         add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = L.in[u % 2], .dst = L.x, .count = n});
       } else {
@@ -175,7 +175,7 @@ std::vector<std::uint8_t> compile_cumsum(const CumsumShape& s, const Target& tar
         }
         add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = src + (n - 1) * 4, .dst = L.carry, .count = 1});
       }
-      add(isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << kTokOut)});
+      add(wait_on(kTokOut));
       if (s.out == f32) {
         add(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = src, .dst = L.out, .count = n});
       } else {

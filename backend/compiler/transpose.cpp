@@ -116,9 +116,9 @@ std::optional<std::vector<std::uint8_t>> compile_transposed_copy(const Pointwise
     for (std::uint64_t i = 0; i < count; ++i) {
       const auto slot = static_cast<std::uint32_t>(i % 2);
       if (i + 1 < count) load(nth(i + 1), 1 - slot);
-      b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
+      b.add(core, wait_on(slot));
       // The store of block i - 2 read this slot's transposed buffer.
-      if (i >= 2) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (2 + slot))});
+      if (i >= 2) b.add(core, wait_on(2 + slot));
       const Block k = block(nth(i));
       if (group > 1) {
         const auto step = static_cast<std::uint32_t>(plane * size);

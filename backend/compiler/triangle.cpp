@@ -43,10 +43,10 @@ std::vector<std::uint8_t> compile_triangle(const TriangleShape& s, const Target&
     for (std::uint64_t u = first; u < last; ++u) {
       const auto slot = static_cast<std::uint32_t>((u - first) % 2);
       if (u + 1 < last) {
-        if (u >= first + 1) b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << (3 - slot))});
+        if (u >= first + 1) b.add(core, wait_on(3 - slot));
         load(u + 1, 1 - slot);
       }
-      b.add(core, isa::Wait{.token_mask = static_cast<std::uint16_t>(1u << slot)});
+      b.add(core, wait_on(slot));
       for (std::uint32_t r = 0; r < rows_of(u); ++r) {
         const auto [k0, k1] = keep((u * block + r) % s.rows);
         const std::uint64_t at = sp[slot] + r * row_bytes;
