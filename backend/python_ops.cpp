@@ -76,6 +76,7 @@ TORCH_LIBRARY(spyre, m) {
   m.def("reset_fallback_counts() -> ()", [] { reset_fallback_counts(); });
   m.def("pow_exponents() -> float[]", [] { return pow_device_exponents(); });
   m.def("fusible_ops() -> str[]", [] { return fusible_ops(); });
+  m.def("epilogue_activations() -> str[]", [] { return epilogue_activation_rows(); });
   m.def("manual_seed_all(int seed) -> ()", manual_seed_all);
   m.def("memory_snapshot(int device) -> str", [](std::int64_t d) { return memory_snapshot_json(resolve(d)); });
   m.def("set_memory_fraction(float fraction, int device) -> ()",

@@ -240,8 +240,8 @@ at::Tensor conv_epilogue(const at::Tensor& input, const at::Tensor& weight, cons
   std::optional<isa::UnaryOp> act;
   if (!activation.empty()) {
     act = epilogue_activation(std::string_view(activation.data(), activation.size()));
-    TORCH_CHECK(act.has_value(), kName, ": unknown activation '", activation, "' (expected ", kEpilogueActivations,
-                ")");
+    TORCH_CHECK(act.has_value(), kName, ": unknown activation '", activation, "' (expected ",
+                epilogue_activation_names(), ")");
   }
   TORCH_CHECK((input.dim() == 3 || input.dim() == 4) && weight.dim() == input.dim(), kName,
               ": expected a 3-D or 4-D input and weights of the same rank, got ", input.dim(), "-D and ", weight.dim(),

@@ -419,7 +419,7 @@ at::Tensor matmul_epilogue(const at::Tensor& a, const at::Tensor& b, const std::
   if (!activation.empty()) {
     act = epilogue_activation(std::string_view(activation.data(), activation.size()));
     TORCH_CHECK(act.has_value(), "spyre::matmul_epilogue: unknown activation '", activation, "' (expected ",
-                kEpilogueActivations, ")");
+                epilogue_activation_names(), ")");
   }
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "spyre::matmul_epilogue: expected 2-D a and b, got ", a.dim(), "-D and ",
               b.dim(), "-D");
@@ -567,15 +567,10 @@ at::Tensor linear_concat(const at::Tensor& a, at::TensorList weights, c10::strin
 at::Tensor linear_gated(const at::Tensor& a, const at::Tensor& gate, const at::Tensor& up, c10::string_view activation,
                         c10::string_view norm, const std::optional<at::Tensor>& norm_weight,
                         const std::optional<at::Tensor>& norm_bias, double norm_eps) {
-  static const std::pair<const char*, isa::UnaryOp> kGates[] = {
-      {"silu", isa::UnaryOp::silu}, {"gelu", isa::UnaryOp::gelu}, {"gelu_tanh", isa::UnaryOp::gelu_tanh},
-      {"relu", isa::UnaryOp::relu}, {"sigmoid", isa::UnaryOp::sigmoid}, {"tanh", isa::UnaryOp::tanh}};
-  std::optional<isa::UnaryOp> act;
-  for (const auto& [text, op] : kGates) {
-    if (activation == text) act = op;
-  }
+  const std::optional<isa::UnaryOp> act =
+      epilogue_activation(std::string_view(activation.data(), activation.size()), /*gate=*/true);
   TORCH_CHECK(act.has_value() || activation.empty(), "spyre::linear_gated: unknown activation '", activation,
-              "' (expected silu, gelu, gelu_tanh, relu, sigmoid, tanh or none)");
+              "' (expected ", epilogue_activation_names(/*gate=*/true), ")");
   TORCH_CHECK(a.dim() == 2, "spyre::linear_gated: expected a 2-D input, got ", a.dim(), "-D");
   TORCH_CHECK(is_spyre(a) && device_float_dtype(a.scalar_type()),
               "spyre::linear_gated: the input must be a float tensor on a spyre device, got ", a.scalar_type(), " on ",
@@ -671,7 +666,7 @@ at::Tensor mlp(const at::Tensor& a, const at::Tensor& w1, const std::optional<at
   if (!activation.empty()) {
     act = epilogue_activation(std::string_view(activation.data(), activation.size()));
     TORCH_CHECK(act.has_value(), "spyre::mlp: unknown activation '", activation, "' (expected ",
-                kEpilogueActivations, ")");
+                epilogue_activation_names(), ")");
   }
   TORCH_CHECK(a.dim() == 2, "spyre::mlp: expected a 2-D input, got ", a.dim(), "-D");
   TORCH_CHECK(is_spyre(a) && device_float_dtype(a.scalar_type()),

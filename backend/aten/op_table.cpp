@@ -25,4 +25,21 @@ std::vector<std::string> fusible_ops() {
   return out;
 }
 
+std::string epilogue_activation_names(bool gate) {
+  std::string out;
+  for (const auto& row : kEpilogueActivations) {
+    if (gate && !row.gate) continue;
+    out += std::string(row.name) + ", ";
+  }
+  return out.empty() ? "none" : out.substr(0, out.size() - 2) + " or none";
+}
+
+std::vector<std::string> epilogue_activation_rows() {
+  std::vector<std::string> out;
+  for (const auto& row : kEpilogueActivations) {
+    out.push_back(std::string(row.name) + " " + std::string(row.aten) + (row.gate ? " 1" : " 0"));
+  }
+  return out;
+}
+
 }  // namespace spyre::backend

@@ -87,19 +87,40 @@ inline constexpr const char* kCompositeFusibleOps[] = {
 std::vector<std::string> fusible_ops();
 
 // The activations a matmul or convolution epilogue applies to its fp32 tiles
-// (spyre::matmul_epilogue, spyre::conv_epilogue), by the names torch.compile's passes
-// give them; nullopt for any other name.
-inline std::optional<isa::UnaryOp> epilogue_activation(std::string_view name) {
-  static constexpr std::pair<std::string_view, isa::UnaryOp> kActivations[] = {
-      {"relu", isa::UnaryOp::relu}, {"gelu", isa::UnaryOp::gelu}, {"gelu_tanh", isa::UnaryOp::gelu_tanh},
-      {"silu", isa::UnaryOp::silu}, {"sigmoid", isa::UnaryOp::sigmoid}, {"tanh", isa::UnaryOp::tanh},
-      {"hardswish", isa::UnaryOp::hardswish}, {"hardsigmoid", isa::UnaryOp::hardsigmoid}};
-  for (const auto& [text, op] : kActivations) {
-    if (name == text) return op;
+// (spyre::matmul_epilogue, spyre::conv_epilogue, spyre::mlp), by the names torch.compile's
+// passes give them, with the aten op each stands for (gelu_tanh is gelu.default with
+// approximate="tanh") and whether spyre::linear_gated takes it as its gate's activation.
+// torch.compile reads the table through torch.ops.spyre.epilogue_activations.
+struct EpilogueActivation {
+  std::string_view name;
+  isa::UnaryOp op;
+  std::string_view aten;
+  bool gate;
+};
+
+inline constexpr EpilogueActivation kEpilogueActivations[] = {
+    {"relu", isa::UnaryOp::relu, "relu.default", true},
+    {"gelu", isa::UnaryOp::gelu, "gelu.default", true},
+    {"gelu_tanh", isa::UnaryOp::gelu_tanh, "gelu.default", true},
+    {"silu", isa::UnaryOp::silu, "silu.default", true},
+    {"sigmoid", isa::UnaryOp::sigmoid, "sigmoid.default", true},
+    {"tanh", isa::UnaryOp::tanh, "tanh.default", true},
+    {"hardswish", isa::UnaryOp::hardswish, "hardswish.default", false},
+    {"hardsigmoid", isa::UnaryOp::hardsigmoid, "hardsigmoid.default", false},
+};
+
+// The ISA op of an epilogue activation (of a gate's, with `gate`); nullopt for any other name.
+inline std::optional<isa::UnaryOp> epilogue_activation(std::string_view name, bool gate = false) {
+  for (const auto& row : kEpilogueActivations) {
+    if (name == row.name && (row.gate || !gate)) return row.op;
   }
   return std::nullopt;
 }
-inline constexpr const char* kEpilogueActivations =
-    "relu, gelu, gelu_tanh, silu, sigmoid, tanh, hardswish, hardsigmoid or none";
+
+// "relu, gelu, ... or none": the names an error message lists (a gate's, with `gate`).
+std::string epilogue_activation_names(bool gate = false);
+
+// The table as "<name> <aten overload> <gate 0|1>" rows (torch.ops.spyre.epilogue_activations).
+std::vector<std::string> epilogue_activation_rows();
 
 }  // namespace spyre::backend

@@ -739,17 +739,22 @@ class _SharedNorm(torch.nn.Module):
         return self.a(h).sum(-1) + self.b(h).sum(-1)
 
 
-def test_a_norm_read_by_two_matmuls_keeps_its_kernel():
+def fp32_compiled_kernels(model_class, x):
+    """The kernels of model_class() (seeded) compiled for spyre on x, checked against the CPU in fp32."""
     torch._dynamo.reset()
     torch.manual_seed(5)
-    model = _SharedNorm()
-    x = rand((4, 64), torch.float32, 20)
+    model = model_class()
     want = model(x)
     model = model.to("spyre")
     with torch.no_grad():
         compiled, got = compiled_run(model, x)
         assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
         names, _ = kernels(compiled, x.to("spyre"))
+    return names
+
+
+def test_a_norm_read_by_two_matmuls_keeps_its_kernel():
+    names = fp32_compiled_kernels(_SharedNorm, rand((4, 64), torch.float32, 20))
     assert "aten::native_layer_norm" in names and not any("layer_norm," in n for n in names)
 
 
@@ -947,6 +952,29 @@ def test_linear_gated_checks_its_operands():
                                            r"rows\), got shape \[2, 8\]"):
         torch.ops.spyre.linear_gated(a, w, torch.ones(2, 8, device="spyre"), "silu")
     assert torch.equal(torch.ops.spyre.linear_gated(a, w, w * 2, "").cpu(), torch.full((4, 3), 128.0))
+
+
+def test_a_gate_linear_gated_does_not_take_keeps_its_two_kernels():
+    # hardswish is an epilogue activation but not a gate's (backend/aten/op_table.h):
+    # the pass keeps the two matmul kernels instead of a linear_gated that would refuse
+    # it. Both lists come from torch.ops.spyre.epilogue_activations.
+    rows = [r.split(" ") for r in torch.ops.spyre.epilogue_activations()]
+    gates = {name for name, _, gate in rows if gate == "1"}
+    assert "hardswish" in {name for name, _, _ in rows} and "hardswish" not in gates and "silu" in gates
+    with pytest.raises(RuntimeError, match="unknown activation 'hardswish'.*expected relu, gelu, gelu_tanh, silu"):
+        torch.ops.spyre.linear_gated(torch.ones(4, 8, device="spyre"), torch.ones(3, 8, device="spyre"),
+                                     torch.ones(3, 8, device="spyre"), "hardswish")
+
+    class HardswishGate(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1, self.w3 = torch.nn.Linear(32, 48, bias=False), torch.nn.Linear(32, 48, bias=False)
+
+        def forward(self, x):
+            return F.hardswish(self.w1(x)) * self.w3(x)
+
+    names = fp32_compiled_kernels(HardswishGate, rand((9, 32), torch.float32, 51))
+    assert names == ["spyre::matmul[hardswish]", "spyre::matmul[gate]"]
 
 
 class _RotatedProjections(torch.nn.Module):

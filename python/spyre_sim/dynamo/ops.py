@@ -128,10 +128,22 @@ def _fusible_ops() -> dict[object, Callable]:
 FUSIBLE_OPS: dict[object, Callable] = _fusible_ops()
 
 
-# Activations a matmul kernel applies in its epilogue, by the name matmul_epilogue takes.
-_EPILOGUE_ACTIVATIONS = {aten.relu.default: "relu", aten.silu.default: "silu", aten.sigmoid.default: "sigmoid",
-                         aten.tanh.default: "tanh", aten.gelu.default: "gelu", aten.hardswish.default: "hardswish",
-                         aten.hardsigmoid.default: "hardsigmoid"}
+def _epilogue_activations() -> tuple[dict[object, str], frozenset[str]]:
+    """The activations a matmul kernel applies in its epilogue (aten op -> the name
+    matmul_epilogue takes; gelu's tanh form is told apart by _activation_of), and the
+    names linear_gated takes as a gate's: from the backend's one table
+    (backend/aten/op_table.h, read through torch.ops.spyre.epilogue_activations)."""
+    by_op: dict[object, str] = {}
+    gates = set()
+    for row in torch.ops.spyre.epilogue_activations():
+        name, overload, gate = row.split(" ")
+        by_op.setdefault(_aten_overload(overload), name)
+        if gate == "1":
+            gates.add(name)
+    return by_op, frozenset(gates)
+
+
+_EPILOGUE_ACTIVATIONS, GATE_ACTIVATIONS = _epilogue_activations()
 
 
 def _activation_of(node):

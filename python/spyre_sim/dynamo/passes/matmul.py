@@ -10,7 +10,7 @@ import torch.fx
 
 from ..graph import _VIEWS, _erase_unread, _linear_weight, _val
 from ..ir import _FLOATS
-from ..ops import _EPILOGUE_ACTIVATIONS
+from ..ops import _EPILOGUE_ACTIVATIONS, GATE_ACTIVATIONS
 
 aten = torch.ops.aten
 
@@ -191,6 +191,8 @@ def fuse_gated_linears(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if node.args[3] and other.args[3]:
             continue  # an activation on both sides
         gate, up, act = (w_up, w_other, node.args[3]) if node.args[3] else (w_other, w_up, other.args[3])
+        if act and act not in GATE_ACTIVATIONS:
+            continue  # linear_gated does not take it (backend/aten/op_table.h); the two kernels stay
         with gm.graph.inserting_before(node):
             call = gm.graph.call_function(torch.ops.spyre.linear_gated.default, (node.args[0], gate, up, act))
         call.meta["val"] = _val(node)
