@@ -52,6 +52,7 @@ def test_the_environment_stays_the_default():
     assert out.stdout.split() == ["3", "4", "True", "True"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -61,7 +62,6 @@ def test_the_environment_stays_the_default():
         ("config='x.yaml', yaml='name: x'", "give config or yaml, not both"),
     ],
 )
-@pytest.mark.slow
 def test_bad_configurations_are_refused_with_the_reason(args, message):
     out = run(f"import spyre_sim\nspyre_sim.configure({args})")
     assert out.returncode != 0
