@@ -1,15 +1,20 @@
+// The matmul generator's code (compile_matmul's second half; matmul_plan.cpp checks and
+// plans): the plan's scratchpad layout, each core's blocks of tiles, and the code that
+// streams their panels, multiplies and finishes each tile. docs/ARCHITECTURE.md §9.
 #include "compiler/matmul.h"
-#include "compiler/does_not_fit.h"
-#include "spyre/checked.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <string>
-#include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "compiler/dma.h"
+#include "compiler/emit.h"
+#include "compiler/matmul_parts.h"
 #include "compiler/norm_rows.h"
+#include "spyre/checked.h"
 #include "spyre/isa/program.h"
 
 namespace spyre::compiler {
@@ -25,30 +30,6 @@ T dma(std::uint8_t token, isa::DType dtype, std::uint16_t arg, std::uint64_t ele
                      {1, row_stride, 0});
 }
 
-// Scratchpad bytes: A and B panels double-buffered, rt accumulators of 4 bytes (fp32 or
-// int32), and (one tile per core) a separate output buffer; with two tiles per core
-// each accumulator is converted in place. A residual takes one tile of C's dtype per
-// accumulator (loaded while the tile computes).
-std::uint64_t footprint(std::uint64_t tm, std::uint64_t tn, std::uint64_t tk, std::uint64_t size, std::uint32_t rt = 1,
-                        std::uint64_t bias_size = 0, std::uint64_t out_size = 0, bool scale = false,
-                        bool residual = false, bool channel_scale = false) {
-  if (out_size == 0) out_size = size;
-  return 2 * (tm * tk + tk * tn) * size + rt * tm * tn * 4 + (rt == 1 ? tm * tn * out_size : 0) + (scale ? 8 : 0) +
-         (bias_size > 0 ? tn * (4 + bias_size) + 4 : 0) +  // + padding that aligns the fp32 bias row
-         (residual ? rt * tm * tn * out_size + 4 : 0) +    // + padding that aligns the residual tiles
-         (channel_scale ? tn * 4 + 4 : 0);                 // + padding that aligns the fp32 row
-}
-
-// A norm prologue (MatmulShape::Norm): the bytes of one row of a statistics piece (whole
-// rows of K values, loaded double-buffered and converted to fp32), and the scratchpad the
-// prologue needs besides the matmul's with pieces of one row: the mean and rstd of up to
-// two tiles' rows, the weight and bias in fp32 (+ padding that aligns them). The pieces
-// take what the tiles leave, up to kNormStatsBytes: the tiling is the matmul's own.
-std::uint64_t norm_row_bytes(const MatmulShape& s) { return s.k * (2 * isa::dtype_size(s.dtype) + 4); }
-std::uint64_t norm_footprint(const MatmulShape& s, std::uint64_t tm) {
-  if (!s.norm) return 0;
-  return norm_row_bytes(s) + 2 * 2 * tm * 4 + (s.norm->weight ? s.k * 4 : 0) + (s.norm->bias ? s.k * 4 : 0) + 8;
-}
 
 constexpr std::uint32_t kParts = kPanelPieces;
 // Token numbers: DMA loads of A / B pieces into slot s, ring transfers of A / B out of
@@ -127,757 +108,614 @@ void conv_panel(const MatmulShape::ConvA& c, std::uint64_t channel0, std::uint64
   }
 }
 
-// A convolution's A must describe the matmul's m and k and stay inside its input.
-void check_conv(const MatmulShape& s, const std::string& name) {
-  const MatmulShape::ConvA& c = *s.conv;
-  const auto str = [](std::uint64_t v) { return std::to_string(v); };
-  for (const std::uint64_t v : {c.images, c.h, c.w, c.channels, c.group_channels, c.kh, c.kw, c.sh, c.sw, c.dh, c.dw,
-                                c.ho, c.wo}) {
-    if (v == 0) throw std::invalid_argument(name + ": a convolution's sizes, strides and dilations must be positive");
+// Where a plan keeps things in the scratchpad (bytes), and the arguments that depend on
+// which epilogue parts a shape has.
+struct Layout {
+  std::uint32_t a[2] = {}, b[2] = {};  // the A and B panels, double-buffered
+  std::uint32_t c[2] = {};             // the accumulators (a gated pair's up projection: c[1])
+  std::uint32_t c_bytes = 0;
+  // One tile per core: the result is converted into its own buffer, so the next tile's
+  // first matmul need not wait for the store. Two: in place.
+  std::uint32_t out = 0;
+  // The epilogue's bias row, in fp32 and as loaded; the channel scale row (fp32); the
+  // scale (one fp32 value); the residual tiles (one per accumulator; a gated pair's up
+  // projection, rounded).
+  std::uint32_t bias = 0, bias_raw = 0, channel_scale = 0, scale = 0, residual = 0, residual_bytes = 0;
+  // A norm prologue: the mean and rstd of up to two tiles' rows, the weight and the bias
+  // in fp32, a statistics piece in fp32 (also the fp32 copy of the panel rows being
+  // normalised), and the piece's two load buffers of `norm_rows` rows.
+  std::uint32_t mean = 0, rstd = 0, norm_weight = 0, norm_bias = 0, norm_work = 0, norm_raw[2] = {};
+  std::uint64_t norm_rows = 0;
+  std::uint16_t channel_scale_arg = 4, scale_arg = 3, residual_arg = 3, norm_arg = 3;
+};
+
+std::uint32_t align4(std::uint64_t at) { return static_cast<std::uint32_t>((at + 3u) & ~std::uint64_t{3}); }
+
+Layout layout_of(const MatmulShape& s, const MatmulPlan& p, const Target& target) {
+  const std::uint64_t size = isa::dtype_size(s.dtype), out_size = isa::dtype_size(s.out_dtype());
+  const std::uint32_t rt = p.rows_per_core;
+  const std::uint64_t pair = s.gated ? 2 : 1;  // B panels and accumulators per tile
+  const auto a_bytes = static_cast<std::uint32_t>(p.tm * p.tk * size);
+  const auto b_bytes = static_cast<std::uint32_t>(pair * p.tk * p.tn * size);
+  Layout l;
+  l.c_bytes = static_cast<std::uint32_t>(p.tm * p.tn * 4);
+  l.a[0] = 0, l.a[1] = a_bytes, l.b[0] = 2 * a_bytes, l.b[1] = 2 * a_bytes + b_bytes;
+  l.c[0] = 2 * a_bytes + 2 * b_bytes, l.c[1] = l.c[0] + l.c_bytes;
+  l.out = rt == 1 ? l.c[0] + static_cast<std::uint32_t>(pair) * l.c_bytes : 0;
+  // (fp32 rows after the output buffer, so 4-byte aligned: an fp16/bf16 output buffer of
+  // odd tm x tn ends at 2 mod 4.)
+  l.bias = align4(rt == 1 ? l.out + p.tm * p.tn * out_size : l.c[1] + l.c_bytes);
+  l.bias_raw = l.bias + (s.bias ? static_cast<std::uint32_t>(p.tn * 4) : 0u);
+  l.channel_scale = align4(l.bias_raw + (s.bias ? p.tn * isa::dtype_size(*s.bias) : 0));
+  l.scale = l.channel_scale + (s.channel_scale ? static_cast<std::uint32_t>(p.tn * 4) : 0u);
+  l.residual = align4(l.scale + (s.scale ? 4u : 0u));
+  l.residual_bytes = static_cast<std::uint32_t>(p.tm * p.tn * out_size);
+  l.scale_arg = static_cast<std::uint16_t>(3 + (s.bias ? 1 : 0) + (s.channel_scale ? 1 : 0));
+  l.residual_arg = static_cast<std::uint16_t>(l.scale_arg + (s.scale ? 1 : 0));
+  l.norm_arg = static_cast<std::uint16_t>(l.residual_arg + (s.residual ? 1 : 0) +
+                                          (s.b_pieces.empty() ? 0 : s.b_pieces.size() - 1));
+  const auto k32 = static_cast<std::uint32_t>(s.k);
+  l.mean = align4(l.residual + (s.residual ? rt * l.residual_bytes : s.gated ? l.residual_bytes : 0u));
+  l.rstd = l.mean + static_cast<std::uint32_t>(2 * p.tm * 4);
+  l.norm_weight = l.rstd + static_cast<std::uint32_t>(2 * p.tm * 4);
+  l.norm_bias = l.norm_weight + (s.norm && s.norm->weight ? k32 * 4 : 0u);
+  l.norm_work = l.norm_bias + (s.norm && s.norm->bias ? k32 * 4 : 0u);
+  if (s.norm) {
+    const std::uint64_t left = target.scratchpad_bytes - std::min<std::uint64_t>(l.norm_work, target.scratchpad_bytes);
+    l.norm_rows = std::clamp<std::uint64_t>(std::min<std::uint64_t>(kNormStatsBytes, left) / norm_row_bytes(s), 1, p.tm);
   }
-  if (!s.b_pieces.empty() || s.gated) {
-    throw std::invalid_argument(name + ": a convolution's A is its implicit im2col matrix, and B one matrix");
+  l.norm_raw[0] = l.norm_work + static_cast<std::uint32_t>(l.norm_rows * s.k * 4);
+  l.norm_raw[1] = l.norm_work + static_cast<std::uint32_t>(l.norm_rows * s.k * (4 + size));
+  return l;
+}
+
+// A block of one core: rt tiles stacked along M sharing their B panels; where its panels
+// come from (DRAM or a neighbour's ring message) and where it passes them on.
+constexpr std::uint16_t kNone = isa::RingRecv::kNoForward;
+struct Tile {
+  std::uint64_t batch = 0, j0 = 0;
+  std::uint64_t i0[2] = {0, 0};
+  std::uint32_t m[2] = {0, 0}, n = 0;
+  std::uint32_t rows = 1;  // tiles of the block inside the matrix (1 or 2)
+  // The second tile runs a K step behind the first (see CoreCode::order). Decided per
+  // super-block: B panels travel down grid columns, so every core of a column must take
+  // the same number of them.
+  bool offset = false;
+  bool a_loader = false, b_loader = false;
+  std::uint16_t a_from = kNone, a_to = kNone, b_from = kNone, b_to = kNone;
+  // A norm prologue: whether the block's rows differ from the group's previous
+  // super-block's (their statistics are then taken), the cores of this grid row in this
+  // super-block (the first of them, this core's place among them, their number).
+  bool new_rows = true;
+  std::uint16_t row_first = 0;
+  std::uint32_t row_place = 0, row_cores = 1;
+};
+
+// How the plan's tiles fall into super-blocks and streams.
+struct Grid {
+  std::uint64_t tiles_m = 0, tiles_n = 0, row_blocks = 0, sb_m = 0, sb_n = 0;
+  std::uint32_t group_size = 1, streams = 1;
+  Grid(const MatmulShape& s, const MatmulPlan& p)
+      : tiles_m(ceil_div(s.m, p.tm)),
+        tiles_n(ceil_div(s.n, p.tn)),
+        row_blocks(ceil_div(tiles_m, p.rows_per_core)),
+        sb_m(ceil_div(row_blocks, p.grid_rows)),
+        sb_n(ceil_div(tiles_n, p.grid_cols)),
+        group_size(p.grid_rows * p.grid_cols),
+        streams(group_size * static_cast<std::uint32_t>(std::min<std::uint64_t>(p.groups, p.super_blocks))) {}
+};
+
+// K steps of tk, (first column, width). (A short first or last step, to start computing
+// sooner or finish sooner, measured slower: 2048^3 326 and 318 us against 314 us.)
+using Chunks = std::vector<std::pair<std::uint64_t, std::uint32_t>>;
+
+// The blocks of core `stream`, one per super-block of its group that reaches it.
+std::vector<Tile> core_tiles(const MatmulShape& s, const MatmulPlan& p, const Grid& g, std::uint64_t steps,
+                             std::uint32_t stream) {
+  const std::uint32_t rt = p.rows_per_core;
+  const std::uint32_t group = stream / g.group_size, i = (stream % g.group_size) / p.grid_cols, j = stream % p.grid_cols;
+  const auto at = [&](std::uint32_t r, std::uint32_t c) {
+    return static_cast<std::uint16_t>(group * g.group_size + r * p.grid_cols + c);
+  };
+  std::vector<Tile> tiles;
+  for (std::uint64_t sb = group; sb < p.super_blocks; sb += p.groups) {
+    const std::uint64_t si = (sb / g.sb_n) % g.sb_m, sj = sb % g.sb_n;
+    const auto rows = static_cast<std::uint32_t>(std::min<std::uint64_t>(p.grid_rows, g.row_blocks - si * p.grid_rows));
+    const auto cols = static_cast<std::uint32_t>(std::min<std::uint64_t>(p.grid_cols, g.tiles_n - sj * p.grid_cols));
+    if (i >= rows || j >= cols) continue;  // this super-block's edge: no tile here
+    Tile t;
+    t.batch = sb / (g.sb_m * g.sb_n);
+    const std::uint64_t first_tile_row = (si * p.grid_rows + i) * rt;
+    t.rows = static_cast<std::uint32_t>(std::min<std::uint64_t>(rt, g.tiles_m - first_tile_row));
+    const std::uint64_t last_row_block = si * p.grid_rows + rows - 1;  // of this super-block
+    t.offset = rt == 2 && g.tiles_m - last_row_block * rt >= 2 && steps >= kRotateSteps;
+    for (std::uint32_t r = 0; r < t.rows; ++r) {
+      t.i0[r] = (first_tile_row + r) * p.tm;
+      t.m[r] = static_cast<std::uint32_t>(std::min(p.tm, s.m - t.i0[r]));
+    }
+    t.j0 = (sj * p.grid_cols + j) * p.tn;
+    t.n = static_cast<std::uint32_t>(std::min(p.tn, s.n - t.j0));
+    // A travels left to right along a grid row (adjacent cores on the ring), B down a
+    // grid column. (Sending B up on every other column, to use both directions of the
+    // links between grid rows, measured slower: 2048^3 364 us against 310 us; so did
+    // column-major grids, 341 us.)
+    t.a_loader = j == 0;
+    t.a_from = j > 0 ? at(i, j - 1) : kNone;
+    t.a_to = j + 1 < cols ? at(i, j + 1) : kNone;
+    t.b_loader = i == 0;
+    t.b_from = i > 0 ? at(i - 1, j) : kNone;
+    t.b_to = i + 1 < rows ? at(i + 1, j) : kNone;
+    if (sb >= group + p.groups) {
+      const std::uint64_t prev = sb - p.groups;
+      t.new_rows = (prev / g.sb_n) % g.sb_m != si || prev / (g.sb_m * g.sb_n) != t.batch;
+    }
+    t.row_first = at(i, 0);
+    t.row_place = j;
+    t.row_cores = cols;
+    tiles.push_back(t);
   }
-  // A is pixels x taps; transposed (a weight gradient: taps x pixels), m and k swap.
-  const std::uint64_t pixels = s.a_transposed ? s.k : s.m, taps = s.a_transposed ? s.m : s.k;
-  if (pixels != c.images * c.ho * c.wo || taps != c.kh * c.kw * c.group_channels) {
-    const char* mk = s.a_transposed ? "k" : "m";
-    const char* km = s.a_transposed ? "m" : "k";
-    throw std::invalid_argument(name + ": a convolution of " + str(c.images) + " images into " + str(c.ho) + "x" +
-                                str(c.wo) + " pixels over " + str(c.kh) + "x" + str(c.kw) + " taps of " +
-                                str(c.group_channels) + " channels is " + mk + " = " + str(c.images * c.ho * c.wo) +
-                                ", " + km + " = " + str(c.kh * c.kw * c.group_channels) + "; got " + mk + " = " +
-                                str(pixels) + ", " + km + " = " + str(taps));
+  return tiles;
+}
+
+// The order of a block's matmuls: phases, each one K step's B panel and the tiles that
+// use it; and the A panels in the order they are used (their slots alternate).
+struct Phase {
+  std::size_t tile;
+  std::uint64_t step;
+  std::uint32_t rs[2];
+  std::uint32_t count;
+};
+struct Use {
+  std::size_t tile;
+  std::uint64_t step;
+  std::uint32_t r;
+  bool first, last;  // the tile's first / last K step
+};
+
+// Two tiles: the second runs one K step behind the first ((0: 0), (1: 0 1), ..., (0: 1)),
+// so its first A panel comes from other DRAM channels than the first tile's. (A row-major
+// A with a row pitch that is a multiple of the channel interleave round keeps a K step's
+// columns of every row on the same few channels; in lockstep, both tiles' first panels
+// queued on those channels, and the last grid row started its first matmul 48 us after
+// the first, 2048^3.) The first B panel is then loaded twice.
+std::vector<Phase> phases_of(const std::vector<Tile>& tiles, std::uint64_t steps) {
+  std::vector<Phase> phases;
+  for (std::size_t ti = 0; ti < tiles.size(); ++ti) {
+    if (tiles[ti].offset) {
+      phases.push_back({ti, 0, {0, 0}, 1});
+      for (std::uint64_t st = 1; st < steps; ++st) phases.push_back({ti, st, {0, 1}, 2});
+      phases.push_back({ti, 0, {1, 0}, 1});
+    } else {
+      for (std::uint64_t st = 0; st < steps; ++st) phases.push_back({ti, st, {0, 1}, tiles[ti].rows});
+    }
   }
-  const std::uint64_t last_y = (c.ho - 1) * c.sh + (c.kh - 1) * c.dh, last_x = (c.wo - 1) * c.sw + (c.kw - 1) * c.dw;
-  if (last_y >= c.h || last_x >= c.w) {
-    throw std::invalid_argument(name + ": the convolution reads input pixel (" + str(last_y) + ", " + str(last_x) +
-                                ") of a " + str(c.h) + "x" + str(c.w) + " input (padding must be in the input)");
+  return phases;
+}
+
+std::vector<Use> a_uses_of(const std::vector<Phase>& phases) {
+  std::vector<Use> uses;
+  for (std::size_t pi = 0; pi < phases.size(); ++pi) {
+    const Phase& ph = phases[pi];
+    for (std::uint32_t x = 0; x < ph.count; ++x) {
+      const std::uint32_t r = ph.rs[x];
+      const auto same = [&](const Phase& o) {
+        return o.tile == ph.tile && std::find(o.rs, o.rs + o.count, r) != o.rs + o.count;
+      };
+      const bool first = std::none_of(phases.begin(), phases.begin() + static_cast<std::ptrdiff_t>(pi), same);
+      const bool last = std::none_of(phases.begin() + static_cast<std::ptrdiff_t>(pi) + 1, phases.end(), same);
+      uses.push_back({ph.tile, ph.step, r, first, last});
+    }
   }
-  if ((s.batch - 1) * s.a_batch_stride + c.group_channels > c.channels) {
-    throw std::invalid_argument(name + ": " + str(s.batch) + " groups of " + str(c.group_channels) + " channels, " +
-                                str(s.a_batch_stride) + " apart, do not fit the input's " + str(c.channels) +
-                                " channels");
+  return uses;
+}
+
+// A norm prologue's statistics and the panels' normalisation travel on this ring tag.
+constexpr std::uint16_t kStatsTag = 2;
+
+// One core's code: its blocks' panels streamed in, multiplied K step by K step, and each
+// finished tile's epilogue and store.
+class CoreCode {
+ public:
+  CoreCode(const MatmulShape& s, const MatmulPlan& p, const Layout& l, const Target& target, const Chunks& chunks,
+           isa::ProgramBuilder& b, std::uint32_t stream, std::vector<Tile> tiles)
+      : s_(s), p_(p), l_(l), target_(target), chunks_(chunks), b_(b), stream_(stream), st_{b, stream},
+        tiles_(std::move(tiles)),
+        phases_(phases_of(tiles_, chunks.size())),
+        a_seq_(a_uses_of(phases_)),
+        size_(isa::dtype_size(s.dtype)),
+        acc_(s.accumulator()),
+        out_t_(s.out_dtype()),
+        out_size_(isa::dtype_size(out_t_)),
+        rt_(p.rows_per_core),
+        a_ld_(s.lda != 0 ? s.lda : s.a_transposed ? s.m : s.k),
+        b_ld_(s.ldb != 0 ? s.ldb : s.b_transposed ? s.k : s.n),
+        ldr_(s.ldr != 0 ? s.ldr : s.n),
+        ldc_(s.ldc != 0 ? s.ldc : s.n),
+        c_batch_(s.c_batch_stride != 0 ? s.c_batch_stride : s.m * s.n),
+        nr_{s.norm.value_or(MatmulShape::Norm{}), s.dtype, s.k, l.mean, l.rstd, l.norm_weight, l.norm_bias,
+            l.norm_work, l.norm_rows * s.k} {
+    for (std::size_t q = 0, at = 0; q < s.b_pieces.size(); at += s.b_pieces[q++]) piece_start_.push_back(at);
   }
+
+  void emit();
+
+ private:
+  Panel a_panel(const Tile& t, std::uint64_t step, std::uint32_t r) const;
+  Panel b_panel(const Tile& t, std::uint64_t step) const;
+  void load(const Panel& pn, std::uint8_t dma_base, std::uint8_t ring_base, std::uint16_t arg, std::uint32_t sp,
+            std::uint32_t slot);
+  void load_pieced(const Panel& pn, std::uint32_t r0, std::uint32_t r1, std::uint8_t token, std::uint32_t sp);
+  void load_a(std::size_t u, std::uint32_t slot);
+  void load_b(std::size_t pi, std::uint32_t slot);
+  void fetch(bool loader, const Panel& pn, std::uint8_t dma_base, std::uint8_t ring_token, std::uint16_t from,
+             std::uint16_t to, std::uint16_t tag, std::uint32_t sp, std::uint32_t slot, std::int32_t norm_tile = -1,
+             std::uint64_t k0 = 0);
+  void fetch_b(std::size_t pi, bool tile_start);
+  void norm_stats(const Tile& t);
+  void norm_exchange(const Tile& t);
+  void tile_loads(const Tile& t);
+  void multiply(std::size_t pi, std::uint32_t bslot);
+  void finish(const Phase& ph, std::uint32_t r, std::uint32_t r0, std::uint32_t rows, std::uint32_t c_at);
+
+  // The share of tile r's rows of a block that its grid row's core c takes: [lo, hi).
+  static std::pair<std::uint32_t, std::uint32_t> share(const Tile& t, std::uint32_t r, std::uint32_t c) {
+    return {t.m[r] * c / t.row_cores, t.m[r] * (c + 1) / t.row_cores};
+  }
+
+  const MatmulShape& s_;
+  const MatmulPlan& p_;
+  const Layout& l_;
+  const Target& target_;
+  const Chunks& chunks_;
+  isa::ProgramBuilder& b_;
+  std::uint32_t stream_;
+  CoreStream st_;
+  std::vector<Tile> tiles_;
+  std::vector<Phase> phases_;
+  std::vector<Use> a_seq_;
+  std::uint64_t size_;
+  isa::DType acc_, out_t_;
+  std::uint64_t out_size_;
+  std::uint32_t rt_;
+  std::uint64_t a_ld_, b_ld_, ldr_, ldc_, c_batch_;  // row pitches of the stored matrices (elements)
+  NormRows nr_;
+  std::vector<std::uint64_t> piece_start_;  // a pieced B: each piece's first column of B
+  // What the code has waited for, and a store held back (see finish).
+  bool store_pending_ = false, bias_ready_ = false, scale_ready_ = false, residual_ready_ = false;
+  bool stats_wait_ = false;
+  std::optional<isa::DmaStore> deferred_store_;
+  std::size_t a_use_ = 0;
+};
+
+// The A and B panels of a block's K step, as stored in the scratchpad.
+Panel CoreCode::a_panel(const Tile& t, std::uint64_t step, std::uint32_t r) const {
+  const auto [k0, k] = chunks_[step];
+  const std::uint64_t base = t.batch * s_.a_batch_stride;
+  if (s_.conv) {  // rows are pixels, columns taps: A's (or, transposed, A^T's K and M)
+    return s_.a_transposed ? Panel{t.m[r], k, base, 0, false, k0, t.i0[r], true}
+                           : Panel{k, t.m[r], base, 0, false, t.i0[r], k0, true};
+  }
+  return s_.a_transposed ? Panel{t.m[r], k, base + k0 * a_ld_ + t.i0[r], a_ld_}
+                         : Panel{k, t.m[r], base + t.i0[r] * a_ld_ + k0, a_ld_};
+}
+
+Panel CoreCode::b_panel(const Tile& t, std::uint64_t step) const {
+  const auto [k0, k] = chunks_[step];
+  const std::uint64_t base = t.batch * s_.b_batch_stride;
+  if (!s_.b_pieces.empty()) {
+    return Panel{k, static_cast<std::uint32_t>((s_.gated ? 2 : 1) * t.n), 0, 0, true, t.j0, k0};
+  }
+  return s_.b_transposed ? Panel{k, t.n, base + t.j0 * b_ld_ + k0, b_ld_} : Panel{t.n, k, base + k0 * b_ld_ + t.j0, b_ld_};
+}
+
+// A loader's DMAs of a panel into `slot`, in pieces, once the slot's last ring transfer
+// (which reads it) is done.
+void CoreCode::load(const Panel& pn, std::uint8_t dma_base, std::uint8_t ring_base, std::uint16_t arg,
+                    std::uint32_t sp, std::uint32_t slot) {
+  st_(wait_on(ring_base + slot));
+  for (std::uint32_t part = 0; part < kParts; ++part) {
+    const std::uint32_t r0 = pn.row_start(part), r1 = pn.row_start(part + 1);
+    if (r1 == r0) continue;
+    const std::uint8_t token = dma_token(dma_base, slot, part);
+    const auto at = sp + static_cast<std::uint32_t>(r0 * pn.cols * size_);
+    if (pn.conv) {
+      conv_panel(*s_.conv, pn.first, pn.row0 + r0, r1 - r0, pn.k0, pn.cols, at, size_, [&](isa::DmaLoad d) {
+        d.token = token;
+        d.dtype = s_.dtype;
+        d.arg = arg;
+        st_(d);
+      });
+    } else if (!pn.pieced) {
+      st_(dma<isa::DmaLoad>(token, s_.dtype, arg, pn.first + r0 * pn.ld, at, pn.cols, r1 - r0,
+                            static_cast<std::int64_t>(pn.ld)));
+    } else {
+      load_pieced(pn, r0, r1, token, sp);
+    }
+  }
+}
+
+// Rows [r0, r1) of a pieced B panel: one DMA per piece they cross, on the part's token.
+void CoreCode::load_pieced(const Panel& pn, std::uint32_t r0, std::uint32_t r1, std::uint8_t token, std::uint32_t sp) {
+  for (std::uint32_t r = r0; r < r1;) {
+    // A gated pair's panel: the gate's rows j0.., then the up projection's.
+    const std::uint32_t half = pn.rows / 2;
+    std::size_t q = 0;
+    std::uint64_t row = 0;
+    std::uint32_t end = 0;
+    if (s_.gated) {
+      q = r < half ? 0 : 1;
+      row = pn.row0 + r - q * half;
+      end = q == 0 ? std::min(r1, half) : r1;
+    } else {
+      const std::uint64_t column = pn.row0 + r;  // of B (its transpose's row)
+      q = static_cast<std::size_t>(std::upper_bound(piece_start_.begin(), piece_start_.end(), column) -
+                                   piece_start_.begin() - 1);
+      row = column - piece_start_[q];
+      end = static_cast<std::uint32_t>(std::min<std::uint64_t>(r1, piece_start_[q] + s_.b_pieces[q] - pn.row0));
+    }
+    const auto arg = static_cast<std::uint16_t>(q == 0 ? 1 : 2 + q);
+    const std::uint64_t ld = q < s_.b_piece_ld.size() && s_.b_piece_ld[q] != 0 ? s_.b_piece_ld[q] : s_.k;
+    st_(dma<isa::DmaLoad>(token, s_.dtype, arg, row * ld + pn.k0, sp + static_cast<std::uint32_t>(r * pn.cols * size_),
+                          pn.cols, end - r, static_cast<std::int64_t>(ld)));
+    r = end;
+  }
+}
+
+void CoreCode::load_a(std::size_t u, std::uint32_t slot) {
+  if (u >= a_seq_.size()) return;
+  const Use& x = a_seq_[u];
+  if (tiles_[x.tile].a_loader) load(a_panel(tiles_[x.tile], x.step, x.r), kDmaA, kRingA, 0, l_.a[slot], slot);
+}
+
+void CoreCode::load_b(std::size_t pi, std::uint32_t slot) {
+  if (pi >= phases_.size()) return;
+  const Tile& t = tiles_[phases_[pi].tile];
+  if (t.b_loader) load(b_panel(t, phases_[pi].step), kDmaB, kRingB, 1, l_.b[slot], slot);
+}
+
+// The panel of this step: a loader waits for its DMA and sends it on; a receiver takes
+// it from its neighbour (forwarding it). Piece by piece. A norm prologue: the panel
+// travels as loaded, and each core normalises its own copy (in parallel, off the
+// chain's path) once it has passed it on.
+void CoreCode::fetch(bool loader, const Panel& pn, std::uint8_t dma_base, std::uint8_t ring_token, std::uint16_t from,
+                     std::uint16_t to, std::uint16_t tag, std::uint32_t sp, std::uint32_t slot, std::int32_t norm_tile,
+                     std::uint64_t k0) {
+  if (!loader) st_(wait_on(ring_token));  // the slot's last forward
+  pass_along(st_, ChainLink{loader, from, to}, ring_token, tag, sp, pn.rows, pn.cols * size_, kParts,
+             [&](std::uint32_t part) { st_(wait_on(dma_token(dma_base, slot, part))); });
+  if (norm_tile < 0) return;
+  if (!loader && to != kNone) st_(wait_on(ring_token));
+  if (stats_wait_) st_(wait_on(kBias));
+  stats_wait_ = false;
+  nr_.normalize(b_, stream_, sp, pn.rows, pn.cols, k0, static_cast<std::uint32_t>(norm_tile) * static_cast<std::uint32_t>(p_.tm));
+}
+
+// B: a loader's own panel first, then the next phase's B load, then a receiver's.
+void CoreCode::fetch_b(std::size_t pi, bool tile_start) {
+  const Phase& ph = phases_[pi];
+  const Tile& t = tiles_[ph.tile];
+  const auto bslot = static_cast<std::uint32_t>(pi % 2);
+  const auto ring = static_cast<std::uint8_t>(kRingB + bslot);
+  if (t.b_loader) fetch(true, b_panel(t, ph.step), kDmaB, ring, t.b_from, t.b_to, 1, l_.b[bslot], bslot);
+  load_b(pi + 1, 1 - bslot);
+  if (tile_start && deferred_store_) {  // the previous block's result (one tile per core)
+    st_(*deferred_store_);
+    deferred_store_.reset();
+  }
+  if (!t.b_loader) fetch(false, b_panel(t, ph.step), kDmaB, ring, t.b_from, t.b_to, 1, l_.b[bslot], bslot);
+}
+
+// A norm prologue: the statistics of a block's rows, shared out over the cores of its
+// grid row: each takes its share of each tile's rows in pieces of whole rows loaded
+// double-buffered (on the bias's and, without a residual, the residual's token), with
+// the norm kernel's operations (compile_layer_norm). Row i of the block's tile r has its
+// mean and rstd at (r * tm + i) * 4.
+void CoreCode::norm_stats(const Tile& t) {
+  const std::uint8_t token[2] = {kBias, s_.residual ? kBias : kResidual};
+  struct Piece {
+    std::uint32_t r, q, rows;
+  };
+  std::vector<Piece> pieces;
+  for (std::uint32_t r = 0; r < t.rows; ++r) {
+    const auto [lo, hi] = share(t, r, t.row_place);
+    for (std::uint32_t q = lo; q < hi; q += static_cast<std::uint32_t>(l_.norm_rows)) {
+      pieces.push_back({r, q, static_cast<std::uint32_t>(std::min<std::uint64_t>(l_.norm_rows, hi - q))});
+    }
+  }
+  const auto issue = [&](std::size_t x) {
+    if (x >= pieces.size()) return;
+    st_(dma<isa::DmaLoad>(token[x % 2], s_.dtype, 0, (t.i0[pieces[x].r] + pieces[x].q) * a_ld_, l_.norm_raw[x % 2],
+                          static_cast<std::uint32_t>(s_.k), pieces[x].rows, static_cast<std::int64_t>(a_ld_)));
+  };
+  issue(0);
+  for (std::size_t x = 0; x < pieces.size(); ++x) {
+    issue(x + 1);
+    st_(wait_on(token[x % 2]));
+    const Piece& pc = pieces[x];
+    nr_.stats(b_, stream_, l_.norm_raw[x % 2], pc.rows, static_cast<std::uint32_t>(pc.r * p_.tm + pc.q));
+  }
+}
+
+// Every core of the grid row sends its share (mean, then rstd, of each tile's share) to
+// every other, and waits for theirs before it normalises its next panel.
+void CoreCode::norm_exchange(const Tile& t) {
+  const auto segments = [&](std::uint32_t c) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    for (std::uint32_t r = 0; r < t.rows; ++r) {
+      const auto [lo, hi] = share(t, r, c);
+      out.emplace_back(r * p_.tm + lo, r * p_.tm + hi);
+    }
+    return out;
+  };
+  nr_.exchange(b_, stream_, t.row_first, t.row_cores, t.row_place, segments, s_.residual ? kBias : kResidual, kBias,
+               kStatsTag);
+  stats_wait_ = true;
+}
+
+// A block's bias row and channel scale (needed when its first tile completes) and its
+// residual tiles (when each completes).
+void CoreCode::tile_loads(const Tile& t) {
+  if (s_.bias) {
+    st_(dma<isa::DmaLoad>(kBias, *s_.bias, 3, t.batch * s_.bias_batch_stride + t.j0,
+                          *s_.bias == isa::DType::fp32 ? l_.bias : l_.bias_raw, t.n, 1, static_cast<std::int64_t>(t.n)));
+    if (s_.channel_scale) {
+      st_(dma<isa::DmaLoad>(kBias, isa::DType::fp32, l_.channel_scale_arg, t.batch * s_.bias_batch_stride + t.j0,
+                            l_.channel_scale, t.n, 1, static_cast<std::int64_t>(t.n)));
+    }
+    bias_ready_ = false;
+  }
+  if (s_.residual) {
+    for (std::uint32_t r = 0; r < t.rows; ++r) {
+      st_(dma<isa::DmaLoad>(kResidual, out_t_, l_.residual_arg, t.i0[r] * ldr_ + t.j0, l_.residual + r * l_.residual_bytes,
+                            t.n, t.m[r], static_cast<std::int64_t>(ldr_)));
+    }
+    residual_ready_ = false;
+  }
+}
+
+// Phase pi's A panels and their products. The core's last matmul runs in row pieces,
+// each finished and stored while the next computes: the tail after the last matmul is
+// one piece's store, not the tile's (the systolic folds are the same; pieces are whole
+// folds of the target's array rows).
+void CoreCode::multiply(std::size_t pi, std::uint32_t bslot) {
+  const Phase& ph = phases_[pi];
+  const Tile& t = tiles_[ph.tile];
+  const std::uint32_t k = chunks_[ph.step].second;
+  for (std::uint32_t x = 0; x < ph.count; ++x, ++a_use_) {
+    const Use& u = a_seq_[a_use_];
+    const std::uint32_t r = u.r;
+    const auto aslot = static_cast<std::uint32_t>(a_use_ % 2);
+    const Panel ap = a_panel(t, ph.step, r);
+    const auto ring = static_cast<std::uint8_t>(kRingA + aslot);
+    const std::int32_t norm_tile = s_.norm ? static_cast<std::int32_t>(r) : -1;
+    if (t.a_loader) fetch(true, ap, kDmaA, ring, t.a_from, t.a_to, 0, l_.a[aslot], aslot, norm_tile, chunks_[ph.step].first);
+    if (a_use_ > 0) load_a(a_use_ + 1, 1 - aslot);  // the prologue loaded the second
+    if (!t.a_loader) fetch(false, ap, kDmaA, ring, t.a_from, t.a_to, 0, l_.a[aslot], aslot, norm_tile, chunks_[ph.step].first);
+    // (With a norm prologue, B after the phase's first A panel: its normalisation then
+    // runs while the core waits for B, not after.)
+    if (s_.norm && x == 0) fetch_b(pi, pi == 0 || phases_[pi - 1].tile != ph.tile);
+    const std::uint32_t c = rt_ == 1 ? l_.c[0] : l_.c[r];
+    // In place (two tiles per core): the accumulator's last store must be done.
+    if (rt_ == 2 && u.first && ph.tile > 0) st_(wait_on(kStore + r));
+    const std::uint32_t fold = std::max<std::uint32_t>(1, target_.array_rows);
+    const std::uint32_t pieces =
+        a_use_ + 1 == a_seq_.size() ? std::max<std::uint32_t>(1, std::min<std::uint32_t>(kTailPieces, t.m[r] / fold)) : 1;
+    const auto piece_rows = static_cast<std::uint32_t>(fold_piece_rows(t.m[r], pieces, fold));
+    for (std::uint32_t r0 = 0; r0 < t.m[r]; r0 += piece_rows) {
+      const std::uint32_t rows = std::min(piece_rows, t.m[r] - r0);
+      const std::uint32_t a_at = l_.a[aslot] + static_cast<std::uint32_t>((s_.a_transposed ? r0 : std::uint64_t{r0} * k) * size_);
+      const std::uint32_t c_at = c + r0 * t.n * 4;
+      k_step(st_,
+             isa::Matmul{.a = a_at, .b = l_.b[bslot], .c = c_at, .m = rows, .n = t.n, .k = k,
+                         .lda = s_.a_transposed ? t.m[r] : k, .ldb = s_.b_transposed ? k : t.n, .ldc = t.n,
+                         .in = s_.dtype, .out = acc_, .trans_a = s_.a_transposed, .trans_b = s_.b_transposed,
+                         .accumulate = !u.first},
+             s_.gated ? l_.b[bslot] + static_cast<std::uint32_t>(t.n * k * size_) : 0, c_at + l_.c_bytes);
+      if (u.last) finish(ph, r, r0, rows, c_at);
+    }
+  }
+}
+
+// Rows [r0, r0 + rows) of tile r complete in the accumulator at c_at: the epilogue in
+// fp32 (scale, channel scale, bias, activation), one rounding to C's dtype (or a copy),
+// a gated pair's product or the residual in C's dtype, and the store.
+void CoreCode::finish(const Phase& ph, std::uint32_t r, std::uint32_t r0, std::uint32_t rows, std::uint32_t c_at) {
+  const Tile& t = tiles_[ph.tile];
+  const isa::DType f32 = isa::DType::fp32;
+  if (s_.scale) {
+    if (!scale_ready_) st_(wait_on(kBias));
+    scale_ready_ = true;
+    st_(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::scalar, .a = c_at, .b = l_.scale,
+                     .dst = c_at, .rows = rows, .cols = t.n});
+  }
+  if (s_.bias) {
+    if (!bias_ready_) {
+      st_(wait_on(kBias));
+      if (*s_.bias != f32) st_(isa::VConvert{.from = *s_.bias, .to = f32, .src = l_.bias_raw, .dst = l_.bias, .count = t.n});
+      bias_ready_ = true;
+    }
+    if (s_.channel_scale) {
+      st_(isa::VBinary{.op = isa::BinaryOp::mul, .dtype = f32, .bcast = isa::Broadcast::row, .a = c_at,
+                       .b = l_.channel_scale, .dst = c_at, .rows = rows, .cols = t.n});
+    }
+    st_(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = c_at, .b = l_.bias,
+                     .dst = c_at, .rows = rows, .cols = t.n});
+  }
+  if (s_.activation) {
+    st_(isa::VUnary{.op = *s_.activation, .dtype = f32, .src = c_at, .dst = c_at, .count = rows * t.n});
+  }
+  const std::uint32_t out = rt_ == 1 ? l_.out + static_cast<std::uint32_t>(r0 * t.n * out_size_) : c_at;
+  if (rt_ == 1 && store_pending_ && r0 == 0) st_(wait_on(kStore));
+  round_to(st_, acc_, out_t_, c_at, out, rows * t.n);
+  if (s_.gated) {  // * the up projection, rounded to C's dtype first as its own product is
+    times_up(st_, out_t_, out, c_at + l_.c_bytes, l_.residual + static_cast<std::uint32_t>(r0 * t.n * out_size_), rows,
+             t.n);
+  }
+  if (s_.residual) {
+    if (!residual_ready_) st_(wait_on(kResidual));
+    residual_ready_ = true;
+    const std::uint32_t res = l_.residual + r * l_.residual_bytes + static_cast<std::uint32_t>(r0 * t.n * out_size_);
+    st_(isa::VBinary{.op = s_.residual_op, .dtype = out_t_, .a = out, .b = res, .dst = out, .rows = rows, .cols = t.n});
+  }
+  const auto store = dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + (rt_ == 1 ? 0 : r)), out_t_, 2,
+                                        t.batch * c_batch_ + (t.i0[r] + r0) * ldc_ + t.j0, out, t.n, rows,
+                                        static_cast<std::int64_t>(ldc_));
+  if (rt_ == 1 && ph.tile + 1 < tiles_.size()) {
+    // Issued after the next block's first prefetch: the stores of a whole super-block at
+    // once would otherwise hold up the loads the next needs.
+    deferred_store_ = store;
+    store_pending_ = true;
+  } else {
+    st_(store);
+  }
+}
+
+void CoreCode::emit() {
+  if (s_.scale) {  // (on the bias's token: the epilogue waits for both)
+    st_(dma<isa::DmaLoad>(kBias, isa::DType::fp32, l_.scale_arg, 0, l_.scale, 1, 1, 1));
+  }
+  // A norm prologue: the first block's statistics before the first panels' loads (which
+  // would otherwise hold the statistics' loads up, and nothing computes before they are
+  // in); first, the norm's weight and bias, converted to fp32.
+  if (s_.norm && !tiles_.empty()) {
+    nr_.load_params(b_, stream_, kBias, l_.norm_arg, l_.norm_raw);
+    norm_stats(tiles_[0]);
+    norm_exchange(tiles_[0]);
+  }
+  // Prologue: the first B panel and the first A panel, and (both A slots being free) the
+  // second A panel too, so the second matmul does not wait for a load issued only when
+  // the first starts.
+  load_b(0, 0);
+  load_a(0, 0);
+  load_a(1, 1);
+  for (std::size_t pi = 0; pi < phases_.size(); ++pi) {
+    const Phase& ph = phases_[pi];
+    const Tile& t = tiles_[ph.tile];
+    const bool tile_start = pi == 0 || phases_[pi - 1].tile != ph.tile;
+    if (tile_start) tile_loads(t);
+    if (!s_.norm) fetch_b(pi, tile_start);
+    if (s_.norm && tile_start && t.new_rows && pi > 0) {
+      norm_stats(t);
+      norm_exchange(t);
+    }
+    multiply(pi, static_cast<std::uint32_t>(pi % 2));
+  }
+  st_(isa::Wait{.token_mask = kAllTokens});  // every load, ring transfer and store done
 }
 
 }  // namespace
 
-std::uint64_t conv_positions_read(std::uint64_t in, std::uint64_t out, std::uint64_t taps, std::uint64_t stride,
-                                  std::uint64_t dilation, std::uint64_t pad) {
-  std::vector<bool> read(in, false);
-  for (std::uint64_t o = 0; o < out; ++o) {
-    for (std::uint64_t t = 0; t < taps; ++t) {
-      const std::uint64_t at = o * stride + t * dilation;
-      if (at >= pad && at - pad < in) read[at - pad] = true;
-    }
-  }
-  return static_cast<std::uint64_t>(std::count(read.begin(), read.end(), true));
-}
-
-MatmulPlan plan_matmul(const MatmulShape& s, const Target& target) {
-  const std::uint64_t size = isa::dtype_size(s.dtype), out_size = isa::dtype_size(s.out_dtype());
-  const std::uint64_t bias_size = s.bias ? isa::dtype_size(*s.bias) : 0;
-  MatmulPlan best;
-  double best_time = -1;
-  // A gated pair's tile is two tiles' B panels and accumulators (and its output buffer
-  // two tiles' worth: C's tile and the up projection's rounded one, + alignment).
-  const std::uint64_t pair = s.gated ? 2 : 1;
-  for (const std::uint32_t rt : {1u, 2u}) {
-    if (s.gated && rt == 2) continue;
-    for (const std::uint64_t t : {256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
-      const std::uint64_t tm = std::min(t, s.m), tn = std::min(t, s.n);
-      const std::uint64_t tiles_m = ceil_div(s.m, tm), tiles_n = ceil_div(s.n, tn);
-      if (rt == 2 && tiles_m < 2) continue;
-      // The longest K chunk that fits, for the fewest fill/drain cycles per fold; chunks
-      // beyond 512 (a bigger scratchpad than the default chip's) only for blocks of at
-      // least 256 x 256 (compute-bound: the fold overhead is what they save) and while K
-      // still takes at least kRotateSteps of them, so loads keep overlapping compute.
-      // (4096^3 on configs/whatif-big-scratchpad.yaml: 1710.7 us against 1891.5 us.)
-      std::uint64_t tk = 0;
-      for (const std::uint64_t c : {1024ull, 512ull, 256ull, 128ull, 64ull, 32ull, 16ull, 8ull}) {
-        if (c > 512 && (ceil_div(s.k, c) < kRotateSteps || rt * tm * tn < 256 * 256)) continue;
-        if (footprint(tm, pair * tn, std::min(c, s.k), size, rt, bias_size, out_size, s.scale, s.residual,
-                      s.channel_scale) +
-                (s.gated ? 4 : 0) + norm_footprint(s, tm) <=
-            target.scratchpad_bytes) {
-          tk = std::min(c, s.k);
-          break;
-        }
-      }
-      if (tk == 0) continue;
-      const std::uint64_t row_blocks = ceil_div(tiles_m, rt);  // M in blocks of rt tiles
-      const auto cores = std::max<std::uint32_t>(1, target.cores);
-      for (std::uint32_t gr = 1; gr <= std::min<std::uint64_t>(cores, row_blocks); ++gr) {
-        for (std::uint32_t gc = 1; gc <= std::min<std::uint64_t>(cores / gr, tiles_n); ++gc) {
-          const std::uint32_t groups = cores / (gr * gc);
-          const std::uint64_t sb = s.batch * ceil_div(row_blocks, gr) * ceil_div(tiles_n, gc);
-          const std::uint64_t waves = ceil_div(sb, groups);
-          // Per wave every core multiplies rt tm x tn tiles over K; the systolic array's
-          // fill and drain (R + C - 2 cycles per fold, the target's array) against
-          // ceil(tk / depth) cycles of streaming makes short K chunks slower (e.g. an
-          // 8 x 8 array of fp16 depth 8: 14 cycles against ceil(tk / 8)).
-          const double stream = static_cast<double>(ceil_div(tk, target.depth(s.dtype)));
-          const double fill = static_cast<double>(target.array_rows + target.array_cols >= 2
-                                                      ? target.array_rows + target.array_cols - 2
-                                                      : 0);
-          const double compute = static_cast<double>(waves * rt * tm * pair * tn * s.k) * (stream + fill) / stream;
-          // Two tiles a K step apart load each block's first B panel twice.
-          const std::uint64_t b_extra = rt == 2 && ceil_div(s.k, tk) >= kRotateSteps ? tk : 0;
-          const std::uint64_t read = sb * (std::min<std::uint64_t>(gr * rt * tm, s.m) * s.k +
-                                           pair * std::min<std::uint64_t>(gc * tn, s.n) * (s.k + b_extra)) * size;
-          const std::uint64_t residual_read = s.residual ? s.batch * s.m * s.n * out_size : 0;
-          const std::uint64_t written = s.batch * s.m * s.n * out_size;
-          double time = compute;
-          const double macs_per_s = target.macs_per_s(s.dtype);  // the operands' rate, not always fp16's
-          if (macs_per_s > 0 && target.dram_bytes_per_s > 0) {
-            // Overlap is never perfect: charge a part of the shorter of the two as well,
-            // so among compute-bound plans the one moving fewer bytes wins. In-place
-            // accumulators (rt 2) wait for their stores between waves.
-            const double c = compute / macs_per_s;
-            const double d = target.dram_s(static_cast<double>(read + residual_read), static_cast<double>(written));
-            const double stall = rt == 2 ? static_cast<double>((waves - 1) * std::min<std::uint64_t>(groups, sb) * gr *
-                                                               gc * tm * tn * out_size) / target.dram_bytes_per_s
-                                         : 0.0;
-            time = std::max(c, d) + 0.15 * std::min(c, d) + stall;
-          }
-          if (best_time < 0 || time < best_time * 0.999) {
-            best_time = time;
-            best = MatmulPlan{tm, tn, tk, rt, gr, gc, groups, sb, read, macs_per_s > 0 && target.dram_bytes_per_s > 0 ? time : 0};
-          }
-        }
-      }
-    }
-  }
-  return best;
-}
-
 std::vector<std::uint8_t> compile_matmul(const MatmulShape& s, const Target& target, const std::string& name) {
-  const std::uint64_t size = isa::dtype_size(s.dtype);
-  const isa::DType acc = s.accumulator(), out_t = s.out_dtype();
-  const std::uint64_t out_size = isa::dtype_size(out_t);
-  if (acc == isa::DType::int32 && (s.bias || s.activation || s.scale || s.residual || out_t != isa::DType::int32)) {
-    throw std::invalid_argument(name + ": " + std::string(isa::to_string(s.dtype)) +
-                                " operands accumulate in int32 and produce int32, without an epilogue");
-  }
-  if (s.channel_scale && (!s.bias || acc != isa::DType::fp32)) {
-    throw std::invalid_argument(name + ": a channel scale takes a float matmul with a bias (x scale + shift)");
-  }
-  if (s.residual && s.batch != 1) {
-    throw std::invalid_argument(name + ": a residual epilogue takes an unbatched matmul, got a batch of " +
-                                std::to_string(s.batch));
-  }
-  if (s.residual && s.residual_op != isa::BinaryOp::add && s.residual_op != isa::BinaryOp::mul) {
-    throw std::invalid_argument(name + ": a residual is added or multiplied, got " +
-                                std::string(isa::to_string(s.residual_op)));
-  }
-  if (!s.b_pieces.empty()) {
-    std::uint64_t total = 0;
-    for (const std::uint64_t w : s.b_pieces) {
-      if (w == 0) throw std::invalid_argument(name + ": a B piece has no columns");
-      total += w;
-    }
-    if (total != s.n && !s.gated) {
-      throw std::invalid_argument(name + ": B's pieces are " + std::to_string(total) + " columns wide in all, n is " +
-                                  std::to_string(s.n));
-    }
-    if (!s.b_transposed || s.batch != 1 || s.bias || s.scale || s.residual || (s.activation && !s.gated) ||
-        acc != isa::DType::fp32) {
-      throw std::invalid_argument(name + ": B in pieces takes transposed float pieces ([n_p x K] row-major), an "
-                                  "unbatched matmul and no epilogue");
-    }
-    if (!s.b_piece_ld.empty() && s.b_piece_ld.size() != s.b_pieces.size()) {
-      throw std::invalid_argument(name + ": " + std::to_string(s.b_piece_ld.size()) + " row pitches for " +
-                                  std::to_string(s.b_pieces.size()) + " B pieces");
-    }
-    for (std::size_t p = 0; p < s.b_piece_ld.size(); ++p) {
-      if (s.b_piece_ld[p] != 0 && s.b_piece_ld[p] < s.k) {
-        throw std::invalid_argument(name + ": B piece " + std::to_string(p) + "'s row pitch " +
-                                    std::to_string(s.b_piece_ld[p]) + " is shorter than K (" + std::to_string(s.k) + ")");
-      }
-    }
-  }
-  if (s.gated && (s.b_pieces.size() != 2 || s.b_pieces[0] != s.n || s.b_pieces[1] != s.n)) {
-    throw std::invalid_argument(name + ": a gated pair takes B as two pieces of n = " + std::to_string(s.n) +
-                                " columns (the gate's and the up projection's weights), got " +
-                                std::to_string(s.b_pieces.size()) + " piece(s)");
-  }
-  if (s.residual && s.ldr != 0 && s.ldr < s.n) {
-    throw std::invalid_argument(name + ": the residual's row pitch " + std::to_string(s.ldr) +
-                                " is shorter than its rows (" + std::to_string(s.n) + ")");
-  }
-  if (s.ldc != 0 && s.ldc < s.n) {
-    throw std::invalid_argument(name + ": C's row pitch " + std::to_string(s.ldc) + " is shorter than its rows (" +
-                                std::to_string(s.n) + ")");
-  }
-  if (s.conv) check_conv(s, name);
-  if (s.norm) {
-    if (s.conv || s.a_transposed || s.batch != 1 || acc != isa::DType::fp32) {
-      throw std::invalid_argument(name + ": a norm prologue takes a float, row-major A of one batch (not transposed, "
-                                         "not a convolution)");
-    }
-    check_norm(*s.norm, s.dtype, name, "A");
-  }
-  const MatmulPlan p = plan_matmul(s, target);
-  if (s.norm && p.tm != 0) {
-    // The prologue takes only the scratchpad the matmul's own tiling leaves: a smaller
-    // tiling to make room would cost the matmul more than the norm's pass it saves.
-    MatmulShape plain = s;
-    plain.norm.reset();
-    const MatmulPlan own = plan_matmul(plain, target);
-    if (own.tm != p.tm || own.tn != p.tn || own.tk != p.tk || own.rows_per_core != p.rows_per_core ||
-        own.grid_rows != p.grid_rows || own.grid_cols != p.grid_cols || own.groups != p.groups) {
-      throw DoesNotFit(name + ": a norm prologue's buffers (" + std::to_string(norm_footprint(s, p.tm)) +
-                       " bytes) do not fit beside the matmul's own tiling (" + std::to_string(own.tm) + "x" +
-                       std::to_string(own.tn) + "x" + std::to_string(own.tk) + ")");
-    }
-  }
-  if (p.tm == 0) {
-    throw DoesNotFit(name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
-                                std::to_string(s.k) + ": the smallest tiling needs " +
-                                std::to_string(footprint(std::min<std::uint64_t>(8, s.m), std::min<std::uint64_t>(8, s.n),
-                                                         std::min<std::uint64_t>(8, s.k), size)) +
-                                " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
-  }
-  const std::uint32_t rt = p.rows_per_core;
-  const auto a_bytes = static_cast<std::uint32_t>(p.tm * p.tk * size);
-  const std::uint64_t pair = s.gated ? 2 : 1;  // B panels and accumulators per tile
-  const auto b_bytes = static_cast<std::uint32_t>(pair * p.tk * p.tn * size);
-  const auto c_bytes = static_cast<std::uint32_t>(p.tm * p.tn * 4);
-  const std::uint32_t sp_a[2] = {0, a_bytes}, sp_b[2] = {2 * a_bytes, 2 * a_bytes + b_bytes};
-  const std::uint32_t sp_c[2] = {2 * a_bytes + 2 * b_bytes, 2 * a_bytes + 2 * b_bytes + c_bytes};
-  // One tile per core: the result is converted into its own buffer, so the next
-  // tile's first matmul need not wait for the store. Two: in place.
-  // (A gated pair's up accumulator is sp_c[1].)
-  const std::uint32_t sp_o = rt == 1 ? sp_c[0] + static_cast<std::uint32_t>(pair) * c_bytes : 0;
-  // The epilogue's bias row: as loaded, then in fp32.
-  // (fp32, so 4-byte aligned: an fp16/bf16 output buffer of odd tm x tn ends at 2 mod 4.)
-  const std::uint32_t after =
-      ((rt == 1 ? sp_o + static_cast<std::uint32_t>(p.tm * p.tn * out_size) : sp_c[1] + c_bytes) + 3u) & ~3u;
-  const std::uint32_t sp_bias = after, sp_bias_raw = after + (s.bias ? static_cast<std::uint32_t>(p.tn * 4) : 0u);
-  // The channel scale row (fp32) after the bias row as loaded, then the scale (one fp32
-  // value), each 4-byte aligned.
-  const std::uint32_t sp_channel_scale =
-      (sp_bias_raw + static_cast<std::uint32_t>(s.bias ? p.tn * isa::dtype_size(*s.bias) : 0) + 3u) & ~3u;
-  const std::uint32_t sp_scale = sp_channel_scale + (s.channel_scale ? static_cast<std::uint32_t>(p.tn * 4) : 0u);
-  const std::uint16_t channel_scale_arg = 4;
-  const auto scale_arg = static_cast<std::uint16_t>(3 + (s.bias ? 1 : 0) + (s.channel_scale ? 1 : 0));
-  // The residual tiles (one per accumulator) after the scale, 4-byte aligned; or a
-  // gated pair's up projection, rounded.
-  const std::uint32_t sp_residual = (sp_scale + (s.scale ? 4u : 0u) + 3u) & ~3u;
-  const auto residual_bytes = static_cast<std::uint32_t>(p.tm * p.tn * out_size);
-  const auto residual_arg = static_cast<std::uint16_t>(scale_arg + (s.scale ? 1 : 0));
-  const std::uint64_t ldr = s.ldr != 0 ? s.ldr : s.n;
-  const std::uint64_t ldc = s.ldc != 0 ? s.ldc : s.n, c_batch = s.c_batch_stride != 0 ? s.c_batch_stride : s.m * s.n;
-  // A norm prologue's buffers after everything else, 4-byte aligned: the mean and rstd
-  // of up to two tiles' rows, the weight and the bias in fp32, a statistics piece in
-  // fp32 (also the fp32 copy of the panel rows being normalised), and the piece's two
-  // load buffers (norm_footprint).
-  const std::uint32_t layout_end =
-      sp_residual + (s.residual ? rt * residual_bytes : s.gated ? residual_bytes : 0u);
-  const auto k32 = static_cast<std::uint32_t>(s.k);
-  const std::uint32_t sp_mean = (layout_end + 3u) & ~3u, sp_rstd = sp_mean + static_cast<std::uint32_t>(2 * p.tm * 4);
-  const std::uint32_t sp_nw = sp_rstd + static_cast<std::uint32_t>(2 * p.tm * 4);
-  const std::uint32_t sp_nb = sp_nw + (s.norm && s.norm->weight ? k32 * 4 : 0u);
-  const std::uint32_t sp_nf = sp_nb + (s.norm && s.norm->bias ? k32 * 4 : 0u);
-  const std::uint64_t nrows =
-      s.norm ? std::clamp<std::uint64_t>(
-                   std::min<std::uint64_t>(kNormStatsBytes, target.scratchpad_bytes - std::min<std::uint64_t>(
-                                                                                          sp_nf, target.scratchpad_bytes)) /
-                       norm_row_bytes(s),
-                   1, p.tm)
-             : 0;
-  const std::uint32_t sp_nraw[2] = {sp_nf + static_cast<std::uint32_t>(nrows * s.k * 4),
-                                    sp_nf + static_cast<std::uint32_t>(nrows * s.k * (4 + size))};
-  const auto norm_arg = static_cast<std::uint16_t>(3 + (s.bias ? 1 : 0) + (s.channel_scale ? 1 : 0) +
-                                                   (s.scale ? 1 : 0) + (s.residual ? 1 : 0) +
-                                                   (s.b_pieces.empty() ? 0 : s.b_pieces.size() - 1));
-  const NormRows nr{s.norm.value_or(MatmulShape::Norm{}), s.dtype, s.k, sp_mean, sp_rstd, sp_nw, sp_nb, sp_nf,
-                    nrows * s.k};
-
-  const std::uint64_t tiles_m = ceil_div(s.m, p.tm), tiles_n = ceil_div(s.n, p.tn);
-  const std::uint64_t row_blocks = ceil_div(tiles_m, rt);
-  const std::uint64_t sb_m = ceil_div(row_blocks, p.grid_rows), sb_n = ceil_div(tiles_n, p.grid_cols);
-  const std::uint32_t group_size = p.grid_rows * p.grid_cols;
-  const std::uint32_t streams = group_size * static_cast<std::uint32_t>(std::min<std::uint64_t>(p.groups, p.super_blocks));
-  // Row pitches of the stored matrices (elements): given, or dense.
-  const std::uint64_t a_ld = s.lda != 0 ? s.lda : s.a_transposed ? s.m : s.k;
-  const std::uint64_t b_ld = s.ldb != 0 ? s.ldb : s.b_transposed ? s.k : s.n;
-  // A pieced B: each piece's first column of B, argument and row pitch.
-  std::vector<std::uint64_t> piece_start;
-  for (std::size_t q = 0, at = 0; q < s.b_pieces.size(); at += s.b_pieces[q++]) piece_start.push_back(at);
-  const auto piece_arg = [](std::size_t q) { return static_cast<std::uint16_t>(q == 0 ? 1 : 2 + q); };
-  const auto piece_ld = [&](std::size_t q) {
-    return q < s.b_piece_ld.size() && s.b_piece_ld[q] != 0 ? s.b_piece_ld[q] : s.k;
-  };
-  isa::ProgramBuilder b(name, streams);
-  // A block of one core: rt tiles stacked along M sharing their B panels; where its
-  // panels come from (DRAM or a neighbour's ring message) and where it passes them on.
-  static constexpr std::uint16_t kNone = isa::RingRecv::kNoForward;
-  struct Tile {
-    std::uint64_t batch = 0, j0 = 0;
-    std::uint64_t i0[2] = {0, 0};
-    std::uint32_t m[2] = {0, 0}, n = 0;
-    std::uint32_t rows = 1;  // tiles of the block inside the matrix (1 or 2)
-    // The second tile runs a K step behind the first (see the phases below). Decided
-    // per super-block: B panels travel down grid columns, so every core of a column
-    // must take the same number of them.
-    bool offset = false;
-    bool a_loader = false, b_loader = false;
-    std::uint16_t a_from = kNone, a_to = kNone, b_from = kNone, b_to = kNone;
-    // A norm prologue: whether the block's rows differ from the group's previous
-    // super-block's (their statistics are then taken), the cores of this grid row in this
-    // super-block (the first of them, this core's place among them, their number).
-    bool new_rows = true;
-    std::uint16_t row_first = 0;
-    std::uint32_t row_place = 0, row_cores = 1;
-  };
-  // K steps of tk (a short first or last step, to start computing sooner or finish
-  // sooner, measured slower: 2048^3 326 and 318 us against 314 us).
-  std::vector<std::pair<std::uint64_t, std::uint32_t>> chunks;
+  const MatmulPlan p = plan_to_compile(s, target, name);
+  const Layout l = layout_of(s, p, target);
+  const Grid g(s, p);
+  Chunks chunks;
   for (std::uint64_t k0 = 0; k0 < s.k; k0 += p.tk) {
     chunks.emplace_back(k0, static_cast<std::uint32_t>(std::min(p.tk, s.k - k0)));
   }
-  const std::uint64_t steps = chunks.size();
-  for (std::uint32_t stream = 0; stream < streams; ++stream) {
-    const std::uint32_t group = stream / group_size, i = (stream % group_size) / p.grid_cols,
-                        j = stream % p.grid_cols;
-    const auto at = [&](std::uint32_t r, std::uint32_t c) {
-      return static_cast<std::uint16_t>(group * group_size + r * p.grid_cols + c);
-    };
-    // This core's blocks, one per super-block of its group that reaches it.
-    std::vector<Tile> tiles;
-    for (std::uint64_t sb = group; sb < p.super_blocks; sb += p.groups) {
-      const std::uint64_t si = (sb / sb_n) % sb_m, sj = sb % sb_n;
-      const auto rows = static_cast<std::uint32_t>(std::min<std::uint64_t>(p.grid_rows, row_blocks - si * p.grid_rows));
-      const auto cols = static_cast<std::uint32_t>(std::min<std::uint64_t>(p.grid_cols, tiles_n - sj * p.grid_cols));
-      if (i >= rows || j >= cols) continue;  // this super-block's edge: no tile here
-      Tile t;
-      t.batch = sb / (sb_m * sb_n);
-      const std::uint64_t first_tile_row = (si * p.grid_rows + i) * rt;
-      t.rows = static_cast<std::uint32_t>(std::min<std::uint64_t>(rt, tiles_m - first_tile_row));
-      const std::uint64_t last_row_block = si * p.grid_rows + rows - 1;  // of this super-block
-      t.offset = rt == 2 && tiles_m - last_row_block * rt >= 2 && steps >= kRotateSteps;
-      for (std::uint32_t r = 0; r < t.rows; ++r) {
-        t.i0[r] = (first_tile_row + r) * p.tm;
-        t.m[r] = static_cast<std::uint32_t>(std::min(p.tm, s.m - t.i0[r]));
-      }
-      t.j0 = (sj * p.grid_cols + j) * p.tn;
-      t.n = static_cast<std::uint32_t>(std::min(p.tn, s.n - t.j0));
-      // A travels left to right along a grid row (adjacent cores on the ring), B down a
-      // grid column. (Sending B up on every other column, to use both directions of
-      // the links between grid rows, measured slower: 2048^3 364 us against 310 us;
-      // so did column-major grids, 341 us.)
-      t.a_loader = j == 0;
-      t.a_from = j > 0 ? at(i, j - 1) : kNone;
-      t.a_to = j + 1 < cols ? at(i, j + 1) : kNone;
-      t.b_loader = i == 0;
-      t.b_from = i > 0 ? at(i - 1, j) : kNone;
-      t.b_to = i + 1 < rows ? at(i + 1, j) : kNone;
-      if (sb >= group + p.groups) {
-        const std::uint64_t prev = sb - p.groups;
-        t.new_rows = (prev / sb_n) % sb_m != si || prev / (sb_m * sb_n) != t.batch;
-      }
-      t.row_first = at(i, 0);
-      t.row_place = j;
-      t.row_cores = cols;
-      tiles.push_back(t);
-    }
-    // The A and B panels of a block's K step, as stored in the scratchpad.
-    const auto a_panel = [&](const Tile& t, std::uint64_t step, std::uint32_t r) {
-      const auto [k0, k] = chunks[step];
-      const std::uint64_t base = t.batch * s.a_batch_stride;
-      if (s.conv) {  // rows are pixels, columns taps: A's (or, transposed, A^T's K and M)
-        return s.a_transposed ? Panel{t.m[r], k, base, 0, false, k0, t.i0[r], true}
-                              : Panel{k, t.m[r], base, 0, false, t.i0[r], k0, true};
-      }
-      return s.a_transposed ? Panel{t.m[r], k, base + k0 * a_ld + t.i0[r], a_ld}
-                            : Panel{k, t.m[r], base + t.i0[r] * a_ld + k0, a_ld};
-    };
-    const auto b_panel = [&](const Tile& t, std::uint64_t step) {
-      const auto [k0, k] = chunks[step];
-      const std::uint64_t base = t.batch * s.b_batch_stride;
-      if (!s.b_pieces.empty()) return Panel{k, static_cast<std::uint32_t>(pair * t.n), 0, 0, true, t.j0, k0};
-      return s.b_transposed ? Panel{k, t.n, base + t.j0 * b_ld + k0, b_ld} : Panel{t.n, k, base + k0 * b_ld + t.j0, b_ld};
-    };
-    // A loader's DMAs of a panel into `slot`, in pieces, once the slot's last ring
-    // transfer (which reads it) is done.
-    const auto load = [&](const Panel& pn, std::uint8_t dma_base, std::uint8_t ring_base, std::uint16_t arg,
-                          std::uint32_t sp, std::uint32_t slot) {
-      b.add(stream, wait_on(ring_base + slot));
-      for (std::uint32_t part = 0; part < kParts; ++part) {
-        const std::uint32_t r0 = pn.row_start(part), r1 = pn.row_start(part + 1);
-        if (r1 == r0) continue;
-        if (pn.conv) {
-          conv_panel(*s.conv, pn.first, pn.row0 + r0, r1 - r0, pn.k0, pn.cols,
-                     sp + static_cast<std::uint32_t>(r0 * pn.cols * size), size, [&](isa::DmaLoad d) {
-                       d.token = dma_token(dma_base, slot, part);
-                       d.dtype = s.dtype;
-                       d.arg = arg;
-                       b.add(stream, d);
-                     });
-          continue;
-        }
-        if (!pn.pieced) {
-          b.add(stream, dma<isa::DmaLoad>(dma_token(dma_base, slot, part), s.dtype, arg, pn.first + r0 * pn.ld,
-                                          sp + static_cast<std::uint32_t>(r0 * pn.cols * size), pn.cols, r1 - r0,
-                                          static_cast<std::int64_t>(pn.ld)));
-          continue;
-        }
-        // A pieced B panel: one DMA per piece its rows cross, on the part's token.
-        for (std::uint32_t r = r0; r < r1;) {
-          // A gated pair's panel: the gate's rows j0.., then the up projection's.
-          const std::uint32_t half = pn.rows / 2;
-          std::size_t q = 0;
-          std::uint64_t row = 0;
-          std::uint32_t end = 0;
-          if (s.gated) {
-            q = r < half ? 0 : 1;
-            row = pn.row0 + r - q * half;
-            end = q == 0 ? std::min(r1, half) : r1;
-          } else {
-            const std::uint64_t column = pn.row0 + r;  // of B (its transpose's row)
-            q = static_cast<std::size_t>(std::upper_bound(piece_start.begin(), piece_start.end(), column) -
-                                         piece_start.begin() - 1);
-            row = column - piece_start[q];
-            end = static_cast<std::uint32_t>(std::min<std::uint64_t>(r1, piece_start[q] + s.b_pieces[q] - pn.row0));
-          }
-          b.add(stream, dma<isa::DmaLoad>(dma_token(dma_base, slot, part), s.dtype, piece_arg(q),
-                                          row * piece_ld(q) + pn.k0,
-                                          sp + static_cast<std::uint32_t>(r * pn.cols * size), pn.cols, end - r,
-                                          static_cast<std::int64_t>(piece_ld(q))));
-          r = end;
-        }
-      }
-    };
-    // A norm prologue: the statistics of a block's rows, shared out over the cores of its
-    // grid row: each takes its share of each tile's rows in pieces of whole rows loaded
-    // double-buffered (on the bias's and, without a residual, the residual's token), with
-    // the norm kernel's operations (compile_layer_norm): mean = sum / K, the centred
-    // values' (layer norm) or the values' (RMSNorm) squares summed, rstd = rsqrt(sum / K
-    // + eps). Row i of the block's tile r has its mean and rstd at (r * tm + i) * 4.
-    static constexpr std::uint16_t kStatsTag = 2;
-    // The share of tile r's rows of a block that its grid row's core c takes: [lo, hi).
-    const auto share = [](const Tile& t, std::uint32_t r, std::uint32_t c) {
-      return std::pair<std::uint32_t, std::uint32_t>{t.m[r] * c / t.row_cores, t.m[r] * (c + 1) / t.row_cores};
-    };
-    const auto norm_stats = [&](const Tile& t) {
-      const std::uint8_t token[2] = {kBias, s.residual ? kBias : kResidual};
-      struct Piece {
-        std::uint32_t r, q, rows;
-      };
-      std::vector<Piece> pieces;
-      for (std::uint32_t r = 0; r < t.rows; ++r) {
-        const auto [lo, hi] = share(t, r, t.row_place);
-        for (std::uint32_t q = lo; q < hi; q += static_cast<std::uint32_t>(nrows)) {
-          pieces.push_back({r, q, static_cast<std::uint32_t>(std::min<std::uint64_t>(nrows, hi - q))});
-        }
-      }
-      const auto issue = [&](std::size_t x) {
-        if (x >= pieces.size()) return;
-        b.add(stream, dma<isa::DmaLoad>(token[x % 2], s.dtype, 0, (t.i0[pieces[x].r] + pieces[x].q) * a_ld,
-                                        sp_nraw[x % 2], k32, pieces[x].rows, static_cast<std::int64_t>(a_ld)));
-      };
-      issue(0);
-      for (std::size_t x = 0; x < pieces.size(); ++x) {
-        issue(x + 1);
-        b.add(stream, wait_on(token[x % 2]));
-        const Piece& pc = pieces[x];
-        nr.stats(b, stream, sp_nraw[x % 2], pc.rows, static_cast<std::uint32_t>(pc.r * p.tm + pc.q));
-      }
-    };
-    // Every core of the grid row sends its share (mean, then rstd, of each tile's share) to
-    // every other, and waits for theirs before it normalises its next panel.
-    bool stats_wait = false;
-    const auto norm_exchange = [&](const Tile& t) {
-      for (const bool sending : {true, false}) {
-        for (std::uint32_t c = 0; c < t.row_cores; ++c) {
-          if (c == t.row_place) continue;
-          const auto other = static_cast<std::uint16_t>(t.row_first + c);
-          for (std::uint32_t r = 0; r < t.rows; ++r) {
-            const auto [lo, hi] = share(t, r, sending ? t.row_place : c);
-            if (hi == lo) continue;
-            for (const std::uint32_t base : {sp_mean, sp_rstd}) {
-              const std::uint32_t at_sp = base + static_cast<std::uint32_t>((r * p.tm + lo) * 4), bytes = (hi - lo) * 4;
-              if (sending) {
-                b.add(stream, isa::RingSend{.token = s.residual ? kBias : kResidual, .dst_core = other,
-                                            .tag = kStatsTag, .sp_addr = at_sp, .bytes = bytes});
-              } else {
-                b.add(stream, isa::RingRecv{.token = kBias, .src_core = other, .tag = kStatsTag, .forward_to = kNone,
-                                            .sp_addr = at_sp, .bytes = bytes});
-              }
-            }
-          }
-        }
-      }
-      stats_wait = true;
-    };
-    // A norm prologue: rows [0, rows) of an A panel part at `part_at` (k values each, K
-    // columns from k0), whose statistics start at row `stat_row`, normalised in place as
-    // the norm kernel does it, a few rows at a time through the fp32 piece buffer.
-    const auto normalize = [&](std::uint32_t part_at, std::uint32_t rows, std::uint32_t k, std::uint64_t k0,
-                               std::uint32_t stat_row) {
-      if (stats_wait) b.add(stream, wait_on(kBias));
-      stats_wait = false;
-      nr.normalize(b, stream, part_at, rows, k, k0, stat_row);
-    };
-    // The panel of this step: a loader waits for its DMA and sends it on; a receiver
-    // takes it from its neighbour (forwarding it). Piece by piece.
-    const auto fetch = [&](bool loader, const Panel& pn, std::uint8_t dma_base, std::uint8_t ring_token,
-                           std::uint16_t from, std::uint16_t to, std::uint16_t tag, std::uint32_t sp,
-                           std::uint32_t slot, std::int32_t norm_tile = -1, std::uint64_t k0 = 0) {
-      if (!loader) b.add(stream, wait_on(ring_token));  // the slot's last forward
-      const auto row_bytes = static_cast<std::uint32_t>(pn.cols * size);
-      for (std::uint32_t part = 0; part < kParts; ++part) {
-        const std::uint32_t r0 = pn.row_start(part), r1 = pn.row_start(part + 1);
-        if (r1 == r0) continue;
-        const std::uint32_t at_sp = sp + r0 * row_bytes, bytes = (r1 - r0) * row_bytes;
-        if (loader) {
-          b.add(stream, wait_on(dma_token(dma_base, slot, part)));
-          if (to != kNone) {
-            b.add(stream, isa::RingSend{.token = ring_token, .dst_core = to, .tag = tag, .sp_addr = at_sp,
-                                        .bytes = bytes});
-          }
-        } else {
-          b.add(stream, isa::RingRecv{.token = ring_token, .src_core = from, .tag = tag, .forward_to = to,
-                                      .sp_addr = at_sp, .bytes = bytes});
-        }
-      }
-      // A norm prologue: the panel travels as loaded, and each core normalises its own
-      // copy (in parallel, off the chain's path) once it has passed it on.
-      if (norm_tile >= 0) {
-        if (!loader && to != kNone) b.add(stream, wait_on(ring_token));
-        normalize(sp, pn.rows, pn.cols, k0, static_cast<std::uint32_t>(norm_tile) * static_cast<std::uint32_t>(p.tm));
-      }
-    };
-    // The order of a block's matmuls: phases, each one K step's B panel and the tiles
-    // that use it. Two tiles: the second runs one K step behind the first ((0: 0),
-    // (1: 0 1), ..., (0: 1)), so its first A panel comes from other DRAM channels than
-    // the first tile's. (A row-major A with a row pitch that is a multiple of the
-    // channel interleave round keeps a K step's columns of every row on the same few
-    // channels; in lockstep, both tiles' first panels queued on those channels, and the
-    // last grid row started its first matmul 48 us after the first, 2048^3.) The first
-    // B panel is then loaded twice.
-    struct Phase {
-      std::size_t tile;
-      std::uint64_t step;
-      std::uint32_t rs[2];
-      std::uint32_t count;
-    };
-    std::vector<Phase> phases;
-    for (std::size_t ti = 0; ti < tiles.size(); ++ti) {
-      if (tiles[ti].offset) {
-        phases.push_back({ti, 0, {0, 0}, 1});
-        for (std::uint64_t st = 1; st < steps; ++st) phases.push_back({ti, st, {0, 1}, 2});
-        phases.push_back({ti, 0, {1, 0}, 1});
-      } else {
-        for (std::uint64_t st = 0; st < steps; ++st) phases.push_back({ti, st, {0, 1}, tiles[ti].rows});
-      }
-    }
-    // The A panels in the order they are used; slots alternate.
-    struct Use {
-      std::size_t tile;
-      std::uint64_t step;
-      std::uint32_t r;
-      bool first, last;  // the tile's first / last K step
-    };
-    std::vector<Use> a_seq;
-    for (std::size_t pi = 0; pi < phases.size(); ++pi) {
-      const Phase& ph = phases[pi];
-      for (std::uint32_t x = 0; x < ph.count; ++x) {
-        const std::uint32_t r = ph.rs[x];
-        const auto same = [&](const Phase& o) {
-          return o.tile == ph.tile && std::find(o.rs, o.rs + o.count, r) != o.rs + o.count;
-        };
-        const bool first = std::none_of(phases.begin(), phases.begin() + static_cast<std::ptrdiff_t>(pi), same);
-        const bool last = std::none_of(phases.begin() + static_cast<std::ptrdiff_t>(pi) + 1, phases.end(), same);
-        a_seq.push_back({ph.tile, ph.step, r, first, last});
-      }
-    }
-    const auto load_a = [&](std::size_t u, std::uint32_t slot) {
-      if (u >= a_seq.size()) return;
-      const Use& x = a_seq[u];
-      if (tiles[x.tile].a_loader) load(a_panel(tiles[x.tile], x.step, x.r), kDmaA, kRingA, 0, sp_a[slot], slot);
-    };
-    const auto load_b = [&](std::size_t pi, std::uint32_t slot) {
-      if (pi >= phases.size()) return;
-      const Tile& t = tiles[phases[pi].tile];
-      if (t.b_loader) load(b_panel(t, phases[pi].step), kDmaB, kRingB, 1, sp_b[slot], slot);
-    };
-    bool store_pending = false, bias_ready = false, scale_ready = false, residual_ready = false;
-    if (s.scale) {  // (on the bias's token: the epilogue waits for both)
-      b.add(stream, dma<isa::DmaLoad>(kBias, isa::DType::fp32, scale_arg, 0, sp_scale, 1, 1, 1));
-    }
-    std::optional<isa::DmaStore> deferred_store;
-    // A norm prologue: the first block's statistics before the first panels' loads (which
-    // would otherwise hold the statistics' loads up, and nothing computes before they
-    // are in); first, the norm's weight and bias, converted to fp32.
-    if (s.norm && !tiles.empty()) {
-      nr.load_params(b, stream, kBias, norm_arg, sp_nraw);
-      norm_stats(tiles[0]);
-      norm_exchange(tiles[0]);
-    }
-    // Prologue: the first B panel and the first A panel, and (both A slots being free)
-    // the second A panel too, so the second matmul does not wait for a load issued
-    // only when the first starts.
-    load_b(0, 0);
-    load_a(0, 0);
-    load_a(1, 1);
-    std::size_t a_use = 0;
-    for (std::size_t pi = 0; pi < phases.size(); ++pi) {
-      const Phase& ph = phases[pi];
-      const Tile& t = tiles[ph.tile];
-      const auto bslot = static_cast<std::uint32_t>(pi % 2);
-      const std::uint32_t k = chunks[ph.step].second;
-      const bool tile_start = pi == 0 || phases[pi - 1].tile != ph.tile;
-      if (s.bias && tile_start) {  // the block's bias row, needed when its first tile completes
-        b.add(stream, dma<isa::DmaLoad>(kBias, *s.bias, 3, t.batch * s.bias_batch_stride + t.j0, *s.bias == isa::DType::fp32 ? sp_bias : sp_bias_raw,
-                                        t.n, 1, static_cast<std::int64_t>(t.n)));
-        if (s.channel_scale) {
-          b.add(stream, dma<isa::DmaLoad>(kBias, isa::DType::fp32, channel_scale_arg, t.batch * s.bias_batch_stride + t.j0,
-                                          sp_channel_scale, t.n, 1, static_cast<std::int64_t>(t.n)));
-        }
-        bias_ready = false;
-      }
-      if (s.residual && tile_start) {  // the block's residual tiles, needed when each completes
-        for (std::uint32_t r = 0; r < t.rows; ++r) {
-          b.add(stream, dma<isa::DmaLoad>(kResidual, out_t, residual_arg, t.i0[r] * ldr + t.j0,
-                                          sp_residual + r * residual_bytes, t.n, t.m[r], static_cast<std::int64_t>(ldr)));
-        }
-        residual_ready = false;
-      }
-      // B: a loader's own panel first, then the next phase's B load, then a receiver's.
-      // (With a norm prologue, after the phase's first A panel: its normalisation then
-      // runs while the core waits for B, not after.)
-      const auto fetch_b = [&] {
-        if (t.b_loader) fetch(true, b_panel(t, ph.step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
-        load_b(pi + 1, 1 - bslot);
-        if (tile_start && deferred_store) {  // the previous block's result (one tile per core)
-          b.add(stream, *deferred_store);
-          deferred_store.reset();
-        }
-        if (!t.b_loader) fetch(false, b_panel(t, ph.step), kDmaB, kRingB + bslot, t.b_from, t.b_to, 1, sp_b[bslot], bslot);
-      };
-      if (!s.norm) fetch_b();
-      if (s.norm && tile_start && t.new_rows && pi > 0) {
-        norm_stats(t);
-        norm_exchange(t);
-      }
-      for (std::uint32_t x = 0; x < ph.count; ++x, ++a_use) {
-        const Use& u = a_seq[a_use];
-        const std::uint32_t r = u.r;
-        const auto aslot = static_cast<std::uint32_t>(a_use % 2);
-        const Panel ap = a_panel(t, ph.step, r);
-        if (t.a_loader) {
-          fetch(true, ap, kDmaA, kRingA + aslot, t.a_from, t.a_to, 0, sp_a[aslot], aslot,
-                s.norm ? static_cast<std::int32_t>(r) : -1, chunks[ph.step].first);
-        }
-        if (a_use > 0) load_a(a_use + 1, 1 - aslot);  // the prologue loaded the second
-        if (!t.a_loader) {
-          fetch(false, ap, kDmaA, kRingA + aslot, t.a_from, t.a_to, 0, sp_a[aslot], aslot,
-                s.norm ? static_cast<std::int32_t>(r) : -1, chunks[ph.step].first);
-        }
-        if (s.norm && x == 0) fetch_b();
-        const std::uint32_t c = rt == 1 ? sp_c[0] : sp_c[r];
-        // In place (two tiles per core): the accumulator's last store must be done.
-        if (rt == 2 && u.first && ph.tile > 0) b.add(stream, wait_on(kStore + r));
-        // The core's last matmul runs in row pieces, each converted and stored while
-        // the next computes: the tail after the last matmul is one piece's store, not
-        // the tile's (the systolic folds are the same; pieces are whole folds of the
-        // target's array rows).
-        const std::uint32_t fold = std::max<std::uint32_t>(1, target.array_rows);
-        const std::uint32_t pieces = a_use + 1 == a_seq.size()
-                                         ? std::max<std::uint32_t>(1, std::min<std::uint32_t>(kTailPieces, t.m[r] / fold))
-                                         : 1;
-        const std::uint32_t piece_rows = static_cast<std::uint32_t>(ceil_div(ceil_div(t.m[r], pieces), fold) * fold);
-        for (std::uint32_t r0 = 0; r0 < t.m[r]; r0 += piece_rows) {
-          const std::uint32_t rows = std::min(piece_rows, t.m[r] - r0);
-          const std::uint32_t a_at =
-              sp_a[aslot] + static_cast<std::uint32_t>((s.a_transposed ? r0 : std::uint64_t{r0} * k) * size);
-          const std::uint32_t c_at = c + r0 * t.n * 4;
-          b.add(stream, isa::Matmul{.a = a_at, .b = sp_b[bslot], .c = c_at, .m = rows, .n = t.n, .k = k,
-                                    .lda = s.a_transposed ? t.m[r] : k, .ldb = s.b_transposed ? k : t.n, .ldc = t.n,
-                                    .in = s.dtype, .out = acc, .trans_a = s.a_transposed,
-                                    .trans_b = s.b_transposed, .accumulate = !u.first});
-          if (s.gated) {  // the up projection: the panel's second half, into the second accumulator
-            b.add(stream, isa::Matmul{.a = a_at, .b = sp_b[bslot] + static_cast<std::uint32_t>(t.n * k * size),
-                                      .c = c_at + c_bytes, .m = rows, .n = t.n, .k = k, .lda = s.a_transposed ? t.m[r] : k,
-                                      .ldb = k, .ldc = t.n, .in = s.dtype, .out = acc, .trans_a = s.a_transposed,
-                                      .trans_b = true, .accumulate = !u.first});
-          }
-          if (!u.last) continue;
-          // The tile's rows are complete: the epilogue, then convert (or copy, fp32) and store.
-          if (s.scale) {
-            if (!scale_ready) {
-              b.add(stream, wait_on(kBias));
-              scale_ready = true;
-            }
-            b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = isa::DType::fp32,
-                                       .bcast = isa::Broadcast::scalar, .a = c_at, .b = sp_scale, .dst = c_at,
-                                       .rows = rows, .cols = t.n});
-          }
-          if (s.bias) {
-            if (!bias_ready) {
-              b.add(stream, wait_on(kBias));
-              if (*s.bias != isa::DType::fp32) {
-                b.add(stream, isa::VConvert{.from = *s.bias, .to = isa::DType::fp32, .src = sp_bias_raw, .dst = sp_bias,
-                                            .count = t.n});
-              }
-              bias_ready = true;
-            }
-            if (s.channel_scale) {
-              b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = isa::DType::fp32, .bcast = isa::Broadcast::row,
-                                         .a = c_at, .b = sp_channel_scale, .dst = c_at, .rows = rows, .cols = t.n});
-            }
-            b.add(stream, isa::VBinary{.op = isa::BinaryOp::add, .dtype = isa::DType::fp32, .bcast = isa::Broadcast::row,
-                                       .a = c_at, .b = sp_bias, .dst = c_at, .rows = rows, .cols = t.n});
-          }
-          if (s.activation) {
-            b.add(stream, isa::VUnary{.op = *s.activation, .dtype = isa::DType::fp32, .src = c_at, .dst = c_at,
-                                      .count = rows * t.n});
-          }
-          const std::uint32_t out = rt == 1 ? sp_o + static_cast<std::uint32_t>(r0 * t.n * out_size) : c_at;
-          if (rt == 1 && store_pending && r0 == 0) b.add(stream, wait_on(kStore));
-          if (out_t != acc) {
-            b.add(stream, isa::VConvert{.from = acc, .to = out_t, .src = c_at, .dst = out, .count = rows * t.n});
-          } else if (out != c_at) {
-            b.add(stream, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = out_t, .src = c_at, .dst = out,
-                                      .count = rows * t.n});
-          }
-          if (s.gated) {  // * the up projection, rounded to C's dtype first as its own product is
-            std::uint32_t up = c_at + c_bytes;
-            if (out_t != acc) {
-              const std::uint32_t rounded = sp_residual + static_cast<std::uint32_t>(r0 * t.n * out_size);
-              b.add(stream, isa::VConvert{.from = acc, .to = out_t, .src = up, .dst = rounded, .count = rows * t.n});
-              up = rounded;
-            }
-            b.add(stream, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = out_t, .a = out, .b = up, .dst = out,
-                                       .rows = rows, .cols = t.n});
-          }
-          if (s.residual) {
-            if (!residual_ready) {
-              b.add(stream, wait_on(kResidual));
-              residual_ready = true;
-            }
-            const std::uint32_t res = sp_residual + r * residual_bytes + static_cast<std::uint32_t>(r0 * t.n * out_size);
-            b.add(stream, isa::VBinary{.op = s.residual_op, .dtype = out_t, .a = out, .b = res, .dst = out,
-                                       .rows = rows, .cols = t.n});
-          }
-          const auto store = dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + (rt == 1 ? 0 : r)), out_t, 2,
-                                                t.batch * c_batch + (t.i0[r] + r0) * ldc + t.j0, out, t.n, rows,
-                                                static_cast<std::int64_t>(ldc));
-          if (rt == 1 && ph.tile + 1 < tiles.size()) {
-            // Issued after the next block's first prefetch: the stores of a whole
-            // super-block at once would otherwise hold up the loads the next needs.
-            deferred_store = store;
-            store_pending = true;
-          } else {
-            b.add(stream, store);
-          }
-        }
-      }
-    }
-    b.add(stream, isa::Wait{.token_mask = kAllTokens});  // every load, ring transfer and store done
+  isa::ProgramBuilder b(name, g.streams);
+  for (std::uint32_t stream = 0; stream < g.streams; ++stream) {
+    CoreCode(s, p, l, target, chunks, b, stream, core_tiles(s, p, g, chunks.size(), stream)).emit();
   }
   return b.build();
 }

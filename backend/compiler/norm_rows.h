@@ -98,6 +98,35 @@ struct NormRows {
     b.add(stream, isa::VUnary{.op = isa::UnaryOp::rsqrt, .dtype = f32, .src = r, .dst = r, .count = rows});
   }
 
+  // The statistics' exchange among `cores` cores (first_core, first_core + 1, ...) that
+  // each computed some of them: core `self` sends its statistics rows (mean, then rstd,
+  // of each run [lo, hi) that segments(self) lists) to every other, on `send_token`, then
+  // receives theirs (segments(c) of core c, to the same rows) on `recv_token`.
+  template <class Segments>
+  void exchange(isa::ProgramBuilder& b, std::uint32_t stream, std::uint16_t first_core, std::uint32_t cores,
+                std::uint32_t self, const Segments& segments, std::uint8_t send_token, std::uint8_t recv_token,
+                std::uint16_t tag) const {
+    for (const bool sending : {true, false}) {
+      for (std::uint32_t c = 0; c < cores; ++c) {
+        if (c == self) continue;
+        const auto other = static_cast<std::uint16_t>(first_core + c);
+        for (const auto& [lo, hi] : segments(sending ? self : c)) {
+          if (hi == lo) continue;
+          for (const std::uint32_t base : {mean, rstd}) {
+            const auto at = static_cast<std::uint32_t>(base + lo * 4), bytes = static_cast<std::uint32_t>((hi - lo) * 4);
+            if (sending) {
+              b.add(stream, isa::RingSend{.token = send_token, .dst_core = other, .tag = tag, .sp_addr = at,
+                                          .bytes = bytes});
+            } else {
+              b.add(stream, isa::RingRecv{.token = recv_token, .src_core = other, .tag = tag,
+                                          .forward_to = isa::RingRecv::kNoForward, .sp_addr = at, .bytes = bytes});
+            }
+          }
+        }
+      }
+    }
+  }
+
   // Rows [0, rows) of a panel at `panel` (kk values each: A's columns k0 .. k0 + kk),
   // whose statistics start at row `stat_row`, normalised in place a few rows at a time
   // through the work buffer: (x - mean) x rstd (RMSNorm: x x rstd, rounded to A's dtype
