@@ -7,6 +7,7 @@
 
 #include "compiler/arena.h"
 #include "compiler/dma.h"
+#include "compiler/emit.h"
 #include "compiler/does_not_fit.h"
 #include "compiler/norm_rows.h"
 #include "spyre/cost/systolic.h"
@@ -242,7 +243,10 @@ double estimate_unfused_s(const MlpShape& s, const Target& target) {
          predicted(s.m, (s.gated ? 2 : 1) * s.h, s.d) + predicted(s.m, s.d, s.h);
 }
 
-std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, const std::string& name) {
+namespace {
+
+// The checks of a shape, its plan, and the refusals when fusing does not pay.
+MlpPlan plan_to_compile(const MlpShape& s, const Target& target, const std::string& name) {
   const auto str = [](std::uint64_t v) { return std::to_string(v); };
   if (s.m == 0 || s.d == 0 || s.h == 0) throw std::invalid_argument(name + ": an MLP needs m, d and h > 0");
   if (s.dtype != f32 && s.dtype != isa::DType::fp16 && s.dtype != isa::DType::bf16) {
@@ -291,375 +295,420 @@ std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, c
                      std::to_string(p.estimated_s * 1e6) + " us with K steps of " + str(p.tk) + ", against " +
                      std::to_string(unfused * 1e6) + " us for the separate kernels");
   }
-  const std::uint64_t size = isa::dtype_size(s.dtype);
-  const std::uint32_t P = p.cores;
-  const std::uint64_t ld1 = s.ld1 != 0 ? s.ld1 : s.d, ld2 = s.ld2 != 0 ? s.ld2 : s.h, ld3 = s.ld3 != 0 ? s.ld3 : s.d;
-  const auto u32 = [](std::uint64_t v) { return static_cast<std::uint32_t>(v); };
-  // Argument numbers.
-  std::uint16_t next_arg = 4;
-  const std::uint16_t b1_arg = s.bias1 ? next_arg++ : 0, b2_arg = s.bias2 ? next_arg++ : 0;
-  const std::uint16_t res_arg = s.residual ? next_arg++ : 0, norm_arg = next_arg;
-  next_arg = static_cast<std::uint16_t>(next_arg + (s.norm && s.norm->weight ? 1 : 0) + (s.norm && s.norm->bias ? 1 : 0));
-  const std::uint16_t p_arg = next_arg, wp_arg = static_cast<std::uint16_t>(next_arg + 1),
-                      bp_arg = static_cast<std::uint16_t>(next_arg + 2);
-  if (s.projection) next_arg = static_cast<std::uint16_t>(next_arg + (s.projection->bias ? 3 : 2));
-  const std::uint16_t w3_arg = next_arg;
-  const MlpShape::Projection* pj = s.projection ? &*s.projection : nullptr;
-  const std::uint64_t pc = p.pc;
+  return p;
+}
 
-  // K steps of phase 1 and output chunks of phase 2.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> ksteps, chunks;
-  ksteps = k_steps(s.d, p.tk);
-  for (std::uint64_t n0 = 0; n0 < s.d; n0 += p.tn) chunks.emplace_back(n0, std::min(p.tn, s.d - n0));
-
-  const Layout l = layout(s, P, p.hc, pc, p.mb, p.tk, p.tn, p.norm_rows);  // (every core's)
-  isa::ProgramBuilder b(name, P);
-  for (std::uint32_t c = 0; c < P; ++c) {
-    const std::uint64_t h0 = c * p.hc, hcc = std::min(p.hc, s.h - h0);
-    const NormRows nr{s.norm.value_or(MatmulShape::Norm{}), s.dtype, s.d, l.mean, l.rstd, l.nw, l.nb, l.nwork,
-                      l.nrows * s.d};
-    const auto up = static_cast<std::uint16_t>((c + P - 1) % P), down = static_cast<std::uint16_t>((c + 1) % P);
-    // The W panels in the order they are used (every block's K steps, then its chunks),
-    // loaded one use ahead into three slots.
-    // (Phase 0's Wp panels first, with a projection.)
-    const std::uint64_t p0 = std::min(pj ? pj->dp : 0, c * pc), pcc = pj ? std::min(pc, pj->dp - p0) : 0;
-    struct WUse {
-      int which;               // 0: W1, 1: W2, 2: Wp
-      std::uint64_t at, cols;  // W1: K step's column and width; W2, Wp: chunk's first row and rows
-    };
-    std::vector<WUse> wseq;
-    if (pj) {
-      for (const auto& [n0, nn] : chunks) wseq.push_back({2, n0, nn});
-    }
-    for (std::uint64_t blk = 0; blk < p.blocks; ++blk) {
-      for (const auto& [k0, kk] : ksteps) wseq.push_back({0, k0, kk});
-      for (const auto& [n0, nn] : chunks) wseq.push_back({1, n0, nn});
-    }
-    const auto load_w = [&](std::size_t u) {
-      if (u >= wseq.size()) return;
-      const WUse& w = wseq[u];
-      const auto token = static_cast<std::uint8_t>(kW + u % 3);
-      if (w.which == 2) {  // Wp rows at .. at + cols, columns p0 .. p0 + pcc: [cols x pcc]
-        if (pcc > 0) {
-          b.add(c, make_dma<isa::DmaLoad>(token, s.dtype, wp_arg, (w.at * pj->dp + p0) * size, l.w[u % 3],
-                                          {u32(pcc), u32(w.cols), 1}, {1, static_cast<std::int64_t>(pj->dp), 0}));
-        }
-      } else if (w.which == 0) {  // W1 rows h0 .. h0 + hcc, columns at .. at + cols: [hcc x cols]
-        b.add(c, make_dma<isa::DmaLoad>(token, s.dtype, 1, (h0 * ld1 + w.at) * size, l.w[u % 3],
-                                        {u32(w.cols), u32(hcc), 1}, {1, static_cast<std::int64_t>(ld1), 0}));
-        if (s.gated) {  // and W3's below them
-          b.add(c, make_dma<isa::DmaLoad>(token, s.dtype, w3_arg, (h0 * ld3 + w.at) * size,
-                                          l.w[u % 3] + u32(hcc * w.cols * size), {u32(w.cols), u32(hcc), 1},
-                                          {1, static_cast<std::int64_t>(ld3), 0}));
-        }
-      } else {  // W2 rows at .. at + cols, columns h0 .. h0 + hcc: [cols x hcc]
-        b.add(c, make_dma<isa::DmaLoad>(token, s.dtype, 3, (w.at * ld2 + h0) * size, l.w[u % 3],
-                                        {u32(hcc), u32(w.cols), 1}, {1, static_cast<std::int64_t>(ld2), 0}));
-      }
-    };
-    // The parameters: b1's slice and b2 in fp32, the norm's weight and bias.
-    const std::uint32_t norm_raw[2] = {l.nraw[0], l.nraw[1]};
-    if (s.norm) nr.load_params(b, c, kParam, norm_arg, norm_raw);
-    const std::pair<std::optional<isa::DType>, std::uint16_t> biases[3] = {
-        {s.bias1, b1_arg}, {s.bias2, b2_arg}, {pj ? pj->bias : std::nullopt, bp_arg}};
-    const std::uint32_t bias_at[3][2] = {{l.b1, l.b1_raw}, {l.b2, l.b2_raw}, {l.bp, l.bp_raw}};
-    const std::uint64_t bias_first[3] = {h0, 0, 0}, bias_count[3] = {hcc, s.d, s.d};
-    for (int q = 0; q < 3; ++q) {
-      if (!biases[q].first) continue;
-      const isa::DType t = *biases[q].first;
-      b.add(c, make_dma<isa::DmaLoad>(kParam, t, biases[q].second, bias_first[q] * isa::dtype_size(t),
-                                      t == f32 ? bias_at[q][0] : bias_at[q][1], {u32(bias_count[q]), 1, 1},
-                                      {1, 0, 0}));
-    }
-    b.add(c, wait_on(kParam));
-    for (int q = 0; q < 3; ++q) {
-      if (biases[q].first && *biases[q].first != f32) {
-        b.add(c, isa::VConvert{.from = *biases[q].first, .to = f32, .src = bias_at[q][1], .dst = bias_at[q][0],
-                               .count = u32(bias_count[q])});
-      }
-    }
-    std::size_t wuse = 0;
-    for (std::uint64_t blk = 0; blk < p.blocks; ++blk) {
-      const std::uint64_t i0 = blk * p.mb, mr = std::min(p.mb, s.m - i0);
-      // Row segment q of the block: [mr q / P, mr (q + 1) / P).
-      const auto seg = [&](std::uint32_t q) { return std::pair<std::uint64_t, std::uint64_t>{mr * q / P, mr * (q + 1) / P}; };
-      if (blk > 0) b.add(c, isa::Wait{.token_mask = kAllTokens});
-      // Phases 0 and 2: a chunk's reduce-scatter and this core's segment's epilogue. After
-      // the P - 1 steps core c holds segment own(c)'s sum.
-      const auto own_of = [&](std::uint32_t core) { return (core + P - 1) % P; };
-      const std::uint32_t own = own_of(c);
-      const auto partial = [&](std::size_t i) { return l.partial[i % 2]; };
-      const auto reduce_and_store = [&](std::size_t i, bool phase0) {
-        const auto slot = static_cast<std::uint32_t>(i % 2);
-        const auto [n0, nn] = chunks[i];
-        const std::uint32_t part = partial(i), row_bytes = u32(nn * 4);
-        for (std::uint32_t step = 0; step + 1 < P; ++step) {
-          const auto [slo, shi] = seg((c + step) % P);
-          if (shi > slo) {
-            b.add(c, isa::RingSend{.token = static_cast<std::uint8_t>(kRs + slot), .dst_core = up, .tag = kRsTag,
-                                   .sp_addr = part + u32(slo) * row_bytes, .bytes = u32(shi - slo) * row_bytes});
-          }
-          const auto [rlo, rhi] = seg((c + step + 1) % P);
-          if (rhi > rlo) {
-            const std::uint32_t into = l.recv[step % 2], at = part + u32(rlo) * row_bytes;
-            b.add(c, isa::RingRecv{.token = static_cast<std::uint8_t>(kRs + slot), .src_core = down, .tag = kRsTag,
-                                   .forward_to = isa::RingRecv::kNoForward, .sp_addr = into,
-                                   .bytes = u32(rhi - rlo) * row_bytes});
-            b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = at, .b = into, .dst = at,
-                                  .rows = u32(rhi - rlo), .cols = u32(nn)});
-          }
-        }
-        const auto [lo, hi] = seg(own);
-        if (hi == lo) return;
-        const std::uint32_t rows = u32(hi - lo), at = part + u32(lo) * row_bytes, count = rows * u32(nn);
-        if (phase0 ? pj->bias.has_value() : s.bias2.has_value()) {
-          b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = at,
-                                .b = (phase0 ? l.bp : l.b2) + u32(n0 * 4), .dst = at, .rows = rows, .cols = u32(nn)});
-        }
-        b.add(c, wait_on(kStore + slot));  // the buffer's last store
-        if (s.dtype != f32) {
-          b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = at, .dst = l.out[slot], .count = count});
-        } else {
-          b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = f32, .src = at, .dst = l.out[slot], .count = count});
-        }
-        if (s.residual || pj) {
-          b.add(c, wait_on(kRes + slot));
-          b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = s.dtype, .a = l.out[slot], .b = l.res[slot],
-                                .dst = l.out[slot], .rows = rows, .cols = u32(nn)});
-        }
-        if (phase0) {  // x1's segment stays: its rows, columns n0 .. n0 + nn
-          for (std::uint32_t r = 0; r < rows; ++r) {
-            b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s.dtype, .src = l.out[slot] + u32(r * nn * size),
-                                 .dst = l.x1 + u32((r * s.d + n0) * size), .count = u32(nn)});
-          }
-          return;
-        }
-        b.add(c, make_dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + slot), s.dtype, 2,
-                                         ((i0 + lo) * s.d + n0) * size, l.out[slot], {u32(nn), rows, 1},
-                                         {1, static_cast<std::int64_t>(s.d), 0}));
-      };
-      // The residual segment of chunk i into res[slot]: phase 0 the block's input x (its
-      // residual); phase 2 the residual argument, or with a projection x1's segment.
-      const auto fetch_residual = [&](std::size_t i, bool phase0) {
-        const auto slot = static_cast<std::uint32_t>(i % 2);
-        const auto [n0, nn] = chunks[i];
-        const auto [lo, hi] = seg(own);
-        if (hi == lo || !(phase0 || s.residual || pj)) return;
-        if (pj && !phase0) {
-          for (std::uint64_t r = 0; r < hi - lo; ++r) {
-            b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s.dtype, .src = l.x1 + u32((r * s.d + n0) * size),
-                                 .dst = l.res[slot] + u32(r * nn * size), .count = u32(nn)});
-          }
-          return;
-        }
-        b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kRes + slot), s.dtype, phase0 ? 0 : res_arg,
-                                        ((i0 + lo) * s.d + n0) * size, l.res[slot], {u32(nn), u32(hi - lo), 1},
-                                        {1, static_cast<std::int64_t>(s.d), 0}));
-      };
-      // Phase 1: the hidden slice. x's panels travel 0 -> 1 -> ... -> P - 1 in two slots.
-      const auto x_load = [&](std::size_t st) {
-        if (c != 0 || st >= ksteps.size() || pj) return;  // (a projection: the panels come from x1's segments)
-        const auto slot = static_cast<std::uint32_t>(st % 2);
-        const auto [k0, kk] = ksteps[st];
-        b.add(c, wait_on(kXRing + slot));  // the slot's last send
-        b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kX + slot), s.dtype, 0, ((i0 * s.d) + k0) * size,
-                                        l.x[slot], {u32(kk), u32(mr), 1}, {1, static_cast<std::int64_t>(s.d), 0}));
-      };
-      // The first x panel and W panel before the statistics: the first matmul needs all
-      // three, and the DRAM serves them in the order they are asked for. (Each core then
-      // asks for its next W panel when one arrives: asking for two at once put the second
-      // of the first cores before the first of the last, and the last cores started a
-      // step late.)
-      // A norm prologue: this core's share of the block's rows (its segment), in pieces of
-      // whole rows (the first two asked for first: nothing computes before the statistics
-      // are in), then the exchange: its statistics to every other core, theirs from each.
-      // (With a projection the core's rows are its segment of x1, own(c), already here.)
-      const auto stats_seg = [&](std::uint32_t core) { return seg(pj ? own_of(core) : core); };
-      std::vector<std::pair<std::uint64_t, std::uint64_t>> pieces;
-      if (s.norm) {
-        const auto [lo, hi] = stats_seg(c);
-        for (std::uint64_t r = lo; r < hi; r += l.nrows) pieces.emplace_back(r, std::min(l.nrows, hi - r));
-      }
-      const auto issue = [&](std::size_t x) {
-        if (x >= pieces.size() || pj) return;
-        b.add(c, make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kStats + x % 2), s.dtype, 0,
-                                        (i0 + pieces[x].first) * s.d * size, l.nraw[x % 2],
-                                        {u32(s.d), u32(pieces[x].second), 1}, {1, static_cast<std::int64_t>(s.d), 0}));
-      };
-      issue(0);
-      issue(1);
-      x_load(0);
-      if (blk == 0) load_w(0);
-      if (pj) {
-        // Phase 0: x1 = p Wp^T + bp + x, each core's partial over its columns of p (none:
-        // zeros), reduce-scattered chunk by chunk as phase 2's; x1's segment stays.
-        if (pcc > 0) {
-          b.add(c, make_dma<isa::DmaLoad>(kX, s.dtype, p_arg, (i0 * pj->dp + p0) * size, l.acc, {u32(pcc), u32(mr), 1},
-                                          {1, static_cast<std::int64_t>(pj->dp), 0}));
-          b.add(c, wait_on(kX));
-        }
-        for (std::size_t i = 0; i < chunks.size(); ++i, ++wuse) {
-          const auto slot = static_cast<std::uint32_t>(i % 2);
-          const auto nn = chunks[i].second;
-          fetch_residual(i, true);
-          b.add(c, wait_on(kW + wuse % 3, kRs + slot));
-          load_w(wuse + 1);
-          if (pcc > 0) {
-            b.add(c, isa::Matmul{.a = l.acc, .b = l.w[wuse % 3], .c = partial(i), .m = u32(mr), .n = u32(nn),
-                                 .k = u32(pcc), .lda = u32(pcc), .ldb = u32(pcc), .ldc = u32(nn), .in = s.dtype,
-                                 .out = f32, .trans_a = false, .trans_b = true, .accumulate = false});
-          } else {
-            b.add(c, isa::VFill{.dtype = f32, .dst = partial(i), .count = u32(mr * nn), .value = 0});
-          }
-          if (i > 0) reduce_and_store(i - 1, true);
-        }
-        reduce_and_store(chunks.size() - 1, true);
-      }
-      if (s.norm) {
-        for (std::size_t x = 0; x < pieces.size(); ++x) {
-          if (pj) {
-            nr.stats(b, c, l.x1 + u32((pieces[x].first - pieces[0].first) * s.d * size), u32(pieces[x].second),
-                     u32(pieces[x].first));
-            continue;
-          }
-          b.add(c, wait_on(kStats + x % 2));
-          nr.stats(b, c, l.nraw[x % 2], u32(pieces[x].second), u32(pieces[x].first));
-          issue(x + 2);
-        }
-        for (const bool sending : {true, false}) {
-          for (std::uint32_t o = 0; o < P; ++o) {
-            if (o == c) continue;
-            const auto [olo, ohi] = stats_seg(sending ? c : o);
-            if (ohi == olo) continue;
-            for (const std::uint32_t base : {l.mean, l.rstd}) {
-              const std::uint32_t at = base + u32(olo * 4), bytes = u32((ohi - olo) * 4);
-              if (sending) {
-                b.add(c, isa::RingSend{.token = kParam, .dst_core = static_cast<std::uint16_t>(o), .tag = kStatsTag,
-                                       .sp_addr = at, .bytes = bytes});
-              } else {
-                b.add(c, isa::RingRecv{.token = kParam, .src_core = static_cast<std::uint16_t>(o), .tag = kStatsTag,
-                                       .forward_to = isa::RingRecv::kNoForward, .sp_addr = at, .bytes = bytes});
-              }
-            }
-          }
-        }
-      }
-      for (std::size_t st = 0; st < ksteps.size(); ++st, ++wuse) {
-        const auto slot = static_cast<std::uint32_t>(st % 2);
-        const auto [k0, kk] = ksteps[st];
-        const std::uint64_t row_bytes = kk * size;
-        const auto xtoken = static_cast<std::uint8_t>(kXRing + slot);
-        if (pj) {
-          // The panel from every core's segment of x1: this core's rows copied in, sent to
-          // the next core, and the others' received from the one before, each passed on
-          // until it has been round the ring.
-          b.add(c, wait_on(xtoken));  // the slot's last sends
-          const auto [lo, hi] = seg(own);
-          for (std::uint64_t r = lo; r < hi; ++r) {
-            b.add(c, isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s.dtype, .src = l.x1 + u32(((r - lo) * s.d + k0) * size),
-                                 .dst = l.x[slot] + u32(r * row_bytes), .count = u32(kk)});
-          }
-          if (P > 1 && hi > lo) {
-            b.add(c, isa::RingSend{.token = xtoken, .dst_core = down, .tag = kXTag, .sp_addr = l.x[slot] + u32(lo * row_bytes),
-                                   .bytes = u32((hi - lo) * row_bytes)});
-          }
-          for (std::uint32_t step = 0; step + 1 < P; ++step) {
-            const std::uint32_t from = (c + P - 1 - step) % P;  // the segment's core
-            const auto [flo, fhi] = seg(own_of(from));
-            if (fhi == flo) continue;
-            b.add(c, isa::RingRecv{.token = xtoken, .src_core = up, .tag = kXTag,
-                                   .forward_to = from == down ? isa::RingRecv::kNoForward : down,
-                                   .sp_addr = l.x[slot] + u32(flo * row_bytes), .bytes = u32((fhi - flo) * row_bytes)});
-          }
-        } else if (c == 0) {
-          b.add(c, wait_on(kX + slot));
-        } else {
-          b.add(c, wait_on(xtoken));  // the slot's last forward
-        }
-        for (std::uint32_t part = 0; part < kXPieces && !pj; ++part) {
-          const std::uint64_t r0 = mr * part / kXPieces, r1 = mr * (part + 1) / kXPieces;
-          if (r1 == r0) continue;
-          const std::uint32_t at = l.x[slot] + u32(r0 * row_bytes), bytes = u32((r1 - r0) * row_bytes);
-          if (c == 0) {
-            if (P > 1) b.add(c, isa::RingSend{.token = xtoken, .dst_core = down, .tag = kXTag, .sp_addr = at, .bytes = bytes});
-          } else {
-            b.add(c, isa::RingRecv{.token = xtoken, .src_core = up, .tag = kXTag,
-                                   .forward_to = c + 1 < P ? down : isa::RingRecv::kNoForward, .sp_addr = at,
-                                   .bytes = bytes});
-          }
-        }
-        if (s.norm) {
-          if (c + 1 < P || (pj && P > 1)) b.add(c, wait_on(xtoken));
-          nr.normalize(b, c, l.x[slot], u32(mr), u32(kk), k0, 0);
-        }
-        // The next W panel once this one is in: each core has one load in flight, so the
-        // DRAM serves the cores' panels step by step.
-        b.add(c, wait_on(kW + wuse % 3));
-        load_w(wuse + 1);
-        b.add(c, isa::Matmul{.a = l.x[slot], .b = l.w[wuse % 3], .c = l.acc, .m = u32(mr), .n = u32(hcc), .k = u32(kk),
-                             .lda = u32(kk), .ldb = u32(kk), .ldc = u32(hcc), .in = s.dtype, .out = f32,
-                             .trans_a = false, .trans_b = true, .accumulate = st > 0});
-        if (s.gated) {  // the up projection: the panel's second half, the same x panel
-          b.add(c, isa::Matmul{.a = l.x[slot], .b = l.w[wuse % 3] + u32(hcc * kk * size), .c = l.acc_up,
-                               .m = u32(mr), .n = u32(hcc), .k = u32(kk), .lda = u32(kk), .ldb = u32(kk),
-                               .ldc = u32(hcc), .in = s.dtype, .out = f32, .trans_a = false, .trans_b = true,
-                               .accumulate = st > 0});
-        }
-        // Core 0: the next x panel into the other slot once the matmul before this one
-        // has read it (this one is queued: the array keeps working while the stream waits).
-        x_load(st + 1);
-      }
-      // The hidden slice: + b1, the activation, rounded once to x's dtype (in place), in
-      // row pieces of whole array folds: the first chunk's product starts on a piece's
-      // rows while the vector units finish the next. (Rounding in place piece by piece
-      // writes a piece's values over rows already rounded, never over rows still to come.)
-      const std::uint64_t fold = std::max<std::uint32_t>(1, target.array_rows);
-      const std::uint64_t piece_rows = ceil_div(ceil_div(mr, kHiddenPieces), fold) * fold;
-      for (std::uint64_t r0 = 0; r0 < mr; r0 += piece_rows) {
-        const auto rows = u32(std::min(piece_rows, mr - r0));
-        const std::uint32_t at32 = l.acc + u32(r0 * hcc * 4), count = rows * u32(hcc);
-        if (s.bias1) {
-          b.add(c, isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = at32,
-                                .b = l.b1, .dst = at32, .rows = rows, .cols = u32(hcc)});
-        }
-        if (s.activation) {
-          b.add(c, isa::VUnary{.op = *s.activation, .dtype = f32, .src = at32, .dst = at32, .count = count});
-        }
-        if (s.dtype != f32) {
-          b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = at32, .dst = l.acc + u32(r0 * hcc * size),
-                                 .count = count});
-        }
-        if (s.gated) {  // * the up projection, rounded first as its own product is
-          const std::uint32_t up32 = l.acc_up + u32(r0 * hcc * 4), up_at = l.acc_up + u32(r0 * hcc * size);
-          if (s.dtype != f32) {
-            b.add(c, isa::VConvert{.from = f32, .to = s.dtype, .src = up32, .dst = up_at, .count = count});
-          }
-          b.add(c, isa::VBinary{.op = isa::BinaryOp::mul, .dtype = s.dtype, .a = l.acc + u32(r0 * hcc * size),
-                                .b = up_at, .dst = l.acc + u32(r0 * hcc * size), .rows = rows, .cols = u32(hcc)});
-        }
-      }
-      // Phase 2: each chunk's partial, then (while the next chunk's is on the arrays) its
-      // reduce-scatter and this core's segment's epilogue.
-      for (std::size_t i = 0; i < chunks.size(); ++i, ++wuse) {
-        const auto slot = static_cast<std::uint32_t>(i % 2);
-        const auto [n0, nn] = chunks[i];
-        fetch_residual(i, false);
-        b.add(c, wait_on(kW + wuse % 3, kRs + slot));
-        load_w(wuse + 1);
-        // (The first chunk in the hidden slice's row pieces, each once it is rounded.)
-        for (std::uint64_t r0 = 0; r0 < mr; r0 += i == 0 ? piece_rows : mr) {
-          const std::uint64_t rows = i == 0 ? std::min(piece_rows, mr - r0) : mr;
-          b.add(c, isa::Matmul{.a = l.acc + u32(r0 * hcc * size), .b = l.w[wuse % 3],
-                               .c = partial(i) + u32(r0 * nn * 4), .m = u32(rows), .n = u32(nn), .k = u32(hcc),
-                               .lda = u32(hcc), .ldb = u32(hcc), .ldc = u32(nn), .in = s.dtype, .out = f32,
-                               .trans_a = false, .trans_b = true, .accumulate = false});
-        }
-        if (i > 0) reduce_and_store(i - 1, false);
-      }
-      reduce_and_store(chunks.size() - 1, false);
-    }
-    b.add(c, isa::Wait{.token_mask = kAllTokens});
+// Argument numbers: x, W1, y, W2, then each of these when the shape has it.
+struct Args {
+  std::uint16_t b1 = 0, b2 = 0, residual = 0, norm = 0, p = 0, wp = 0, bp = 0, w3 = 0;
+  explicit Args(const MlpShape& s) {
+    std::uint16_t next = 4;
+    b1 = s.bias1 ? next++ : 0;
+    b2 = s.bias2 ? next++ : 0;
+    residual = s.residual ? next++ : 0;
+    norm = next;
+    next = static_cast<std::uint16_t>(next + (s.norm && s.norm->weight ? 1 : 0) + (s.norm && s.norm->bias ? 1 : 0));
+    p = next, wp = static_cast<std::uint16_t>(next + 1), bp = static_cast<std::uint16_t>(next + 2);
+    if (s.projection) next = static_cast<std::uint16_t>(next + (s.projection->bias ? 3 : 2));
+    w3 = next;
   }
+};
+
+using Steps = std::vector<std::pair<std::uint64_t, std::uint64_t>>;  // (first column or row, width)
+
+std::uint32_t u32(std::uint64_t v) { return static_cast<std::uint32_t>(v); }
+
+// One core's code: its hidden slice of every block of rows (phases 0 to 2 of the header).
+class MlpCore {
+ public:
+  MlpCore(const MlpShape& s, const MlpPlan& p, const Layout& l, const Target& target, const Args& args,
+          const Steps& ksteps, const Steps& chunks, isa::ProgramBuilder& b, std::uint32_t c)
+      : s_(s), p_(p), l_(l), target_(target), args_(args), ksteps_(ksteps), chunks_(chunks), b_(b), c_(c), st_{b, c},
+        P_(p.cores), size_(isa::dtype_size(s.dtype)), pj_(s.projection ? &*s.projection : nullptr),
+        h0_(c * p.hc), hcc_(std::min(p.hc, s.h - h0_)),
+        up_(static_cast<std::uint16_t>((c + P_ - 1) % P_)), down_(static_cast<std::uint16_t>((c + 1) % P_)),
+        p0_(std::min(pj_ ? pj_->dp : 0, c * p.pc)), pcc_(pj_ ? std::min(p.pc, pj_->dp - p0_) : 0),
+        nr_{s.norm.value_or(MatmulShape::Norm{}), s.dtype, s.d, l.mean, l.rstd, l.nw, l.nb, l.nwork, l.nrows * s.d} {
+    // The W panels in the order they are used (a projection's Wp panels, then every
+    // block's K steps and chunks), loaded one use ahead into three slots.
+    if (pj_) {
+      for (const auto& [n0, nn] : chunks) wseq_.push_back({2, n0, nn});
+    }
+    for (std::uint64_t blk = 0; blk < p.blocks; ++blk) {
+      for (const auto& [k0, kk] : ksteps) wseq_.push_back({0, k0, kk});
+      for (const auto& [n0, nn] : chunks) wseq_.push_back({1, n0, nn});
+    }
+  }
+
+  void emit() {
+    load_params();
+    for (std::uint64_t blk = 0; blk < p_.blocks; ++blk) block(blk);
+    st_(isa::Wait{.token_mask = kAllTokens});
+  }
+
+ private:
+  struct WUse {
+    int which;               // 0: W1, 1: W2, 2: Wp
+    std::uint64_t at, cols;  // W1: K step's column and width; W2, Wp: chunk's first row and rows
+  };
+
+  // Row segment q of the block: [mr q / P, mr (q + 1) / P). After the reduce-scatter's
+  // P - 1 steps core c holds segment own_of(c)'s sum.
+  std::pair<std::uint64_t, std::uint64_t> seg(std::uint32_t q) const { return {mr_ * q / P_, mr_ * (q + 1) / P_}; }
+  std::uint32_t own_of(std::uint32_t core) const { return (core + P_ - 1) % P_; }
+  // The rows whose statistics a core takes: its segment (with a projection, the
+  // segment of x1 it holds).
+  std::pair<std::uint64_t, std::uint64_t> stats_seg(std::uint32_t core) const { return seg(pj_ ? own_of(core) : core); }
+  std::uint32_t partial(std::size_t i) const { return l_.partial[i % 2]; }
+
+  void load_w(std::size_t u);
+  void load_params();
+  void block(std::uint64_t blk);
+  void reduce_and_store(std::size_t i, bool phase0);
+  void fetch_residual(std::size_t i, bool phase0);
+  void x_load(std::size_t st);
+  void issue_stats(std::size_t x);
+  void phase0();
+  void norm_stats();
+  void phase1();
+  std::uint64_t hidden_epilogue();
+  void phase2(std::uint64_t piece_rows);
+
+  const MlpShape& s_;
+  const MlpPlan& p_;
+  const Layout& l_;
+  const Target& target_;
+  const Args& args_;
+  const Steps& ksteps_;
+  const Steps& chunks_;
+  isa::ProgramBuilder& b_;
+  std::uint32_t c_;
+  CoreStream st_;
+  std::uint32_t P_;
+  std::uint64_t size_;
+  const MlpShape::Projection* pj_;
+  std::uint64_t h0_, hcc_;  // the core's hidden slice
+  std::uint16_t up_, down_;
+  std::uint64_t p0_, pcc_;  // a projection: the core's columns of p
+  NormRows nr_;
+  std::vector<WUse> wseq_;
+  std::size_t wuse_ = 0;
+  // The block being written: its first row and rows, and its statistics pieces.
+  std::uint64_t i0_ = 0, mr_ = 0;
+  Steps pieces_;
+};
+
+void MlpCore::load_w(std::size_t u) {
+  if (u >= wseq_.size()) return;
+  const WUse& w = wseq_[u];
+  const auto token = static_cast<std::uint8_t>(kW + u % 3);
+  const std::uint64_t ld1 = s_.ld1 != 0 ? s_.ld1 : s_.d, ld2 = s_.ld2 != 0 ? s_.ld2 : s_.h, ld3 = s_.ld3 != 0 ? s_.ld3 : s_.d;
+  if (w.which == 2) {  // Wp rows at .. at + cols, columns p0 .. p0 + pcc: [cols x pcc]
+    if (pcc_ > 0) {
+      st_(make_dma<isa::DmaLoad>(token, s_.dtype, args_.wp, (w.at * pj_->dp + p0_) * size_, l_.w[u % 3],
+                                 {u32(pcc_), u32(w.cols), 1}, {1, static_cast<std::int64_t>(pj_->dp), 0}));
+    }
+  } else if (w.which == 0) {  // W1 rows h0 .. h0 + hcc, columns at .. at + cols: [hcc x cols]
+    st_(make_dma<isa::DmaLoad>(token, s_.dtype, 1, (h0_ * ld1 + w.at) * size_, l_.w[u % 3], {u32(w.cols), u32(hcc_), 1},
+                               {1, static_cast<std::int64_t>(ld1), 0}));
+    if (s_.gated) {  // and W3's below them
+      st_(make_dma<isa::DmaLoad>(token, s_.dtype, args_.w3, (h0_ * ld3 + w.at) * size_,
+                                 l_.w[u % 3] + u32(hcc_ * w.cols * size_), {u32(w.cols), u32(hcc_), 1},
+                                 {1, static_cast<std::int64_t>(ld3), 0}));
+    }
+  } else {  // W2 rows at .. at + cols, columns h0 .. h0 + hcc: [cols x hcc]
+    st_(make_dma<isa::DmaLoad>(token, s_.dtype, 3, (w.at * ld2 + h0_) * size_, l_.w[u % 3], {u32(hcc_), u32(w.cols), 1},
+                               {1, static_cast<std::int64_t>(ld2), 0}));
+  }
+}
+
+// The parameters: b1's slice and b2 in fp32, a projection's bias, the norm's weight and bias.
+void MlpCore::load_params() {
+  const std::uint32_t norm_raw[2] = {l_.nraw[0], l_.nraw[1]};
+  if (s_.norm) nr_.load_params(b_, c_, kParam, args_.norm, norm_raw);
+  const std::pair<std::optional<isa::DType>, std::uint16_t> biases[3] = {
+      {s_.bias1, args_.b1}, {s_.bias2, args_.b2}, {pj_ ? pj_->bias : std::nullopt, args_.bp}};
+  const std::uint32_t bias_at[3][2] = {{l_.b1, l_.b1_raw}, {l_.b2, l_.b2_raw}, {l_.bp, l_.bp_raw}};
+  const std::uint64_t bias_first[3] = {h0_, 0, 0}, bias_count[3] = {hcc_, s_.d, s_.d};
+  for (int q = 0; q < 3; ++q) {
+    if (!biases[q].first) continue;
+    const isa::DType t = *biases[q].first;
+    st_(make_dma<isa::DmaLoad>(kParam, t, biases[q].second, bias_first[q] * isa::dtype_size(t),
+                               t == f32 ? bias_at[q][0] : bias_at[q][1], {u32(bias_count[q]), 1, 1}, {1, 0, 0}));
+  }
+  st_(wait_on(kParam));
+  for (int q = 0; q < 3; ++q) {
+    if (biases[q].first && *biases[q].first != f32) {
+      st_(isa::VConvert{.from = *biases[q].first, .to = f32, .src = bias_at[q][1], .dst = bias_at[q][0],
+                        .count = u32(bias_count[q])});
+    }
+  }
+}
+
+// Phases 0 and 2: chunk i's reduce-scatter and this core's segment's epilogue: + the
+// bias, rounded once, + the residual; phase 0 keeps x1's segment, phase 2 stores y's.
+void MlpCore::reduce_and_store(std::size_t i, bool phase0) {
+  const auto slot = static_cast<std::uint32_t>(i % 2);
+  const auto [n0, nn] = chunks_[i];
+  const std::uint32_t part = partial(i), row_bytes = u32(nn * 4);
+  for (std::uint32_t step = 0; step + 1 < P_; ++step) {
+    const auto [slo, shi] = seg((c_ + step) % P_);
+    if (shi > slo) {
+      st_(isa::RingSend{.token = static_cast<std::uint8_t>(kRs + slot), .dst_core = up_, .tag = kRsTag,
+                        .sp_addr = part + u32(slo) * row_bytes, .bytes = u32(shi - slo) * row_bytes});
+    }
+    const auto [rlo, rhi] = seg((c_ + step + 1) % P_);
+    if (rhi > rlo) {
+      const std::uint32_t into = l_.recv[step % 2], at = part + u32(rlo) * row_bytes;
+      st_(isa::RingRecv{.token = static_cast<std::uint8_t>(kRs + slot), .src_core = down_, .tag = kRsTag,
+                        .forward_to = isa::RingRecv::kNoForward, .sp_addr = into, .bytes = u32(rhi - rlo) * row_bytes});
+      st_(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .a = at, .b = into, .dst = at, .rows = u32(rhi - rlo),
+                       .cols = u32(nn)});
+    }
+  }
+  const auto [lo, hi] = seg(own_of(c_));
+  if (hi == lo) return;
+  const std::uint32_t rows = u32(hi - lo), at = part + u32(lo) * row_bytes, count = rows * u32(nn);
+  if (phase0 ? pj_->bias.has_value() : s_.bias2.has_value()) {
+    st_(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = at,
+                     .b = (phase0 ? l_.bp : l_.b2) + u32(n0 * 4), .dst = at, .rows = rows, .cols = u32(nn)});
+  }
+  st_(wait_on(kStore + slot));  // the buffer's last store
+  round_to(st_, f32, s_.dtype, at, l_.out[slot], count);
+  if (s_.residual || pj_) {
+    st_(wait_on(kRes + slot));
+    st_(isa::VBinary{.op = isa::BinaryOp::add, .dtype = s_.dtype, .a = l_.out[slot], .b = l_.res[slot],
+                     .dst = l_.out[slot], .rows = rows, .cols = u32(nn)});
+  }
+  if (phase0) {  // x1's segment stays: its rows, columns n0 .. n0 + nn
+    for (std::uint32_t r = 0; r < rows; ++r) {
+      st_(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s_.dtype, .src = l_.out[slot] + u32(r * nn * size_),
+                      .dst = l_.x1 + u32((r * s_.d + n0) * size_), .count = u32(nn)});
+    }
+    return;
+  }
+  st_(make_dma<isa::DmaStore>(static_cast<std::uint8_t>(kStore + slot), s_.dtype, 2, ((i0_ + lo) * s_.d + n0) * size_,
+                              l_.out[slot], {u32(nn), rows, 1}, {1, static_cast<std::int64_t>(s_.d), 0}));
+}
+
+// The residual segment of chunk i into res[slot]: phase 0 the block's input x (its
+// residual); phase 2 the residual argument, or with a projection x1's segment.
+void MlpCore::fetch_residual(std::size_t i, bool phase0) {
+  const auto slot = static_cast<std::uint32_t>(i % 2);
+  const auto [n0, nn] = chunks_[i];
+  const auto [lo, hi] = seg(own_of(c_));
+  if (hi == lo || !(phase0 || s_.residual || pj_)) return;
+  if (pj_ && !phase0) {
+    for (std::uint64_t r = 0; r < hi - lo; ++r) {
+      st_(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s_.dtype, .src = l_.x1 + u32((r * s_.d + n0) * size_),
+                      .dst = l_.res[slot] + u32(r * nn * size_), .count = u32(nn)});
+    }
+    return;
+  }
+  st_(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kRes + slot), s_.dtype, phase0 ? 0 : args_.residual,
+                             ((i0_ + lo) * s_.d + n0) * size_, l_.res[slot], {u32(nn), u32(hi - lo), 1},
+                             {1, static_cast<std::int64_t>(s_.d), 0}));
+}
+
+// Phase 1's x panel of K step st into its slot: core 0 reads it from DRAM (with a
+// projection the panels come from x1's segments instead).
+void MlpCore::x_load(std::size_t st) {
+  if (c_ != 0 || st >= ksteps_.size() || pj_) return;
+  const auto slot = static_cast<std::uint32_t>(st % 2);
+  const auto [k0, kk] = ksteps_[st];
+  st_(wait_on(kXRing + slot));  // the slot's last send
+  st_(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kX + slot), s_.dtype, 0, ((i0_ * s_.d) + k0) * size_, l_.x[slot],
+                             {u32(kk), u32(mr_), 1}, {1, static_cast<std::int64_t>(s_.d), 0}));
+}
+
+// A norm prologue's statistics piece x (whole rows of the core's segment) into its buffer.
+void MlpCore::issue_stats(std::size_t x) {
+  if (x >= pieces_.size() || pj_) return;
+  st_(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(kStats + x % 2), s_.dtype, 0, (i0_ + pieces_[x].first) * s_.d * size_,
+                             l_.nraw[x % 2], {u32(s_.d), u32(pieces_[x].second), 1},
+                             {1, static_cast<std::int64_t>(s_.d), 0}));
+}
+
+// Phase 0: x1 = p Wp^T + bp + x, each core's partial over its columns of p (none:
+// zeros), reduce-scattered chunk by chunk as phase 2's; x1's segment stays.
+void MlpCore::phase0() {
+  if (pcc_ > 0) {
+    st_(make_dma<isa::DmaLoad>(kX, s_.dtype, args_.p, (i0_ * pj_->dp + p0_) * size_, l_.acc, {u32(pcc_), u32(mr_), 1},
+                               {1, static_cast<std::int64_t>(pj_->dp), 0}));
+    st_(wait_on(kX));
+  }
+  for (std::size_t i = 0; i < chunks_.size(); ++i, ++wuse_) {
+    const auto slot = static_cast<std::uint32_t>(i % 2);
+    const auto nn = chunks_[i].second;
+    fetch_residual(i, true);
+    st_(wait_on(kW + wuse_ % 3, kRs + slot));
+    load_w(wuse_ + 1);
+    if (pcc_ > 0) {
+      st_(isa::Matmul{.a = l_.acc, .b = l_.w[wuse_ % 3], .c = partial(i), .m = u32(mr_), .n = u32(nn), .k = u32(pcc_),
+                      .lda = u32(pcc_), .ldb = u32(pcc_), .ldc = u32(nn), .in = s_.dtype, .out = f32, .trans_a = false,
+                      .trans_b = true, .accumulate = false});
+    } else {
+      st_(isa::VFill{.dtype = f32, .dst = partial(i), .count = u32(mr_ * nn), .value = 0});
+    }
+    if (i > 0) reduce_and_store(i - 1, true);
+  }
+  reduce_and_store(chunks_.size() - 1, true);
+}
+
+// A norm prologue: this core's share of the block's rows (its segment) in pieces of whole
+// rows, then the exchange: its statistics to every other core, theirs from each. (With a
+// projection the core's rows are its segment of x1, own(c), already here.)
+void MlpCore::norm_stats() {
+  for (std::size_t x = 0; x < pieces_.size(); ++x) {
+    if (pj_) {
+      nr_.stats(b_, c_, l_.x1 + u32((pieces_[x].first - pieces_[0].first) * s_.d * size_), u32(pieces_[x].second),
+                u32(pieces_[x].first));
+      continue;
+    }
+    st_(wait_on(kStats + x % 2));
+    nr_.stats(b_, c_, l_.nraw[x % 2], u32(pieces_[x].second), u32(pieces_[x].first));
+    issue_stats(x + 2);
+  }
+  const auto segments = [&](std::uint32_t core) { return std::array{stats_seg(core)}; };
+  nr_.exchange(b_, c_, 0, P_, c_, segments, kParam, kParam, kStatsTag);
+}
+
+// Phase 1: the hidden slice. x's panels travel 0 -> 1 -> ... -> P - 1 in two slots (with a
+// projection, gathered from every core's segment of x1).
+void MlpCore::phase1() {
+  for (std::size_t st = 0; st < ksteps_.size(); ++st, ++wuse_) {
+    const auto slot = static_cast<std::uint32_t>(st % 2);
+    const auto [k0, kk] = ksteps_[st];
+    const std::uint64_t row_bytes = kk * size_;
+    const auto xtoken = static_cast<std::uint8_t>(kXRing + slot);
+    if (pj_) {
+      // The panel from every core's segment of x1: this core's rows copied in, sent to
+      // the next core, and the others' received from the one before, each passed on
+      // until it has been round the ring.
+      st_(wait_on(xtoken));  // the slot's last sends
+      const auto [lo, hi] = seg(own_of(c_));
+      for (std::uint64_t r = lo; r < hi; ++r) {
+        st_(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = s_.dtype, .src = l_.x1 + u32(((r - lo) * s_.d + k0) * size_),
+                        .dst = l_.x[slot] + u32(r * row_bytes), .count = u32(kk)});
+      }
+      if (P_ > 1 && hi > lo) {
+        st_(isa::RingSend{.token = xtoken, .dst_core = down_, .tag = kXTag, .sp_addr = l_.x[slot] + u32(lo * row_bytes),
+                          .bytes = u32((hi - lo) * row_bytes)});
+      }
+      for (std::uint32_t step = 0; step + 1 < P_; ++step) {
+        const std::uint32_t from = (c_ + P_ - 1 - step) % P_;  // the segment's core
+        const auto [flo, fhi] = seg(own_of(from));
+        if (fhi == flo) continue;
+        st_(isa::RingRecv{.token = xtoken, .src_core = up_, .tag = kXTag,
+                          .forward_to = from == down_ ? isa::RingRecv::kNoForward : down_,
+                          .sp_addr = l_.x[slot] + u32(flo * row_bytes), .bytes = u32((fhi - flo) * row_bytes)});
+      }
+    } else {
+      st_(wait_on(c_ == 0 ? kX + slot : xtoken));  // the DMA, or the slot's last forward
+      const ChainLink link{c_ == 0, up_, c_ + 1 < P_ ? down_ : isa::RingRecv::kNoForward};
+      pass_along(st_, link, xtoken, kXTag, l_.x[slot], mr_, row_bytes, kXPieces, [](std::uint32_t) {});
+    }
+    if (s_.norm) {
+      if (c_ + 1 < P_ || (pj_ && P_ > 1)) st_(wait_on(xtoken));
+      nr_.normalize(b_, c_, l_.x[slot], u32(mr_), u32(kk), k0, 0);
+    }
+    // The next W panel once this one is in: each core has one load in flight, so the
+    // DRAM serves the cores' panels step by step.
+    st_(wait_on(kW + wuse_ % 3));
+    load_w(wuse_ + 1);
+    const std::uint32_t w = l_.w[wuse_ % 3];
+    k_step(st_,
+           isa::Matmul{.a = l_.x[slot], .b = w, .c = l_.acc, .m = u32(mr_), .n = u32(hcc_), .k = u32(kk),
+                       .lda = u32(kk), .ldb = u32(kk), .ldc = u32(hcc_), .in = s_.dtype, .out = f32, .trans_a = false,
+                       .trans_b = true, .accumulate = st > 0},
+           s_.gated ? w + u32(hcc_ * kk * size_) : 0, l_.acc_up);  // (gated: the up projection, the same x panel)
+    // Core 0: the next x panel into the other slot once the matmul before this one has
+    // read it (this one is queued: the array keeps working while the stream waits).
+    x_load(st + 1);
+  }
+}
+
+// The hidden slice: + b1, the activation, rounded once to x's dtype (in place), in row
+// pieces of whole array folds: the first chunk's product starts on a piece's rows while
+// the vector units finish the next. (Rounding in place piece by piece writes a piece's
+// values over rows already rounded, never over rows still to come.) Returns the rows per
+// piece.
+std::uint64_t MlpCore::hidden_epilogue() {
+  const std::uint64_t piece_rows = fold_piece_rows(mr_, kHiddenPieces, std::max<std::uint32_t>(1, target_.array_rows));
+  for (std::uint64_t r0 = 0; r0 < mr_; r0 += piece_rows) {
+    const auto rows = u32(std::min(piece_rows, mr_ - r0));
+    const std::uint32_t at32 = l_.acc + u32(r0 * hcc_ * 4), count = rows * u32(hcc_);
+    const std::uint32_t at = l_.acc + u32(r0 * hcc_ * size_);
+    if (s_.bias1) {
+      st_(isa::VBinary{.op = isa::BinaryOp::add, .dtype = f32, .bcast = isa::Broadcast::row, .a = at32, .b = l_.b1,
+                       .dst = at32, .rows = rows, .cols = u32(hcc_)});
+    }
+    if (s_.activation) st_(isa::VUnary{.op = *s_.activation, .dtype = f32, .src = at32, .dst = at32, .count = count});
+    round_to(st_, f32, s_.dtype, at32, at, count);
+    if (s_.gated) {  // * the up projection, rounded first as its own product is
+      times_up(st_, s_.dtype, at, l_.acc_up + u32(r0 * hcc_ * 4), l_.acc_up + u32(r0 * hcc_ * size_), rows, u32(hcc_));
+    }
+  }
+  return piece_rows;
+}
+
+// Phase 2: each chunk's partial, then (while the next chunk's is on the arrays) its
+// reduce-scatter and this core's segment's epilogue.
+void MlpCore::phase2(std::uint64_t piece_rows) {
+  for (std::size_t i = 0; i < chunks_.size(); ++i, ++wuse_) {
+    const auto slot = static_cast<std::uint32_t>(i % 2);
+    const auto [n0, nn] = chunks_[i];
+    fetch_residual(i, false);
+    st_(wait_on(kW + wuse_ % 3, kRs + slot));
+    load_w(wuse_ + 1);
+    // (The first chunk in the hidden slice's row pieces, each once it is rounded.)
+    for (std::uint64_t r0 = 0; r0 < mr_; r0 += i == 0 ? piece_rows : mr_) {
+      const std::uint64_t rows = i == 0 ? std::min(piece_rows, mr_ - r0) : mr_;
+      st_(isa::Matmul{.a = l_.acc + u32(r0 * hcc_ * size_), .b = l_.w[wuse_ % 3], .c = partial(i) + u32(r0 * nn * 4),
+                      .m = u32(rows), .n = u32(nn), .k = u32(hcc_), .lda = u32(hcc_), .ldb = u32(hcc_), .ldc = u32(nn),
+                      .in = s_.dtype, .out = f32, .trans_a = false, .trans_b = true, .accumulate = false});
+    }
+    if (i > 0) reduce_and_store(i - 1, false);
+  }
+  reduce_and_store(chunks_.size() - 1, false);
+}
+
+void MlpCore::block(std::uint64_t blk) {
+  i0_ = blk * p_.mb, mr_ = std::min(p_.mb, s_.m - i0_);
+  if (blk > 0) st_(isa::Wait{.token_mask = kAllTokens});
+  // The first x panel and W panel before the statistics: the first matmul needs all
+  // three, and the DRAM serves them in the order they are asked for. (Each core then
+  // asks for its next W panel when one arrives: asking for two at once put the second
+  // of the first cores before the first of the last, and the last cores started a step
+  // late.) The statistics' first two pieces are asked for first: nothing computes
+  // before the statistics are in.
+  pieces_.clear();
+  if (s_.norm) {
+    const auto [lo, hi] = stats_seg(c_);
+    for (std::uint64_t r = lo; r < hi; r += l_.nrows) pieces_.emplace_back(r, std::min(l_.nrows, hi - r));
+  }
+  issue_stats(0);
+  issue_stats(1);
+  x_load(0);
+  if (blk == 0) load_w(0);
+  if (pj_) phase0();
+  if (s_.norm) norm_stats();
+  phase1();
+  phase2(hidden_epilogue());
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> compile_mlp(const MlpShape& s, const Target& target, const std::string& name) {
+  const MlpPlan p = plan_to_compile(s, target, name);
+  const Args args(s);
+  // K steps of phase 1 and output chunks of phase 2.
+  const Steps ksteps = k_steps(s.d, p.tk);
+  Steps chunks;
+  for (std::uint64_t n0 = 0; n0 < s.d; n0 += p.tn) chunks.emplace_back(n0, std::min(p.tn, s.d - n0));
+  const Layout l = layout(s, p.cores, p.hc, p.pc, p.mb, p.tk, p.tn, p.norm_rows);  // (every core's)
+  isa::ProgramBuilder b(name, p.cores);
+  for (std::uint32_t c = 0; c < p.cores; ++c) MlpCore(s, p, l, target, args, ksteps, chunks, b, c).emit();
   return b.build();
 }
 
