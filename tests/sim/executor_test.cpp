@@ -16,12 +16,18 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include "compiler/argreduce.h"
+#include "compiler/attention.h"
 #include "compiler/dma.h"
 #include "compiler/elementwise.h"
 #include "compiler/gather.h"
+#include "compiler/group.h"
 #include "compiler/matmul.h"
+#include "compiler/mlp.h"
 #include "compiler/pointwise.h"
 #include "compiler/reduce.h"
+#include "compiler/sequence.h"
+#include "compiler/transpose.h"
 #include "compiler/triangle.h"
 #include "config/derived_figures.h"
 #include "functional/numeric.h"
@@ -33,12 +39,14 @@ using isa::DType;
 
 namespace {
 
-// A launch argument: a device buffer of `bytes` (filled with random bytes, or with
-// valid row indices for a gather's index buffer), or a scalar.
+// A launch argument: a device buffer of `bytes` (filled with random bytes, with valid
+// row indices for a gather's index buffer, or with the device's positions vector), or
+// a scalar.
 struct Arg {
   std::uint64_t bytes = 0;
-  std::uint64_t index_rows = 0;  // > 0: int64 indices in [0, index_rows)
+  std::uint64_t index_rows = 0;  // > 0: indices in [0, index_rows), int64 (wide) or int32
   bool wide = true;
+  bool positions = false;  // fp32 0, 1, 2, ... (what arange, cumsum, topk and causal attention read)
 };
 
 struct Case {
@@ -81,9 +89,15 @@ Result run_case(sim::Simulation* simulation, sim::Chip& chip, const Case& c, std
     const std::uint64_t addr = *chip.memory().allocate(a.bytes);
     std::uint8_t* p = chip.memory().host(addr);
     if (a.index_rows > 0) {
-      for (std::uint64_t i = 0; i < a.bytes / 8; ++i) {
+      const std::uint64_t width = a.wide ? 8 : 4;
+      for (std::uint64_t i = 0; i < a.bytes / width; ++i) {
         const std::int64_t v = static_cast<std::int64_t>(rng() % a.index_rows);
-        std::memcpy(p + i * 8, &v, 8);
+        std::memcpy(p + i * width, &v, width);  // (little-endian: int32's are the low word)
+      }
+    } else if (a.positions) {
+      for (std::uint64_t i = 0; i < a.bytes / 4; ++i) {
+        const auto v = static_cast<float>(i);
+        std::memcpy(p + i * 4, &v, 4);
       }
     } else {
       // Random bytes, kept finite for floats: the top bit of every 2-byte half is clear
@@ -225,6 +239,87 @@ std::vector<Case> generator_cases(const compiler::Target& t) {
   matmul({.m = 33, .n = 17, .k = 65, .dtype = DType::fp32, .b_transposed = true});
   matmul({.m = 128, .n = 96, .k = 256, .dtype = DType::bf16, .bias = DType::bf16, .activation = isa::UnaryOp::gelu});
   matmul({.m = 512, .n = 512, .k = 512});
+  {
+    // A layer norm prologue (its weight and bias the arguments after the matmul's bias)
+    // and an RMSNorm one (its weight only): norm(A) made on the chip, never stored.
+    MatmulShape s{.m = 100, .n = 256, .k = 512, .dtype = DType::fp16, .b_transposed = true, .bias = DType::fp16};
+    s.norm = MatmulShape::Norm{.rms = false, .eps = 1e-5, .weight = DType::fp16, .bias = DType::fp32};
+    cases.push_back({"matmul (layer norm prologue)", compile_matmul(s, t, "matmul[layer_norm]"),
+                     {{bytes_of(100 * 512, DType::fp16)}, {bytes_of(256 * 512, DType::fp16)},
+                      {bytes_of(100 * 256, DType::fp16)}, {bytes_of(256, DType::fp16)}, {bytes_of(512, DType::fp16)},
+                      {bytes_of(512, DType::fp32)}}});
+    MatmulShape r{.m = 300, .n = 200, .k = 128, .dtype = DType::bf16, .b_transposed = true};
+    r.norm = MatmulShape::Norm{.rms = true, .eps = 1e-6, .weight = DType::bf16};
+    cases.push_back({"matmul (RMSNorm prologue)", compile_matmul(r, t, "matmul[rms_norm]"),
+                     {{bytes_of(300 * 128, DType::bf16)}, {bytes_of(200 * 128, DType::bf16)},
+                      {bytes_of(300 * 200, DType::bf16)}, {bytes_of(128, DType::bf16)}}});
+  }
+  {
+    // A gated pair, silu(A W1^T) * (A W3^T): W1 argument 1, W3 argument 3.
+    MatmulShape s{.m = 130, .n = 96, .k = 200, .dtype = DType::fp16, .b_transposed = true,
+                  .activation = isa::UnaryOp::silu};
+    s.b_pieces = {96, 96};
+    s.gated = true;
+    cases.push_back({"matmul (gated pair)", compile_matmul(s, t, "linear_gated[silu]"),
+                     {{bytes_of(130 * 200, DType::fp16)}, {bytes_of(96 * 200, DType::fp16)},
+                      {bytes_of(130 * 96, DType::fp16)}, {bytes_of(96 * 200, DType::fp16)}}});
+    // B in three pieces (arguments 1, 3 and 4), the second's rows 200 apart.
+    MatmulShape c{.m = 100, .n = 160, .k = 128, .dtype = DType::fp16, .b_transposed = true};
+    c.b_pieces = {64, 32, 64};
+    c.b_piece_ld = {0, 200, 0};
+    cases.push_back({"matmul (B in pieces)", compile_matmul(c, t, "linear_concat"),
+                     {{bytes_of(100 * 128, DType::fp16)}, {bytes_of(64 * 128, DType::fp16)},
+                      {bytes_of(100 * 160, DType::fp16)}, {bytes_of(31 * 200 + 128, DType::fp16)},
+                      {bytes_of(64 * 128, DType::fp16)}}});
+  }
+  {
+    // Convolutions as matmuls of an implicit A gathered from a padded channels-last
+    // input: two 10x12 images of 8 channels, 3x3 taps, stride (1, 2), dilation (2, 1)
+    // into 16 channels; then two groups of 4 channels as batches (dilation (2, 2)),
+    // writing their columns of one [48 x 16] result.
+    MatmulShape s{.m = 60, .n = 16, .k = 72, .dtype = DType::fp16, .b_transposed = true};
+    s.conv = MatmulShape::ConvA{.images = 2, .h = 10, .w = 12, .channels = 8, .group_channels = 8, .kh = 3, .kw = 3,
+                                .sh = 1, .sw = 2, .dh = 2, .dw = 1, .ho = 6, .wo = 5};
+    cases.push_back({"matmul (convolution)", compile_matmul(s, t, "convolution"),
+                     {{bytes_of(2 * 10 * 12 * 8, DType::fp16)}, {bytes_of(16 * 72, DType::fp16)},
+                      {bytes_of(60 * 16, DType::fp16)}}});
+    MatmulShape g{.m = 48, .n = 8, .k = 36, .dtype = DType::fp32, .b_transposed = true, .batch = 2,
+                  .a_batch_stride = 4, .b_batch_stride = 8 * 36};
+    g.ldc = 16;
+    g.c_batch_stride = 8;
+    g.conv = MatmulShape::ConvA{.images = 2, .h = 10, .w = 12, .channels = 8, .group_channels = 4, .kh = 3, .kw = 3,
+                                .sh = 1, .sw = 2, .dh = 2, .dw = 2, .ho = 6, .wo = 4};
+    cases.push_back({"matmul (grouped convolution)", compile_matmul(g, t, "convolution"),
+                     {{bytes_of(2 * 10 * 12 * 8, DType::fp32)}, {bytes_of(2 * 8 * 36, DType::fp32)},
+                      {bytes_of(48 * 16, DType::fp32)}}});
+  }
+  // The other epilogues and forms: a folded batch norm (bias 3, channel scale 4, scalar
+  // scale 5), a residual multiply (argument 3), int8 into int32, a transposed A in
+  // batches against one B.
+  cases.push_back({"matmul (channel scale, scale)",
+                   compile_matmul({.m = 64, .n = 48, .k = 32, .dtype = DType::fp16, .b_transposed = true,
+                                   .bias = DType::fp32, .activation = isa::UnaryOp::relu, .channel_scale = true,
+                                   .scale = true},
+                                  t, "conv[bn,relu]"),
+                   {{bytes_of(64 * 32, DType::fp16)}, {bytes_of(48 * 32, DType::fp16)},
+                    {bytes_of(64 * 48, DType::fp16)}, {bytes_of(48, DType::fp32)}, {bytes_of(48, DType::fp32)},
+                    {bytes_of(1, DType::fp32)}}});
+  cases.push_back({"matmul (residual multiply)",
+                   compile_matmul({.m = 200, .n = 130, .k = 64, .dtype = DType::bf16, .residual = true,
+                                   .residual_op = isa::BinaryOp::mul},
+                                  t, "matmul[mul]"),
+                   {{bytes_of(200 * 64, DType::bf16)}, {bytes_of(64 * 130, DType::bf16)},
+                    {bytes_of(200 * 130, DType::bf16)}, {bytes_of(200 * 130, DType::bf16)}}});
+  cases.push_back({"matmul (int8 into int32)",
+                   compile_matmul({.m = 128, .n = 64, .k = 256, .dtype = DType::int8, .out = DType::int32}, t, "int_mm"),
+                   {{bytes_of(128 * 256, DType::int8)}, {bytes_of(256 * 64, DType::int8)},
+                    {bytes_of(128 * 64, DType::int32)}}});
+  cases.push_back({"matmul (transposed A, batched, B broadcast)",
+                   compile_matmul({.m = 40, .n = 50, .k = 60, .dtype = DType::fp32, .a_transposed = true, .batch = 3,
+                                   .a_batch_stride = 60 * 40},
+                                  t, "bmm"),
+                   {{bytes_of(3 * 60 * 40, DType::fp32)}, {bytes_of(60 * 50, DType::fp32)},
+                    {bytes_of(3 * 40 * 50, DType::fp32)}}});
   cases.push_back({"reduce rows", compile_reduce({.outer = 100, .reduced = 1000, .outer_stride = 1000, .reduced_stride = 1}, t, "reduce"),
                    {{bytes_of(100 * 1000, DType::fp32)}, {bytes_of(100, DType::fp32)}}});
   cases.push_back({"reduce all (partials over the ring)",
@@ -251,6 +346,203 @@ std::vector<Case> generator_cases(const compiler::Target& t) {
                    {{3 * 5000}, {30 * 8, 70}, {3 * 30 * 48}}});
   cases.push_back({"triangle", compile_triangle({.matrices = 2, .rows = 40, .cols = 50, .element_bytes = 2, .lower = true, .diagonal = 1}, t, "tril"),
                    {{2 * 40 * 50 * 2}, {2 * 40 * 50 * 2}}});
+  {
+    // The transposed copy called directly: a convolution's weights [16][24][9] made
+    // [16][9][24] (whole planes per DMA), and [3][270][130] fp16 made [3][130][270].
+    PointwiseKernel k;
+    k.shape = {24, 9, 16};
+    k.inputs = {{DType::fp32, {9, 1, 216}}};
+    k.output = {DType::fp32, {1, 24, 216}};
+    std::optional<std::vector<std::uint8_t>> planes = compile_transposed_copy(k, t, "transpose");
+    REQUIRE(planes);
+    cases.push_back({"transposed copy (planes)", std::move(*planes),
+                     {{bytes_of(16 * 24 * 9, DType::fp32)}, {bytes_of(16 * 24 * 9, DType::fp32)}}});
+    k.shape = {270, 130, 3};
+    k.inputs = {{DType::fp16, {130, 1, 270 * 130}}};
+    k.output = {DType::fp16, {1, 270, 270 * 130}};
+    std::optional<std::vector<std::uint8_t>> batched = compile_transposed_copy(k, t, "transpose");
+    REQUIRE(batched);
+    cases.push_back({"transposed copy (batched)", std::move(*batched),
+                     {{bytes_of(3 * 270 * 130, DType::fp16)}, {bytes_of(3 * 270 * 130, DType::fp16)}}});
+  }
+  cases.push_back({"gather (int32 indices)",
+                   compile_gather({.count = 77, .rows = 500, .row_bytes = 96, .wide_index = false}, t, "gather"),
+                   {{500 * 96}, {.bytes = 77 * 4, .index_rows = 500, .wide = false}, {77 * 96}}});
+  // torch.gather along dim 1 of a [3 x 200 x 5] fp16 table: 15 outer positions of 50
+  // indices each, the table's elements along the dim 10 bytes apart.
+  cases.push_back({"gather along a dim",
+                   compile_gather_along({.count = 50, .rows = 200, .elem_bytes = 2, .row_stride = 10,
+                                         .outer_sizes = {3, 5}, .outer_strides = {2000, 2}},
+                                        t, "gather"),
+                   {{3 * 200 * 5 * 2}, {3 * 5 * 50 * 8, 200}, {3 * 5 * 50 * 2}}});
+  {
+    // _foreach_norm's two launches: each tensor's partials (ord 2), then their norms
+    // (here of random partials) as fp32; and ord inf into fp16.
+    for (const auto& [ord, out] : {std::pair{2.0, DType::fp32}, {INFINITY, DType::fp16}}) {
+      const ForeachNormShape s{.sizes = {1000, 70000, 33}, .dtypes = {DType::fp32, DType::fp16, DType::bf16}, .out = out,
+                               .ord = ord};
+      const ForeachNormPlan plan = plan_foreach_norm(s, t);
+      cases.push_back({"foreach norm partials", compile_foreach_norm_partials(s, t, "_foreach_norm"),
+                       {{bytes_of(1000, DType::fp32)}, {bytes_of(70000, DType::fp16)}, {bytes_of(33, DType::bf16)},
+                        {bytes_of(plan.partials, DType::fp32)}}});
+      cases.push_back({"foreach norm finish", compile_foreach_norm_finish(s, t, "_foreach_norm"),
+                       {{bytes_of(plan.partials, DType::fp32)}, {bytes_of(1, out)}, {bytes_of(1, out)},
+                        {bytes_of(1, out)}}});
+    }
+  }
+  {
+    // Attention over contiguous [batch, heads, length, dim] query, key and value. The
+    // arguments: query, key, value, the output [batch, q_len, q_heads, value_dim], the
+    // logsumexp (fp32), then the mask, the positions (causal) and the slots (paged).
+    const auto attention = [&](const char* name, AttentionShape a) {
+      const auto i = [](std::uint64_t v) { return static_cast<std::int64_t>(v); };
+      a.q_stride = {i(a.q_heads * a.q_len * a.head_dim), i(a.q_len * a.head_dim), i(a.head_dim)};
+      a.k_stride = {i(a.kv_heads * a.kv_len * a.head_dim), i(a.kv_len * a.head_dim), i(a.head_dim)};
+      a.v_stride = {i(a.kv_heads * a.kv_len * a.value_dim), i(a.kv_len * a.value_dim), i(a.value_dim)};
+      std::vector<Arg> args = {{bytes_of(a.batch * a.q_heads * a.q_len * a.head_dim, a.dtype)},
+                               {bytes_of(a.batch * a.kv_heads * a.kv_len * a.head_dim, a.dtype)},
+                               {bytes_of(a.batch * a.kv_heads * a.kv_len * a.value_dim, a.dtype)},
+                               {bytes_of(a.batch * a.q_len * a.q_heads * a.value_dim, a.dtype)},
+                               {bytes_of(a.batch * a.q_heads * a.q_len, DType::fp32)}};
+      if (a.mask) {  // [batch, 1, q_len, kv_len], broadcast over the heads
+        a.mask_stride = {i(a.q_len * a.kv_len), 0, i(a.kv_len)};
+        args.push_back({bytes_of(a.batch * a.q_len * a.kv_len, *a.mask)});
+      }
+      if (a.causal) args.push_back({.bytes = bytes_of(kCausalBand, DType::fp32), .positions = true});
+      cases.push_back({name, compile_attention(a, t, "sdpa"), args});
+    };
+    attention("attention (mask)", {.batch = 2, .q_heads = 2, .kv_heads = 2, .q_len = 100, .kv_len = 300,
+                                   .head_dim = 64, .value_dim = 64, .dtype = DType::fp32, .scale = 0.125,
+                                   .mask = DType::fp32});
+    attention("attention (causal)", {.batch = 1, .q_heads = 2, .kv_heads = 2, .q_len = 300, .kv_len = 300,
+                                     .head_dim = 64, .value_dim = 32, .dtype = DType::bf16, .scale = 0.125,
+                                     .causal = true});
+    // Grouped-query: a decode step (a block holds a group's 4 heads), and a causal
+    // prefill whose 4 cores each take one head's block and share the one key/value
+    // head's blocks over the ring.
+    attention("attention (grouped-query decode)", {.batch = 1, .q_heads = 8, .kv_heads = 2, .q_len = 1, .kv_len = 700,
+                                                   .head_dim = 64, .value_dim = 64, .scale = 0.125});
+    attention("attention (grouped-query causal prefill)",
+              {.batch = 1, .q_heads = 4, .kv_heads = 1, .q_len = 256, .kv_len = 256, .head_dim = 64, .value_dim = 64,
+               .scale = 0.125, .causal = true});
+    // A paged KV cache: pools of 1000 token rows [slot, kv_head, dim], two sequences of
+    // 300 keys named by int32 slots.
+    AttentionShape p{.batch = 2, .q_heads = 4, .kv_heads = 2, .q_len = 1, .kv_len = 300, .head_dim = 64,
+                     .value_dim = 64, .scale = 0.125, .paged = true, .pool_slots = 1000, .slots_stride = 300};
+    p.q_stride = {4 * 64, 64, 64};
+    p.k_stride = p.v_stride = {0, 64, 2 * 64};
+    cases.push_back({"attention (paged)", compile_attention(p, t, "paged_attention"),
+                     {{bytes_of(2 * 4 * 64, DType::fp16)}, {bytes_of(1000 * 2 * 64, DType::fp16)},
+                      {bytes_of(1000 * 2 * 64, DType::fp16)}, {bytes_of(2 * 4 * 64, DType::fp16)},
+                      {bytes_of(2 * 4, DType::fp32)}, {.bytes = 2 * 300 * 4, .index_rows = 1000, .wide = false}}});
+  }
+  {
+    // The fused feed-forward half. Arguments: 0 x, 1 W1, 2 y, 3 W2, then b1, b2, the
+    // residual, the norm's weight and bias, the projection's p, Wp and bp, and last W3.
+    // Plain (both biases, GELU, the residual); gated with an RMSNorm prologue (a short
+    // slice on the last core: 1000 hidden units); a layer norm prologue after an
+    // output projection whose 24 columns leave a core none.
+    cases.push_back({"mlp", compile_mlp({.m = 64, .d = 128, .h = 512, .dtype = DType::fp16, .bias1 = DType::fp16,
+                                          .bias2 = DType::fp32, .activation = isa::UnaryOp::gelu_tanh, .residual = true},
+                                         t, "mlp"),
+                     {{bytes_of(64 * 128, DType::fp16)}, {bytes_of(512 * 128, DType::fp16)},
+                      {bytes_of(64 * 128, DType::fp16)}, {bytes_of(128 * 512, DType::fp16)}, {bytes_of(512, DType::fp16)},
+                      {bytes_of(128, DType::fp32)}, {bytes_of(64 * 128, DType::fp16)}}});
+    MlpShape g{.m = 7, .d = 200, .h = 1000, .dtype = DType::bf16, .activation = isa::UnaryOp::silu, .residual = true,
+               .gated = true};
+    g.norm = MatmulShape::Norm{.rms = true, .eps = 1e-6, .weight = DType::bf16};
+    cases.push_back({"mlp (gated, RMSNorm prologue)", compile_mlp(g, t, "mlp[rms_norm,gated_silu]"),
+                     {{bytes_of(7 * 200, DType::bf16)}, {bytes_of(1000 * 200, DType::bf16)},
+                      {bytes_of(7 * 200, DType::bf16)}, {bytes_of(200 * 1000, DType::bf16)},
+                      {bytes_of(7 * 200, DType::bf16)}, {bytes_of(200, DType::bf16)},
+                      {bytes_of(1000 * 200, DType::bf16)}}});
+    MlpShape n{.m = 33, .d = 128, .h = 256, .dtype = DType::fp16, .bias1 = DType::fp16,
+               .activation = isa::UnaryOp::relu};
+    n.norm = MatmulShape::Norm{.rms = false, .eps = 1e-5, .weight = DType::fp16, .bias = DType::fp16};
+    n.projection = MlpShape::Projection{.dp = 24, .bias = DType::fp16};
+    cases.push_back({"mlp (projection, layer norm prologue)", compile_mlp(n, t, "mlp[linear,layer_norm,relu]"),
+                     {{bytes_of(33 * 128, DType::fp16)}, {bytes_of(256 * 128, DType::fp16)},
+                      {bytes_of(33 * 128, DType::fp16)}, {bytes_of(128 * 256, DType::fp16)}, {bytes_of(256, DType::fp16)},
+                      {bytes_of(128, DType::fp16)}, {bytes_of(128, DType::fp16)}, {bytes_of(33 * 24, DType::fp16)},
+                      {bytes_of(128 * 24, DType::fp16)}, {bytes_of(128, DType::fp16)}}});
+  }
+  {
+    // Arg reductions (arguments: in, int64 indices, positions, values): argmax with its
+    // values; argmin over strided rows longer than a tile (16384), in chunks; int8.
+    const auto argreduce = [&](const char* name, const ArgReduceShape& s) {
+      std::vector<Arg> args = {{bytes_of((s.rows - 1) * s.row_stride + s.cols, s.in)},
+                               {s.rows * 8},
+                               {.bytes = bytes_of(argreduce_positions(s), DType::fp32), .positions = true}};
+      if (s.values) args.push_back({bytes_of(s.rows, s.in)});
+      cases.push_back({name, compile_argreduce(s, t, "argmax"), args});
+    };
+    argreduce("argmax", {.rows = 100, .cols = 1000, .row_stride = 1000, .in = DType::fp16, .values = true});
+    argreduce("argmin (chunked rows)",
+              {.rows = 3, .cols = 20000, .row_stride = 20011, .in = DType::bf16, .max = false});
+    argreduce("argmax (int8)", {.rows = 64, .cols = 77, .row_stride = 77, .in = DType::int8});
+    // topk (arguments: in, values, int64 indices, positions): the 5 largest of short
+    // rows; the 3 smallest of rows longer than a chunk.
+    const auto topk = [&](const char* name, const TopkShape& s) {
+      cases.push_back({name, compile_topk(s, t, "topk"),
+                       {{bytes_of((s.rows - 1) * s.row_stride + s.cols, s.in)}, {bytes_of(s.rows * s.k, s.in)},
+                        {s.rows * s.k * 8},
+                        {.bytes = bytes_of(std::min<std::uint64_t>(s.cols, 16384), DType::fp32), .positions = true}}});
+    };
+    topk("topk", {.rows = 50, .cols = 300, .row_stride = 300, .k = 5, .in = DType::fp16});
+    topk("topk (smallest, chunked rows)", {.rows = 2, .cols = 20000, .row_stride = 20000, .k = 3, .largest = false});
+  }
+  {
+    // Sequences (the positions last): arange as int64 and as fp16 in tiles of 1024
+    // positions, linspace, and running sums: short rows fp16 into fp32, rows longer than
+    // a chunk (16384) in fp32, bf16.
+    cases.push_back({"arange (int64)",
+                     compile_arange({.count = 5000, .start = -100, .step = 3, .int64 = true}, 1024, t, "arange"),
+                     {{5000 * 8}, {.bytes = 1024 * 4, .positions = true}}});
+    cases.push_back({"arange",
+                     compile_arange({.count = 3000, .start = 7, .step = -2, .out = DType::fp16}, 1024, t, "arange"),
+                     {{bytes_of(3000, DType::fp16)}, {.bytes = 1024 * 4, .positions = true}}});
+    cases.push_back({"linspace",
+                     compile_linspace({.count = 1001, .start = -1, .end = 1, .step = 0.002, .out = DType::fp16}, 256,
+                                      t, "linspace"),
+                     {{bytes_of(1001, DType::fp16)}, {.bytes = 256 * 4, .positions = true}}});
+    const auto cumsum = [&](const CumsumShape& s) {
+      cases.push_back({"cumsum", compile_cumsum(s, t, "cumsum"),
+                       {{bytes_of(s.rows * s.cols, s.in)}, {bytes_of(s.rows * s.cols, s.out)},
+                        {.bytes = bytes_of(std::min<std::uint64_t>(s.cols, 16384), DType::fp32), .positions = true}}});
+    };
+    cumsum({.rows = 30, .cols = 500, .in = DType::fp16, .out = DType::fp32});
+    cumsum({.rows = 2, .cols = 20000});
+    cumsum({.rows = 100, .cols = 33, .in = DType::bf16, .out = DType::bf16});
+  }
+  {
+    // Horizontal fusion: independent members in one launch, their arguments renumbered
+    // (an add's 3, an exp's 2, a row reduction's 2, a gather's 3); and two pointwise
+    // kernels as one.
+    cases.push_back({"group", compile_group({{compile_binary(isa::BinaryOp::add, DType::fp32, 5000, t, "add"), 3},
+                                             {compile_unary(isa::UnaryOp::exp, DType::fp16, 3000, t, "exp"), 2},
+                                             {compile_reduce({.outer = 50, .reduced = 300, .outer_stride = 300}, t,
+                                                             "sum"), 2},
+                                             {compile_gather({.count = 40, .rows = 100, .row_bytes = 128}, t,
+                                                             "gather"), 3}},
+                                            t.cores, "group"),
+                     {{bytes_of(5000, DType::fp32)}, {bytes_of(5000, DType::fp32)}, {bytes_of(5000, DType::fp32)},
+                      {bytes_of(3000, DType::fp16)}, {bytes_of(3000, DType::fp16)},
+                      {bytes_of(50 * 300, DType::fp32)}, {bytes_of(50, DType::fp32)},
+                      {100 * 128}, {40 * 8, 100}, {40 * 128}}});
+    PointwiseKernel mul;  // out[1000] (fp16) = a * 3
+    mul.shape = {1000};
+    mul.inputs = {{DType::fp16, {1}}};
+    mul.output = {DType::fp16, {1}};
+    mul.steps = {Step::binary(isa::BinaryOp::mul, DType::fp32, Value::input(0), Value::constant(3))};
+    PointwiseKernel add;  // out[70 x 40] (fp32) = a + b (bf16, a row broadcast down)
+    add.shape = {40, 70};
+    add.inputs = {{DType::fp32, {1, 40}}, {DType::bf16, {1, 0}}};
+    add.output = {DType::fp32, {1, 40}};
+    add.steps = {Step::binary(isa::BinaryOp::add, DType::fp32, Value::input(0), Value::input(1))};
+    cases.push_back({"pointwise group", compile_pointwise_group({mul, add}, t, "foreach"),
+                     {{bytes_of(1000, DType::fp16)}, {bytes_of(1000, DType::fp16)}, {bytes_of(70 * 40, DType::fp32)},
+                      {bytes_of(40, DType::bf16)}, {bytes_of(70 * 40, DType::fp32)}}});
+  }
   return cases;
 }
 
@@ -309,8 +601,8 @@ TEST_CASE("given every generator's programs, the timed and functional devices ag
     CHECK_FALSE(t.record.fault);
     check_same(t, f, true);
     CHECK(f.record.end == f.record.start);  // no time passes untimed
-    // Without data: the same counters and exactly the same cycles (the gather's indices
-    // stay real, so it is included).
+    // Without data: the same counters and exactly the same cycles (the gathers' indices
+    // and paged attention's slots stay real, so they are included).
     const Result n = run_case(&simulation, bookkeeping, c, seed);
     check_same(t, n, false);
     CHECK(n.record.end - n.record.start == t.record.end - t.record.start);
