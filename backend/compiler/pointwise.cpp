@@ -500,11 +500,33 @@ std::string PointwiseKernel::key() const {
   return k;
 }
 
-std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const Target& target,
-                                            const std::string& name) {
-  const std::size_t dims = std::max<std::size_t>(3, kernel.shape.size());
-  std::vector<std::uint64_t> shape = kernel.shape;
-  shape.resize(dims, 1);
+namespace {
+
+// A kernel's iteration space: its shape padded to at least three dimensions, each
+// input's and the output's strides padded alike, and its element count.
+struct Space {
+  std::size_t dims = 3;
+  std::vector<std::uint64_t> shape;
+  std::vector<std::vector<std::int64_t>> strides;
+  std::vector<std::int64_t> out_strides;
+  std::uint64_t elements = 1;
+
+  // The byte offset of an operand's element at `origin`, from its lowest element.
+  std::uint64_t offset(const std::vector<std::int64_t>& s, const std::vector<std::uint64_t>& origin,
+                       isa::DType dtype) const {
+    std::int64_t o = -lowest_offset(shape, s);
+    for (std::size_t d = 0; d < dims; ++d) o += static_cast<std::int64_t>(origin[d]) * s[d];
+    return static_cast<std::uint64_t>(o) * isa::dtype_size(dtype);
+  }
+};
+
+// The kernel checked (a stride per dimension for every operand, an input or a random
+// value, at least one element) and its space.
+Space space_of(const PointwiseKernel& kernel, const std::string& name) {
+  Space sp;
+  sp.dims = std::max<std::size_t>(3, kernel.shape.size());
+  sp.shape = kernel.shape;
+  sp.shape.resize(sp.dims, 1);
   const auto check_strides = [&](const Operand& o, const std::string& what) {
     if (o.strides.size() != kernel.shape.size()) {
       throw std::invalid_argument(name + ": " + what + " has " + std::to_string(o.strides.size()) +
@@ -516,196 +538,234 @@ std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const
   if (kernel.inputs.empty() && !kernel.random()) {
     throw std::invalid_argument(name + ": a pointwise kernel needs an input or a random value");
   }
-  std::uint64_t elements = 1;
-  for (const auto d : shape) elements *= d;
-  if (elements == 0) throw std::invalid_argument(name + ": nothing to compute (zero elements)");
+  for (const auto d : sp.shape) sp.elements *= d;
+  if (sp.elements == 0) throw std::invalid_argument(name + ": nothing to compute (zero elements)");
+  for (const auto& o : kernel.inputs) sp.strides.push_back(padded(o.strides, sp.dims));
+  sp.out_strides = padded(kernel.output.strides, sp.dims);
+  return sp;
+}
 
-  if (auto transposed = compile_transposed_copy(kernel, target, name)) return std::move(*transposed);
-
-  std::vector<std::vector<std::int64_t>> strides;
-  for (const auto& o : kernel.inputs) strides.push_back(padded(o.strides, dims));
-  std::vector<std::int64_t> out_strides = padded(kernel.output.strides, dims);
-  // An input broadcast along an outer dimension (3 or beyond) but read along the third
-  // would be read again for every index of that dimension, since a tile box spans the
-  // three innermost: rotary embeddings' cos and sin [positions x head dim] against Q and K
-  // [heads x positions x head dim], once per head. When that dimension is small, it
-  // trades places with the third (the order of an elementwise iteration is free; not
-  // with random values, whose stream follows it), so the box spans it and the input's
-  // plane is read once and copied (`replicate` below). Not when that would make another
-  // input, broadcast along the third and read along it, be read again instead.
-  if (!kernel.random()) {
-    for (std::size_t d = 3; d < dims; ++d) {
-      if (shape[d] <= 1 || shape[d] > kMaxAcross || shape[2] <= 1) continue;
-      bool helps = false, hurts = false;
-      for (const auto& st : strides) {
-        helps = helps || (st[d] == 0 && st[2] != 0);
-        hurts = hurts || (st[2] == 0 && st[d] != 0);
-      }
-      if (!helps || hurts) continue;
-      std::swap(shape[2], shape[d]);
-      for (auto& st : strides) std::swap(st[2], st[d]);
-      std::swap(out_strides[2], out_strides[d]);
-      break;
+// An input broadcast along an outer dimension (3 or beyond) but read along the third
+// would be read again for every index of that dimension, since a tile box spans the three
+// innermost: rotary embeddings' cos and sin [positions x head dim] against Q and K [heads
+// x positions x head dim], once per head. When that dimension is small, it trades places
+// with the third (the order of an elementwise iteration is free; not with random values,
+// whose stream follows it), so the box spans it and the input's plane is read once and
+// copied (Replicate below). Not when that would make another input, broadcast along the
+// third and read along it, be read again instead.
+void bring_broadcast_inside(Space& sp) {
+  for (std::size_t d = 3; d < sp.dims; ++d) {
+    if (sp.shape[d] <= 1 || sp.shape[d] > kMaxAcross || sp.shape[2] <= 1) continue;
+    bool helps = false, hurts = false;
+    for (const auto& st : sp.strides) {
+      helps = helps || (st[d] == 0 && st[2] != 0);
+      hurts = hurts || (st[2] == 0 && st[d] != 0);
     }
+    if (!helps || hurts) continue;
+    std::swap(sp.shape[2], sp.shape[d]);
+    for (auto& st : sp.strides) std::swap(st[2], st[d]);
+    std::swap(sp.out_strides[2], sp.out_strides[d]);
+    return;
   }
+}
 
-  // Tile size: at most 64 Ki elements, at most an even share per core (whole sticks),
-  // halved until the registers fit the scratchpad.
+// Tile size: at most 64 Ki elements, at most an even share per core (whole sticks),
+// halved until the registers fit the scratchpad. Sets the inputs' forms for the tile and
+// plans the walker's registers.
+Extent fit_tile(const PointwiseKernel& kernel, const Target& target, const Space& sp, Walker& walker,
+                std::vector<Form>& forms, const std::string& name) {
   const std::uint64_t per_stick = std::max<std::uint64_t>(1, target.stick_bytes / isa::dtype_size(kernel.output.dtype));
-  const std::uint64_t share = (elements + target.cores - 1) / std::max<std::uint32_t>(1, target.cores);
+  const std::uint64_t share = (sp.elements + target.cores - 1) / std::max<std::uint32_t>(1, target.cores);
   std::uint64_t t = std::min<std::uint64_t>(64 * 1024, (share + per_stick - 1) / per_stick * per_stick);
-  std::vector<Form> forms;
-  Walker walker(kernel, forms);
-  Extent tile;
   // An input read along dimension 0 but broadcast along dimension 1 (see box).
-  const bool across = shape[1] > 1 && shape[1] <= kMaxAcross && std::any_of(strides.begin(), strides.end(), [](const auto& s) {
-    return s[0] != 0 && s[1] == 0;
-  });
+  const bool across = sp.shape[1] > 1 && sp.shape[1] <= kMaxAcross &&
+                      std::any_of(sp.strides.begin(), sp.strides.end(), [](const auto& s) { return s[0] != 0 && s[1] == 0; });
   for (;;) {
-    tile = box(shape, t, across, per_stick);
+    const Extent tile = box(sp.shape, t, across, per_stick);
     forms.clear();
-    for (const auto& s : strides) forms.push_back(form_of(s, tile));
+    for (const auto& s : sp.strides) forms.push_back(form_of(s, tile));
     const std::uint64_t bytes = walker.plan(tile);
-    if (bytes <= target.scratchpad_bytes) break;
+    if (bytes <= target.scratchpad_bytes) return tile;
     if (t <= per_stick) {
-      throw DoesNotFit(name + ": " + std::to_string(elements) + " " + dtype_name(kernel.output.dtype) +
-                                  " elements need at least " + std::to_string(bytes) +
-                                  " bytes of scratchpad, the device has " + std::to_string(target.scratchpad_bytes));
+      throw DoesNotFit(name + ": " + std::to_string(sp.elements) + " " + dtype_name(kernel.output.dtype) +
+                       " elements need at least " + std::to_string(bytes) + " bytes of scratchpad, the device has " +
+                       std::to_string(target.scratchpad_bytes));
     }
     t = std::max(per_stick, t / 2 / per_stick * per_stick);
   }
+}
 
-  // Tiles in order: blocks of dimension 0, 1, 2, then every index of the outer ones.
-  const std::uint64_t nb0 = (shape[0] + tile.e0 - 1) / tile.e0, nb1 = (shape[1] + tile.e1 - 1) / tile.e1,
-                      nb2 = (shape[2] + tile.e2 - 1) / tile.e2;
-  std::uint64_t outer = 1;
-  for (std::size_t d = 3; d < dims; ++d) outer *= shape[d];
-  const std::uint64_t units = nb0 * nb1 * nb2 * outer;
-  if (units > (1u << 22)) {
-    throw DoesNotFit(name + ": the shape splits into " + std::to_string(units) +
-                                " tiles (innermost dimensions too small for the scratchpad tiles)");
+// A tile: its origin in the space and its extent.
+struct Unit {
+  std::vector<std::uint64_t> origin;
+  Extent e;
+};
+
+// The tiles in order: blocks of dimension 0, 1, 2, then every index of the outer ones.
+struct Tiling {
+  const Space& sp;
+  Extent tile;
+  std::uint64_t nb0, nb1, nb2, outer = 1, units = 0;
+  Tiling(const Space& space, const Extent& t)
+      : sp(space), tile(t), nb0((space.shape[0] + t.e0 - 1) / t.e0), nb1((space.shape[1] + t.e1 - 1) / t.e1),
+        nb2((space.shape[2] + t.e2 - 1) / t.e2) {
+    for (std::size_t d = 3; d < sp.dims; ++d) outer *= sp.shape[d];
+    units = nb0 * nb1 * nb2 * outer;
   }
-  struct Unit {
-    std::vector<std::uint64_t> origin;
-    Extent e;
-  };
-  const auto unit = [&](std::uint64_t u) {
+  Unit unit(std::uint64_t u) const {
     Unit r;
-    r.origin.assign(dims, 0);
+    r.origin.assign(sp.dims, 0);
     const std::uint64_t b0 = u % nb0, b1 = (u / nb0) % nb1, b2 = (u / (nb0 * nb1)) % nb2;
     std::uint64_t rest = u / (nb0 * nb1 * nb2);
-    for (std::size_t d = 3; d < dims; ++d) {
-      r.origin[d] = rest % shape[d];
-      rest /= shape[d];
+    for (std::size_t d = 3; d < sp.dims; ++d) {
+      r.origin[d] = rest % sp.shape[d];
+      rest /= sp.shape[d];
     }
     r.origin[0] = b0 * tile.e0;
     r.origin[1] = b1 * tile.e1;
     r.origin[2] = b2 * tile.e2;
-    r.e = {std::min(tile.e0, shape[0] - r.origin[0]), std::min(tile.e1, shape[1] - r.origin[1]),
-           std::min(tile.e2, shape[2] - r.origin[2])};
+    r.e = {std::min(tile.e0, sp.shape[0] - r.origin[0]), std::min(tile.e1, sp.shape[1] - r.origin[1]),
+           std::min(tile.e2, sp.shape[2] - r.origin[2])};
     return r;
-  };
-  const auto offset = [&](const std::vector<std::int64_t>& s, const std::vector<std::uint64_t>& origin,
-                          isa::DType dtype) {
-    std::int64_t o = -lowest_offset(shape, s);
-    for (std::size_t d = 0; d < dims; ++d) o += static_cast<std::int64_t>(origin[d]) * s[d];
-    return static_cast<std::uint64_t>(o) * isa::dtype_size(dtype);
-  };
+  }
+};
+
+// One core's code: its run of tiles, each loaded into one of two slots while the other's
+// computes, then stored.
+class TileCode {
+ public:
+  TileCode(const PointwiseKernel& kernel, const Space& sp, const Tiling& tiling, const std::vector<Form>& forms,
+           Walker& walker)
+      : k_(kernel), sp_(sp), tiling_(tiling), forms_(forms), walker_(walker) {}
+
+  // Tiles [first, last) into `code`.
+  void emit(std::uint64_t first, std::uint64_t last, std::vector<isa::Instruction>& code);
+
+ private:
+  static constexpr std::uint8_t kStateToken = 4;
+  void load(std::vector<isa::Instruction>& code, const Unit& u, std::uint32_t slot);
+  void replicate(std::vector<isa::Instruction>& code, std::uint32_t slot);
+
+  const PointwiseKernel& k_;
+  const Space& sp_;
+  const Tiling& tiling_;
+  const std::vector<Form>& forms_;
+  Walker& walker_;
   // What each slot's input buffers hold: a broadcast operand whose box is the same for
   // every tile (a bias row, a scalar) is loaded once per core and slot, not per tile
   // (steps never write the input buffers).
   using Loaded = std::tuple<std::uint64_t, std::array<std::uint32_t, 3>, std::array<std::int64_t, 3>>;
-  std::vector<std::optional<Loaded>> loaded[2];
-  // A full box that repeats along its outermost dimension (a float input broadcast
-  // along dimension 2 but not 0 and 1: rotary embeddings' cos and sin over the heads) is
-  // read once, one plane, and copied into the box's other planes in the scratchpad
-  // once it has arrived, instead of being read from DRAM once per plane.
+  std::vector<std::optional<Loaded>> loaded_[2];
+  // A full box that repeats along its outermost dimension (a float input broadcast along
+  // dimension 2 but not 0 and 1: rotary embeddings' cos and sin over the heads) is read
+  // once, one plane, and copied into the box's other planes in the scratchpad once it has
+  // arrived, instead of being read from DRAM once per plane.
   struct Replicate {
     std::uint32_t addr = 0, plane = 0, planes = 0;  // buffer, elements per plane, planes
     isa::DType dtype = isa::DType::fp32;
   };
-  std::vector<Replicate> replicate[2];
-  const auto load = [&](std::vector<isa::Instruction>& code, const Unit& u, std::uint32_t slot) {
-    loaded[slot].resize(kernel.inputs.size());
-    for (std::uint32_t i = 0; i < kernel.inputs.size(); ++i) {
-      const auto& s = strides[i];
-      const auto e0 = static_cast<std::uint32_t>(u.e.e0), e1 = static_cast<std::uint32_t>(u.e.e1),
-                 e2 = static_cast<std::uint32_t>(u.e.e2);
-      std::array<std::uint32_t, 3> box_shape{1, 1, 1};
-      std::array<std::int64_t, 3> box_stride{0, 0, 0};
-      switch (forms[i]) {
-        case Form::full: box_shape = {e0, e1, e2}, box_stride = {s[0], s[1], s[2]}; break;
-        case Form::row: box_shape = {e0, 1, 1}, box_stride = {s[0], 0, 0}; break;
-        case Form::col: box_shape = {e1, e2, 1}, box_stride = {s[1], s[2], 0}; break;
-        case Form::scalar: break;
-      }
-      const std::uint64_t source = offset(s, u.origin, kernel.inputs[i].dtype);
-      if (forms[i] == Form::full && e2 > 1 && s[2] == 0 && isa::is_float(kernel.inputs[i].dtype)) {
-        box_shape[2] = 1;
-        replicate[slot].push_back({walker.input_addr(i, slot), e0 * e1, e2, kernel.inputs[i].dtype});
-      }
-      Loaded now{source, box_shape, box_stride};
-      if (forms[i] != Form::full && loaded[slot][i] == now) continue;
-      loaded[slot][i] = now;
-      code.push_back(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), kernel.inputs[i].dtype,
-                                       static_cast<std::uint16_t>(i), source, walker.input_addr(i, slot), box_shape,
-                                       box_stride));
-    }
-  };
+  std::vector<Replicate> replicate_[2];
+};
 
-  const std::uint32_t cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(target.cores, units));
-  const auto out_arg = static_cast<std::uint16_t>(kernel.inputs.size());
+void TileCode::load(std::vector<isa::Instruction>& code, const Unit& u, std::uint32_t slot) {
+  loaded_[slot].resize(k_.inputs.size());
+  for (std::uint32_t i = 0; i < k_.inputs.size(); ++i) {
+    const auto& s = sp_.strides[i];
+    const auto e0 = static_cast<std::uint32_t>(u.e.e0), e1 = static_cast<std::uint32_t>(u.e.e1),
+               e2 = static_cast<std::uint32_t>(u.e.e2);
+    std::array<std::uint32_t, 3> box_shape{1, 1, 1};
+    std::array<std::int64_t, 3> box_stride{0, 0, 0};
+    switch (forms_[i]) {
+      case Form::full: box_shape = {e0, e1, e2}, box_stride = {s[0], s[1], s[2]}; break;
+      case Form::row: box_shape = {e0, 1, 1}, box_stride = {s[0], 0, 0}; break;
+      case Form::col: box_shape = {e1, e2, 1}, box_stride = {s[1], s[2], 0}; break;
+      case Form::scalar: break;
+    }
+    const std::uint64_t source = sp_.offset(s, u.origin, k_.inputs[i].dtype);
+    if (forms_[i] == Form::full && e2 > 1 && s[2] == 0 && isa::is_float(k_.inputs[i].dtype)) {
+      box_shape[2] = 1;
+      replicate_[slot].push_back({walker_.input_addr(i, slot), e0 * e1, e2, k_.inputs[i].dtype});
+    }
+    Loaded now{source, box_shape, box_stride};
+    if (forms_[i] != Form::full && loaded_[slot][i] == now) continue;
+    loaded_[slot][i] = now;
+    code.push_back(make_dma<isa::DmaLoad>(static_cast<std::uint8_t>(slot), k_.inputs[i].dtype,
+                                          static_cast<std::uint16_t>(i), source, walker_.input_addr(i, slot), box_shape,
+                                          box_stride));
+  }
+}
+
+// The planes of the slot's replicated boxes doubled: 1 -> 2 -> 4 ...
+void TileCode::replicate(std::vector<isa::Instruction>& code, std::uint32_t slot) {
+  for (const Replicate& r : replicate_[slot]) {
+    const std::uint32_t plane_bytes = r.plane * static_cast<std::uint32_t>(isa::dtype_size(r.dtype));
+    for (std::uint32_t have = 1; have < r.planes;) {
+      const std::uint32_t n = std::min(have, r.planes - have);
+      code.push_back(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = r.dtype, .src = r.addr,
+                                 .dst = r.addr + have * plane_bytes, .count = n * r.plane});
+      have += n;
+    }
+  }
+  replicate_[slot].clear();
+}
+
+void TileCode::emit(std::uint64_t first, std::uint64_t last, std::vector<isa::Instruction>& code) {
+  const auto out_arg = static_cast<std::uint16_t>(k_.inputs.size());
+  // The random stream position of each dimension: the iteration shape's pitches.
+  std::vector<std::uint64_t> pitch(sp_.dims, 1);
+  for (std::size_t d = 1; d < sp_.dims; ++d) pitch[d] = pitch[d - 1] * sp_.shape[d - 1];
+  if (k_.random()) {  // the state as integers: real on every device, data or not
+    code.push_back(make_dma<isa::DmaLoad>(kStateToken, isa::DType::int32, static_cast<std::uint16_t>(out_arg + 1), 0,
+                                          walker_.random_state_addr(), {4, 1, 1}, {1, 0, 0}));
+  }
+  load(code, tiling_.unit(first), 0);
+  for (std::uint64_t u = first; u < last; ++u) {
+    const auto slot = static_cast<std::uint32_t>((u - first) % 2);
+    const Unit cur = tiling_.unit(u);
+    if (u + 1 < last) {
+      // The other slot's buffers: its store (tile u - 1) must be done before a reload
+      // when the store reads an input buffer.
+      if (walker_.output_aliases_input() && u > first) code.push_back(wait_on(2 + (1 - slot)));
+      load(code, tiling_.unit(u + 1), 1 - slot);
+    }
+    code.push_back(wait_on(slot));
+    replicate(code, slot);
+    if (u >= first + 2 && !walker_.output_aliases_input()) code.push_back(wait_on(2 + slot));
+    std::uint64_t start = 0;
+    for (std::size_t d = 0; d < sp_.dims; ++d) start += cur.origin[d] * pitch[d];
+    walker_.set_random_position(start, pitch[1], pitch[2]);
+    if (k_.random() && u == first) code.push_back(wait_on(kStateToken));
+    walker_.emit(slot, cur.e, code);
+    const auto e0 = static_cast<std::uint32_t>(cur.e.e0), e1 = static_cast<std::uint32_t>(cur.e.e1),
+               e2 = static_cast<std::uint32_t>(cur.e.e2);
+    code.push_back(make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), k_.output.dtype, out_arg,
+                                           sp_.offset(sp_.out_strides, cur.origin, k_.output.dtype),
+                                           walker_.output_addr(slot), {e0, e1, e2},
+                                           {sp_.out_strides[0], sp_.out_strides[1], sp_.out_strides[2]}));
+  }
+  code.push_back(isa::Wait{.token_mask = 0xf});
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> compile_pointwise(const PointwiseKernel& kernel, const Target& target,
+                                            const std::string& name) {
+  Space sp = space_of(kernel, name);
+  if (auto transposed = compile_transposed_copy(kernel, target, name)) return std::move(*transposed);
+  if (!kernel.random()) bring_broadcast_inside(sp);
+  std::vector<Form> forms;
+  Walker walker(kernel, forms);
+  const Tiling tiling(sp, fit_tile(kernel, target, sp, walker, forms, name));
+  if (tiling.units > (1u << 22)) {
+    throw DoesNotFit(name + ": the shape splits into " + std::to_string(tiling.units) +
+                     " tiles (innermost dimensions too small for the scratchpad tiles)");
+  }
+  const std::uint32_t cores = static_cast<std::uint32_t>(std::min<std::uint64_t>(target.cores, tiling.units));
   isa::ProgramBuilder b(name, cores);
   std::vector<isa::Instruction> code;
-  // The random stream position of each dimension: the iteration shape's pitches.
-  std::vector<std::uint64_t> pitch(dims, 1);
-  for (std::size_t d = 1; d < dims; ++d) pitch[d] = pitch[d - 1] * shape[d - 1];
-  constexpr std::uint8_t kStateToken = 4;
   for (std::uint32_t core = 0; core < cores; ++core) {
-    const std::uint64_t first = units * core / cores, last = units * (core + 1) / cores;
     code.clear();
-    for (auto& l : loaded) l.clear();
-    for (auto& r : replicate) r.clear();
-    if (kernel.random()) {  // the state as integers: real on every device, data or not
-      code.push_back(make_dma<isa::DmaLoad>(kStateToken, isa::DType::int32, static_cast<std::uint16_t>(out_arg + 1), 0,
-                                            walker.random_state_addr(), {4, 1, 1}, {1, 0, 0}));
-    }
-    load(code, unit(first), 0);
-    for (std::uint64_t u = first; u < last; ++u) {
-      const auto slot = static_cast<std::uint32_t>((u - first) % 2);
-      const Unit cur = unit(u);
-      if (u + 1 < last) {
-        // The other slot's buffers: its store (tile u - 1) must be done before a reload
-        // when the store reads an input buffer.
-        if (walker.output_aliases_input() && u > first) code.push_back(wait_on(2 + (1 - slot)));
-        load(code, unit(u + 1), 1 - slot);
-      }
-      code.push_back(wait_on(slot));
-      for (const Replicate& r : replicate[slot]) {  // the planes doubled: 1 -> 2 -> 4 ...
-        const std::uint32_t plane_bytes = r.plane * static_cast<std::uint32_t>(isa::dtype_size(r.dtype));
-        for (std::uint32_t have = 1; have < r.planes;) {
-          const std::uint32_t n = std::min(have, r.planes - have);
-          code.push_back(isa::VUnary{.op = isa::UnaryOp::copy, .dtype = r.dtype, .src = r.addr,
-                                     .dst = r.addr + have * plane_bytes, .count = n * r.plane});
-          have += n;
-        }
-      }
-      replicate[slot].clear();
-      if (u >= first + 2 && !walker.output_aliases_input()) {
-        code.push_back(wait_on(2 + slot));
-      }
-      std::uint64_t start = 0;
-      for (std::size_t d = 0; d < dims; ++d) start += cur.origin[d] * pitch[d];
-      walker.set_random_position(start, pitch[1], pitch[2]);
-      if (kernel.random() && u == first) code.push_back(wait_on(kStateToken));
-      walker.emit(slot, cur.e, code);
-      const auto e0 = static_cast<std::uint32_t>(cur.e.e0), e1 = static_cast<std::uint32_t>(cur.e.e1),
-                 e2 = static_cast<std::uint32_t>(cur.e.e2);
-      code.push_back(make_dma<isa::DmaStore>(static_cast<std::uint8_t>(2 + slot), kernel.output.dtype, out_arg,
-                                        offset(out_strides, cur.origin, kernel.output.dtype), walker.output_addr(slot),
-                                        {e0, e1, e2}, {out_strides[0], out_strides[1], out_strides[2]}));
-    }
-    code.push_back(isa::Wait{.token_mask = 0xf});
+    TileCode(kernel, sp, tiling, forms, walker).emit(tiling.units * core / cores, tiling.units * (core + 1) / cores, code);
     for (const auto& inst : code) b.add(core, inst);
   }
   return b.build();
