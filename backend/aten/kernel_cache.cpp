@@ -4,6 +4,7 @@
 
 #include "compiler/does_not_fit.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -12,7 +13,6 @@
 
 #include <ATen/ops/arange.h>
 #include <c10/core/DeviceGuard.h>
-#include <nlohmann/json.hpp>
 
 #include "runtime/driver.h"
 #include "runtime/launch.h"
@@ -65,28 +65,15 @@ const DeviceInfo& info(c10::DeviceIndex device) {
     d.target.scratchpad_latency_s = p.clock_ghz > 0 ? p.scratchpad_latency_cycles / (p.clock_ghz * 1e9) : 0;
     d.target.vector_elements_per_s =
         static_cast<double>(p.vector_lanes) * p.vector_units_per_corelet * p.corelets_per_core * p.clock_ghz * 1e9;
-    // The per-operation vector costs: from the resolved config in the device report.
-    const std::string text = device_report_json(driver_device(device));
-    const auto report = nlohmann::json::parse(text, nullptr, false);
-    if (!report.is_discarded()) {
-      const auto costs = report.value("/config/resolved/cores/vector/op_cycles"_json_pointer, nlohmann::json::object());
-      for (const auto& [name, cycles] : costs.items()) {
-        if (cycles.is_number()) d.target.vector_op_cycles[name] = cycles.get<double>();
-      }
-      const auto channels = report.value("/config/resolved/memory/channels"_json_pointer, nlohmann::json());
-      const auto granule = report.value("/config/resolved/memory/interleave_bytes"_json_pointer, nlohmann::json());
-      if (channels.is_number_unsigned() && granule.is_number_unsigned()) {
-        d.target.dram_channels = channels.get<std::uint32_t>();
-        d.target.dram_interleave_bytes = granule.get<std::uint64_t>();
-        d.target.dram_channels_skewed =
-            report.value("/config/resolved/memory/channel_map"_json_pointer, nlohmann::json()) != "interleaved";
-      }
-      // An engine's rate with its outstanding-request limit (the chip's derived figure).
-      const auto engine = report.value("/derived/dma_engine_bytes_per_s"_json_pointer, nlohmann::json());
-      if (engine.is_number() && engine.get<double>() > 0) d.target.dma_engine_bytes_per_s = engine.get<double>();
-      const auto turnaround = report.value("/derived/dram_turnaround_s_per_byte"_json_pointer, nlohmann::json());
-      if (turnaround.is_number()) d.target.dram_turnaround_s_per_byte = turnaround.get<double>();
-    }
+    // The vector unit's cycles per cost class, the DRAM channel map, and the derived
+    // engine rate and read/write turnaround (ABI 0.10).
+    const std::uint32_t given = std::min<std::uint32_t>(p.vector_cost_count, isa::kNumVectorCosts);
+    for (std::uint32_t i = 0; i < given; ++i) d.target.vector_op_cycles[i] = p.vector_op_cycles[i];
+    d.target.dram_channels = p.memory_channels;
+    d.target.dram_interleave_bytes = p.dram_interleave_bytes;
+    d.target.dram_channels_skewed = p.dram_channel_map != SPYRE_DRAM_CHANNEL_MAP_INTERLEAVED;
+    if (p.dma_engine_bytes_per_s > 0) d.target.dma_engine_bytes_per_s = p.dma_engine_bytes_per_s;
+    d.target.dram_turnaround_s_per_byte = p.dram_turnaround_s_per_byte;
     d.hash = p.config_hash;
     it = infos.emplace(device, std::move(d)).first;
   }

@@ -3,7 +3,7 @@
 // (pointwise_ops.cpp), and the set of ops torch.compile fuses
 // (torch.ops.spyre.fusible_ops, read by python/spyre_sim/dynamo/ops.py). The ISA op's
 // name and vector-unit cost class live with the ISA (isa::to_string,
-// isa::vector_cost_name). Adding a unary op is one row here plus its math in
+// isa::vector_cost). Adding a unary op is one row here plus its math in
 // sim/functional/numeric.cpp (docs/ARCHITECTURE.md, "The op table").
 #pragma once
 

@@ -73,17 +73,17 @@ double predict_pointwise_s(const PointwiseKernel& k, const Target& t) {
   double passes = 0;
   for (const auto& s : k.steps) {
     switch (s.kind) {
-      case Step::Kind::unary: passes += t.op_cycles(isa::vector_cost_name(static_cast<isa::UnaryOp>(s.op))); break;
-      case Step::Kind::binary: passes += t.op_cycles(isa::to_string(static_cast<isa::BinaryOp>(s.op))); break;
-      case Step::Kind::compare: passes += t.op_cycles("compare"); break;
-      case Step::Kind::select: passes += t.op_cycles("select"); break;
-      case Step::Kind::convert: passes += t.op_cycles("convert"); break;
+      case Step::Kind::unary: passes += t.op_cycles(isa::vector_cost(static_cast<isa::UnaryOp>(s.op))); break;
+      case Step::Kind::binary: passes += t.op_cycles(isa::vector_cost(static_cast<isa::BinaryOp>(s.op))); break;
+      case Step::Kind::compare: passes += t.op_cycles(isa::VectorCost::compare); break;
+      case Step::Kind::select: passes += t.op_cycles(isa::VectorCost::select); break;
+      case Step::Kind::convert: passes += t.op_cycles(isa::VectorCost::convert); break;
     }
   }
-  for (const auto& in : k.inputs) passes += in.dtype != k.output.dtype ? t.op_cycles("convert") : 0;
+  for (const auto& in : k.inputs) passes += in.dtype != k.output.dtype ? t.op_cycles(isa::VectorCost::convert) : 0;
   // Each distribution drawn: one vrandom pass per tile.
-  if (k.draws(isa::RandomDist::uniform)) passes += t.op_cycles("random");
-  if (k.draws(isa::RandomDist::normal)) passes += t.op_cycles("random_normal");
+  if (k.draws(isa::RandomDist::uniform)) passes += t.op_cycles(isa::VectorCost::random);
+  if (k.draws(isa::RandomDist::normal)) passes += t.op_cycles(isa::VectorCost::random_normal);
   return streaming_s(read, written, elements / std::max<double>(1, t.cores) * passes, t);
 }
 
@@ -92,10 +92,11 @@ double predict_softmax_s(const SoftmaxShape& s, const Target& t) {
   const double read = elements * isa::dtype_size(s.in), written = elements * isa::dtype_size(s.out);
   // max, x - max, exp, sum, divide (log_softmax: log and subtract instead), the
   // conversions in and out.
-  double passes = t.op_cycles("reduce") + t.op_cycles("sub") + t.op_cycles("exp") + t.op_cycles("reduce") +
-                  (s.log ? t.op_cycles("sub") : t.op_cycles("div"));
-  if (s.in != isa::DType::fp32) passes += t.op_cycles("convert");
-  if (s.out != isa::DType::fp32) passes += t.op_cycles("convert");
+  using C = isa::VectorCost;
+  double passes = t.op_cycles(C::reduce) + t.op_cycles(C::sub) + t.op_cycles(C::exp) + t.op_cycles(C::reduce) +
+                  (s.log ? t.op_cycles(C::sub) : t.op_cycles(C::div));
+  if (s.in != isa::DType::fp32) passes += t.op_cycles(isa::VectorCost::convert);
+  if (s.out != isa::DType::fp32) passes += t.op_cycles(isa::VectorCost::convert);
   return streaming_s(read, written, elements / std::max<double>(1, t.cores) * passes, t);
 }
 
@@ -219,7 +220,7 @@ double predict_matmul_s(const MatmulShape& s, const MatmulPlan& p, const Target&
   const double first = std::max(d, first_panels / (engine * std::min<double>(2, std::max<std::uint32_t>(1, t.dma_engines))));
   const double body = first + (stages - 1) * (std::max(c, d) + kOverlapLoss * std::min(c, d)) + c;
   const double width = t.vector_elements_per_s > 0 ? t.vector_elements_per_s : t.clock_hz;
-  const double last = static_cast<double>(tm * tn) * t.op_cycles("convert") / width +
+  const double last = static_cast<double>(tm * tn) * t.op_cycles(isa::VectorCost::convert) / width +
                       t.vector_latency_cycles / t.clock_hz + latency + static_cast<double>(tm * tn) * out_size / engine;
   return latency + body + last;
 }

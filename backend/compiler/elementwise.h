@@ -29,10 +29,10 @@ struct Target {
   std::array<std::uint32_t, isa::kNumDTypes> simd_depth{};
   // The vector units, for streaming kernels' cost: elements one core's vector units
   // take per second at one cycle per vector (lanes x units x corelets x clock; 0:
-  // unknown), and the config's cycles per vector of each operation (by its cost name,
-  // isa::vector_cost_name; missing: 1).
+  // unknown), and the config's cycles per vector of each cost class (isa::VectorCost;
+  // 0: unknown, charged 1).
   double vector_elements_per_s = 0;
-  std::map<std::string, double> vector_op_cycles = {};
+  std::array<double, isa::kNumVectorCosts> vector_op_cycles{};
   // The rest of the device properties the cost model uses (0: unknown). The memory
   // system's numbers come from the device, so a what-if config that changes how DRAM,
   // DMA or the ring behave changes the predictions with it.
@@ -59,9 +59,9 @@ struct Target {
     const std::uint32_t d = simd_depth[static_cast<std::size_t>(t)];
     return d == 0 ? 1 : d;
   }
-  double op_cycles(std::string_view cost_name) const {
-    const auto it = vector_op_cycles.find(std::string(cost_name));
-    return it == vector_op_cycles.end() ? 1.0 : it->second;
+  double op_cycles(isa::VectorCost c) const {
+    const double cycles = vector_op_cycles[static_cast<std::size_t>(c)];
+    return cycles > 0 ? cycles : 1.0;
   }
   // Seconds of DRAM time for `read` and `written` bytes: the deliverable bandwidth plus
   // the read/write turnaround on the scarcer direction (0 when the bandwidth is unknown).

@@ -188,6 +188,16 @@ spyre_result_t spyreDeviceGetProperties(spyre_device_t device, spyre_device_prop
     all.ring_link_bytes_per_s = f.ring_link_bytes_per_s;
     all.scratchpad_ports = static_cast<uint32_t>(c.cores.scratchpad.ports);
     all.scratchpad_latency_cycles = static_cast<uint32_t>(c.cores.scratchpad.latency_cycles);
+    all.dram_channel_map = c.memory.channel_map == spyre::config::ChannelMap::interleaved
+                               ? SPYRE_DRAM_CHANNEL_MAP_INTERLEAVED
+                               : SPYRE_DRAM_CHANNEL_MAP_SKEWED;
+    static_assert(isa::kNumVectorCosts <= SPYRE_VECTOR_COST_MAX, "the properties hold every vector cost class");
+    all.vector_cost_count = isa::kNumVectorCosts;
+    for (std::uint8_t i = 0; i < isa::kNumVectorCosts; ++i) {
+      all.vector_op_cycles[i] = c.cores.vector.op_cycles[static_cast<isa::VectorCost>(i)];
+    }
+    all.dma_engine_bytes_per_s = f.dma_engine_bytes_per_s;
+    all.dram_turnaround_s_per_byte = f.dram_turnaround_s_per_byte;
     std::memcpy(p, &all, std::min<std::size_t>(size, sizeof all));
     p->struct_size = size;
     return SPYRE_SUCCESS;

@@ -68,8 +68,11 @@ extern "C" {
  * 0.8: spyreSystemScheduleTime and spyreQueueExternal (collectives between cards that
  *      different processes drive).
  * 0.9: spyre_external_desc_t.card / cards / transfers / num_transfers (the report's
- *      bytes per link of a collective). */
-#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 9)
+ *      bytes per link of a collective).
+ * 0.10: spyre_device_properties_t: the vector unit's cycles per cost class, the DRAM
+ *      channel map, and the derived DMA engine rate and read/write turnaround (the rest
+ *      of what the kernel compiler's cost model reads). */
+#define SPYRE_API_VERSION_CURRENT SPYRE_MAKE_VERSION(0, 10)
 
 /* ---------------------------------------------------------------------------------
  * Result codes. Ranges: 0 success; 1..0x0fff "not yet"; 0x1000.. caller errors;
@@ -189,6 +192,15 @@ typedef enum spyre_mac_type_t {
   SPYRE_MAC_INT4 = 5, SPYRE_MAC_TYPE_COUNT = 6, SPYRE_MAC_TYPE_FORCE_UINT32 = 0x7fffffff
 } spyre_mac_type_t;
 
+/* The most vector cost classes spyre_device_properties_t.vector_op_cycles holds. */
+#define SPYRE_VECTOR_COST_MAX 64
+
+typedef enum spyre_dram_channel_map_t {
+  SPYRE_DRAM_CHANNEL_MAP_SKEWED = 0,       /* interleave granule g on the sum of g's base-C digits mod C (default) */
+  SPYRE_DRAM_CHANNEL_MAP_INTERLEAVED = 1,  /* granule g on channel g mod C, of C channels */
+  SPYRE_DRAM_CHANNEL_MAP_FORCE_UINT32 = 0x7fffffff
+} spyre_dram_channel_map_t;
+
 typedef struct spyre_device_properties_t {
   uint32_t struct_size;          /* [in] sizeof(spyre_device_properties_t) */
   uint32_t isa_version;          /* instruction set version programs must carry */
@@ -227,6 +239,15 @@ typedef struct spyre_device_properties_t {
   double ring_link_bytes_per_s;             /* one ring link, one direction */
   uint32_t scratchpad_ports;
   uint32_t scratchpad_latency_cycles;
+  /* Since 0.10: */
+  uint32_t dram_channel_map;                /* spyre_dram_channel_map_t */
+  uint32_t vector_cost_count;               /* entries of vector_op_cycles given (the rest 0) */
+  /* Cycles per vector of `vector_lanes` elements, by cost class: index i is
+   * spyre::isa::VectorCost i (spyre/isa/isa.h; its name is the chip config's
+   * cores.vector.op_cycles key). */
+  double vector_op_cycles[SPYRE_VECTOR_COST_MAX];
+  double dma_engine_bytes_per_s;            /* one engine's rate with its outstanding-request limit */
+  double dram_turnaround_s_per_byte;        /* DRAM time = (R + W) / deliverable + this x min(R, W) */
 } spyre_device_properties_t;
 
 /* Number of devices (SPYRE_SIM_DEVICES).

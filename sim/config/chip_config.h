@@ -5,12 +5,15 @@
 // reported, or reported under another name.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "spyre/isa/isa.h"
 
 namespace spyre::config {
 
@@ -78,41 +81,52 @@ struct ComputeArrayConfig {
   }
 };
 
-// Vector-unit operations that carry a cost; the ISA's vector opcodes map onto these.
-#define SPYRE_VECTOR_OP_COSTS(X)                                                        \
-  X(copy) X(add) X(sub) X(mul) X(div) X(max) X(min) X(neg) X(abs) X(exp) X(log) X(sqrt) \
-  X(rsqrt) X(reciprocal) X(tanh) X(erf) X(sigmoid) X(relu) X(gelu) X(silu) X(compare)    \
-  X(select) X(reduce) X(convert)
-// Costs added after configs were written: optional, with these defaults (ASSUMPTION:
-// like tanh, a range reduction and a polynomial), so older configs still load.
-// transpose: a block's rows to columns (the card's restickify), one vector per cycle
+// The cycles a cost class (isa::VectorCost) defaults to when a config leaves it out:
+// the classes added after configs were written, so older configs still load; the rest
+// are required. sin, cos: like tanh, a range reduction and a polynomial (ASSUMPTION:
+// 6). transpose: a block's rows to columns (the card's restickify), one vector per cycle
 // like copy. random: Philox4x32-10's ten rounds of two 32-bit multiplies give four
-// numbers (ASSUMPTION: 4 cycles per vector); random_normal adds Box-Muller's log,
-// square root and cosine on the pair (ASSUMPTION: 12). pow: a log, a multiply and an
-// exp with the sign rules' selects (ASSUMPTION: 4 + 1 + 4 + 1 = 10). hardswish and
-// hardsigmoid: an add, a clamp and a multiply (ASSUMPTION: 3, the multiply by x
-// fused).
-#define SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(X) \
-  X(sin, 6) X(cos, 6) X(transpose, 1) X(random, 4) X(random_normal, 12) X(pow, 10) X(hardswish, 3) \
-  X(hardsigmoid, 3)
+// numbers (ASSUMPTION: 4 cycles per vector); random_normal adds Box-Muller's log, square
+// root and cosine on the pair (ASSUMPTION: 12). pow: a log, a multiply and an exp with
+// the sign rules' selects (ASSUMPTION: 4 + 1 + 4 + 1 = 10). hardswish and hardsigmoid: an
+// add, a clamp and a multiply (ASSUMPTION: 3, the multiply by x fused).
+constexpr std::optional<double> default_op_cycles(isa::VectorCost c) {
+  switch (c) {
+    case isa::VectorCost::sin:
+    case isa::VectorCost::cos: return 6;
+    case isa::VectorCost::transpose: return 1;
+    case isa::VectorCost::random: return 4;
+    case isa::VectorCost::random_normal: return 12;
+    case isa::VectorCost::pow: return 10;
+    case isa::VectorCost::hardswish:
+    case isa::VectorCost::hardsigmoid: return 3;
+    default: return std::nullopt;
+  }
+}
 
-// Issue interval, in cycles, of one vector of `lanes` elements for each operation.
+// Issue interval, in cycles, of one vector of `lanes` elements for each cost class
+// (cores.vector.op_cycles.<isa::to_string(class)>).
 struct VectorOpCycles {
-#define SPYRE_DECLARE_COST(op) double op = 0;
-  SPYRE_VECTOR_OP_COSTS(SPYRE_DECLARE_COST)
-#undef SPYRE_DECLARE_COST
-#define SPYRE_DECLARE_DEFAULTED_COST(op, fallback) double op = fallback;
-  SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(SPYRE_DECLARE_DEFAULTED_COST)
-#undef SPYRE_DECLARE_DEFAULTED_COST
+  std::array<double, isa::kNumVectorCosts> cycles{};
+
+  VectorOpCycles() {
+    for (std::uint8_t i = 0; i < isa::kNumVectorCosts; ++i) {
+      cycles[i] = default_op_cycles(static_cast<isa::VectorCost>(i)).value_or(0.0);
+    }
+  }
+  double operator[](isa::VectorCost c) const { return cycles[static_cast<std::size_t>(c)]; }
+  double& operator[](isa::VectorCost c) { return cycles[static_cast<std::size_t>(c)]; }
 
   template <class V>
   void describe(V& v) {
-#define SPYRE_DESCRIBE_COST(op) v.real(#op, op, kOpCycles);
-    SPYRE_VECTOR_OP_COSTS(SPYRE_DESCRIBE_COST)
-#undef SPYRE_DESCRIBE_COST
-#define SPYRE_DESCRIBE_DEFAULTED_COST(op, fallback) v.real(#op, op, kOpCycles, double{fallback});
-    SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(SPYRE_DESCRIBE_DEFAULTED_COST)
-#undef SPYRE_DESCRIBE_DEFAULTED_COST
+    for (std::uint8_t i = 0; i < isa::kNumVectorCosts; ++i) {
+      const auto c = static_cast<isa::VectorCost>(i);
+      if (const auto fallback = default_op_cycles(c)) {
+        v.real(isa::to_string(c), cycles[i], kOpCycles, *fallback);
+      } else {
+        v.real(isa::to_string(c), cycles[i], kOpCycles);
+      }
+    }
   }
 };
 

@@ -212,10 +212,10 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::Matmul& mm) {
   return Outcome::next;
 }
 
-Executor::Outcome Executor::vector(std::uint32_t s, const isa::Instruction& inst, std::string_view cost_name,
+Executor::Outcome Executor::vector(std::uint32_t s, const isa::Instruction& inst, isa::VectorCost cost_class,
                                    std::uint64_t elements) {
   record_.vector_elements += elements;
-  const double cost = timing::vector_op_cycles(device_.config.cores.vector.op_cycles, std::string(cost_name));
+  const double cost = device_.config.cores.vector.op_cycles[cost_class];
   const isa::SpAccess access = isa::scratchpad_access(inst);
   hold(s, access, timing_.vector(s, timing::vector_cycles(device_.config, cost, elements), inst, hazard(s, access)));
   return Outcome::next;
@@ -224,7 +224,7 @@ Executor::Outcome Executor::vector(std::uint32_t s, const isa::Instruction& inst
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VUnary& u) {
   if (real(u.dtype)) numeric::unary(u.op, u.dtype, sp(s) + u.src, sp(s) + u.dst, u.count);
   touch(s, u.dst + std::uint64_t{u.count} * isa::dtype_size(u.dtype));
-  return vector(s, *current_, isa::vector_cost_name(u.op), u.count);
+  return vector(s, *current_, isa::vector_cost(u.op), u.count);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VBinary& b) {
@@ -233,26 +233,26 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::VBinary& b) {
   }
   const std::uint64_t n = std::uint64_t{b.rows} * b.cols;
   touch(s, b.dst + n * isa::dtype_size(b.dtype));
-  return vector(s, *current_, isa::to_string(b.op), n);
+  return vector(s, *current_, isa::vector_cost(b.op), n);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VCompare& c) {
   if (real(c.dtype)) numeric::compare(c, sp(s));
   const std::uint64_t n = std::uint64_t{c.rows} * c.cols;
   touch(s, c.dst + n);
-  return vector(s, *current_, "compare", n);
+  return vector(s, *current_, isa::VectorCost::compare, n);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VSelect& v) {
   if (real(v.dtype)) numeric::select(v, sp(s));
   touch(s, v.dst + std::uint64_t{v.count} * isa::dtype_size(v.dtype));
-  return vector(s, *current_, "select", v.count);
+  return vector(s, *current_, isa::VectorCost::select, v.count);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VReduce& r) {
   if (real(r.in)) numeric::reduce(r, sp(s));
   touch(s, r.dst + std::uint64_t{r.axis == 1 ? r.rows : r.cols} * isa::dtype_size(r.out));
-  return vector(s, *current_, "reduce", std::uint64_t{r.rows} * r.cols);
+  return vector(s, *current_, isa::VectorCost::reduce, std::uint64_t{r.rows} * r.cols);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VConvert& c) {
@@ -264,27 +264,27 @@ Executor::Outcome Executor::run(std::uint32_t s, const isa::VConvert& c) {
     std::memset(sp(s) + c.dst, 0, std::size_t{c.count} * isa::dtype_size(c.to));
   }
   touch(s, c.dst + std::uint64_t{c.count} * isa::dtype_size(c.to));
-  return vector(s, *current_, "convert", c.count);
+  return vector(s, *current_, isa::VectorCost::convert, c.count);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VFill& f) {
   if (real(f.dtype)) numeric::fill(f, sp(s));
   touch(s, f.dst + std::uint64_t{f.count} * isa::dtype_size(f.dtype));
-  return vector(s, *current_, "copy", f.count);
+  return vector(s, *current_, isa::VectorCost::copy, f.count);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VTranspose& t) {
   if (real(t.dtype)) numeric::transpose(t, sp(s));
   const std::uint64_t n = std::uint64_t{t.rows} * t.cols;
   touch(s, t.dst + n * isa::dtype_size(t.dtype));
-  return vector(s, *current_, "transpose", n);
+  return vector(s, *current_, isa::VectorCost::transpose, n);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::VRandom& r) {
   if (real(isa::DType::fp32)) functional::random(r, sp(s));
   const std::uint64_t n = std::uint64_t{r.planes} * r.rows * r.cols;
   touch(s, r.dst + n * 4);
-  return vector(s, *current_, r.dist == isa::RandomDist::uniform ? "random" : "random_normal", n);
+  return vector(s, *current_, r.dist == isa::RandomDist::uniform ? isa::VectorCost::random : isa::VectorCost::random_normal, n);
 }
 
 Executor::Outcome Executor::run(std::uint32_t s, const isa::DmaLoad& d) {

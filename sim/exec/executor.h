@@ -149,7 +149,7 @@ class Executor {
   bool real(isa::DType t) const { return device_.data == Data::real || !isa::is_float(t); }
   std::uint8_t* sp(std::uint32_t s) { return device_.scratchpads[request_.cores[s]]; }
   CoreStats& stats(std::uint32_t s) { return device_.core_stats[request_.cores[s]]; }
-  Outcome vector(std::uint32_t s, const isa::Instruction& inst, std::string_view cost_name, std::uint64_t elements);
+  Outcome vector(std::uint32_t s, const isa::Instruction& inst, isa::VectorCost cost_class, std::uint64_t elements);
   // When the scratchpad bytes `access` reads and writes stop being used by instructions
   // issued before it: its reads after earlier writes, its write after earlier reads and
   // writes. `hold` books them until `until`, the instruction's end.

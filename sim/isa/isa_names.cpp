@@ -20,18 +20,27 @@ std::string_view to_string(Opcode op) {
 }
 
 namespace {
-// The unary ops: the name (disassembly, fused programs) and the vector-unit cost entry
-// of the chip config (cores.vector.op_cycles) the op is charged as.
+// The unary ops: the name (disassembly, fused programs) and the vector-unit cost class
+// the op is charged as.
 struct UnaryInfo {
-  std::string_view name, cost;
+  std::string_view name;
+  VectorCost cost;
 };
+using C = VectorCost;
 constexpr UnaryInfo kUnaryInfo[] = {
-    {"copy", "copy"},    {"neg", "neg"},         {"abs", "abs"},   {"exp", "exp"},         {"log", "log"},
-    {"sqrt", "sqrt"},    {"rsqrt", "rsqrt"},     {"reciprocal", "reciprocal"},             {"tanh", "tanh"},
-    {"erf", "erf"},      {"sigmoid", "sigmoid"}, {"relu", "relu"}, {"gelu", "gelu"},       {"gelu_tanh", "gelu"},
-    {"silu", "silu"},    {"sin", "sin"},         {"cos", "cos"},   {"hardswish", "hardswish"},
-    {"hardsigmoid", "hardsigmoid"}};
+    {"copy", C::copy},     {"neg", C::neg},         {"abs", C::abs},     {"exp", C::exp},
+    {"log", C::log},       {"sqrt", C::sqrt},       {"rsqrt", C::rsqrt}, {"reciprocal", C::reciprocal},
+    {"tanh", C::tanh},     {"erf", C::erf},         {"sigmoid", C::sigmoid}, {"relu", C::relu},
+    {"gelu", C::gelu},     {"gelu_tanh", C::gelu},  {"silu", C::silu},   {"sin", C::sin},
+    {"cos", C::cos},       {"hardswish", C::hardswish}, {"hardsigmoid", C::hardsigmoid}};
 static_assert(std::size(kUnaryInfo) == kNumUnaryOps, "one row per isa::UnaryOp");
+constexpr VectorCost kBinaryCost[] = {C::add, C::sub, C::mul, C::div, C::max, C::min, C::pow};
+static_assert(std::size(kBinaryCost) == kNumBinaryOps, "one cost per isa::BinaryOp");
+constexpr std::string_view kCostNames[] = {
+#define SPYRE_ISA_COST_NAME(name) #name,
+    SPYRE_ISA_VECTOR_COSTS(SPYRE_ISA_COST_NAME)
+#undef SPYRE_ISA_COST_NAME
+};
 }  // namespace
 
 std::string_view to_string(UnaryOp op) {
@@ -39,9 +48,19 @@ std::string_view to_string(UnaryOp op) {
   return i < kNumUnaryOps ? kUnaryInfo[i].name : "unary?";
 }
 
-std::string_view vector_cost_name(UnaryOp op) {
+std::string_view to_string(VectorCost c) {
+  const auto i = static_cast<std::uint8_t>(c);
+  return i < kNumVectorCosts ? kCostNames[i] : "cost?";
+}
+
+VectorCost vector_cost(UnaryOp op) {
   const auto i = static_cast<std::uint8_t>(op);
-  return i < kNumUnaryOps ? kUnaryInfo[i].cost : "copy";
+  return i < kNumUnaryOps ? kUnaryInfo[i].cost : VectorCost::copy;
+}
+
+VectorCost vector_cost(BinaryOp op) {
+  const auto i = static_cast<std::uint8_t>(op);
+  return i < kNumBinaryOps ? kBinaryCost[i] : VectorCost::copy;
 }
 
 std::string_view to_string(BinaryOp op) {

@@ -47,18 +47,6 @@ std::uint64_t vector_cycles(const config::ChipConfig& chip, double op_cycles, st
   return static_cast<std::uint64_t>(std::ceil(static_cast<double>(vectors) * op_cycles)) + v.pipeline_latency_cycles;
 }
 
-double vector_op_cycles(const config::VectorOpCycles& costs, const std::string& op) {
-#define SPYRE_MATCH_COST(name) \
-  if (op == #name) return costs.name;
-  SPYRE_VECTOR_OP_COSTS(SPYRE_MATCH_COST)
-#undef SPYRE_MATCH_COST
-#define SPYRE_MATCH_DEFAULTED_COST(name, fallback) \
-  if (op == #name) return costs.name;
-  SPYRE_VECTOR_OP_COSTS_WITH_DEFAULTS(SPYRE_MATCH_DEFAULTED_COST)
-#undef SPYRE_MATCH_DEFAULTED_COST
-  throw std::invalid_argument("no vector cost for operation '" + op + "'");
-}
-
 Picoseconds Clock::ps(std::uint64_t cycles) const {
   return static_cast<Picoseconds>(std::llround(static_cast<double>(cycles) * 1000.0 / ghz_));
 }

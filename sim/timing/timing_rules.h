@@ -45,9 +45,6 @@ std::uint64_t matmul_scratchpad_bytes(const config::ChipConfig& chip, std::uint6
 //   cycles = ceil(ceil(elements / (lanes * units)) * op_cycles) + pipeline_latency.
 std::uint64_t vector_cycles(const config::ChipConfig& chip, double op_cycles, std::uint64_t elements);
 
-// The config's issue interval for a vector op by its config name ("exp", "add", ...).
-double vector_op_cycles(const config::VectorOpCycles& costs, const std::string& op);
-
 // Clock conversions in one place. Simulated time is integer picoseconds.
 class Clock {
  public:

@@ -198,6 +198,15 @@ static void devices(void) {
   CHECK(p.dma_setup_cycles == 32 && p.dma_bytes_per_cycle == 128);
   CHECK(p.ring_memory_stops == 2 && p.ring_link_bytes_per_s == 128 * 1.5e9);
   CHECK(p.dram_channel_bytes_per_s > 0 && p.dram_efficiency > 0 && p.scratchpad_ports > 0);
+  /* 0.10: the vector costs by class (0 copy, 9 exp: spyre::isa::VectorCost), the channel
+   * map and the derived rates (configs/spyre-ci.yaml). */
+  CHECK(p.vector_cost_count >= 32 && p.vector_cost_count <= SPYRE_VECTOR_COST_MAX);
+  CHECK(p.vector_op_cycles[0] == 1.0 && p.vector_op_cycles[9] == 4.0);
+  CHECK(p.vector_op_cycles[p.vector_cost_count - 1] > 0);
+  CHECK(p.vector_cost_count == SPYRE_VECTOR_COST_MAX || p.vector_op_cycles[p.vector_cost_count] == 0.0);
+  CHECK(p.dram_channel_map == SPYRE_DRAM_CHANNEL_MAP_SKEWED);
+  CHECK(p.dma_engine_bytes_per_s > 0 && p.dma_engine_bytes_per_s <= 128 * 1.5e9);
+  CHECK(p.dram_turnaround_s_per_byte > 0);
   {
     /* A 0.5 caller's struct ends before `dataflow`: nothing is written past it. */
     unsigned char raw[sizeof(spyre_device_properties_t) + 16];

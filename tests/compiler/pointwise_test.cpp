@@ -61,7 +61,7 @@ TEST_CASE("given a streaming kernel, the predicted time is its bytes or its vect
   // Exp at 4 cycles a vector, on a vector unit 100 times slower: 2^19 x 4 / 1e7 =
   // 0.2097152 s of vector work per core, now the longer of the two.
   t.vector_elements_per_s = 1e7;
-  t.vector_op_cycles["exp"] = 4;
+  t.vector_op_cycles[static_cast<std::size_t>(isa::VectorCost::exp)] = 4;
   add.steps.push_back(compiler::Step::unary(isa::UnaryOp::exp, isa::DType::fp32, compiler::Value::step(0)));
   CHECK(compiler::predict_pointwise_s(add, t) == Catch::Approx((1 << 19) * 5 / 1e7 + 200e-9));
 }

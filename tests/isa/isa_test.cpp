@@ -1,4 +1,6 @@
 #include <cstring>
+#include <set>
+#include <string_view>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -341,4 +343,24 @@ TEST_CASE("given instructions, their scratchpad reads and writes are the byte ra
   // Waits touch no scratchpad.
   const SpAccess w = scratchpad_access(Wait{.token_mask = 1});
   CHECK((w.write.empty() && w.reads[0].empty()));
+}
+
+TEST_CASE("given the vector cost classes, each has its own name and every vector op one class") {
+  std::set<std::string_view> names;
+  for (std::uint8_t i = 0; i < kNumVectorCosts; ++i) {
+    const std::string_view name = to_string(static_cast<VectorCost>(i));
+    CHECK(name != "cost?");
+    CHECK(names.insert(name).second);
+  }
+  CHECK(to_string(static_cast<VectorCost>(kNumVectorCosts)) == "cost?");
+  // A unary op is charged as its own class, but for the tanh approximation of gelu.
+  for (std::uint8_t i = 0; i < kNumUnaryOps; ++i) {
+    const auto op = static_cast<UnaryOp>(i);
+    const std::string_view expected = op == UnaryOp::gelu_tanh ? "gelu" : to_string(op);
+    CHECK(to_string(vector_cost(op)) == expected);
+  }
+  for (std::uint8_t i = 0; i < kNumBinaryOps; ++i) {
+    const auto op = static_cast<BinaryOp>(i);
+    CHECK(to_string(vector_cost(op)) == to_string(op));
+  }
 }

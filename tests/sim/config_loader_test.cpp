@@ -153,10 +153,10 @@ TEST_CASE("given a config written before the sin and cos costs existed, their de
   REQUIRE(pos != std::string::npos);
   text.replace(pos, std::string("      cos: 6").size(), "");
   const auto loaded = load_config_text(text, "old.yaml");
-  CHECK(loaded.chip.cores.vector.op_cycles.sin == 6);
-  CHECK(loaded.chip.cores.vector.op_cycles.cos == 6);
+  CHECK(loaded.chip.cores.vector.op_cycles[spyre::isa::VectorCost::sin] == 6);
+  CHECK(loaded.chip.cores.vector.op_cycles[spyre::isa::VectorCost::cos] == 6);
   const auto custom = load_config_text(edited("      sin: 6", "      sin: 9"), "new.yaml");
-  CHECK(custom.chip.cores.vector.op_cycles.sin == 9);
+  CHECK(custom.chip.cores.vector.op_cycles[spyre::isa::VectorCost::sin] == 9);
   const auto e = load_error(edited("      tanh: 6\n", "\n"));
   CHECK(e.key() == "cores.vector.op_cycles.tanh");
 }

@@ -82,9 +82,6 @@ enum class UnaryOp : std::uint8_t {
 };
 inline constexpr std::uint8_t kNumUnaryOps = 19;
 std::string_view to_string(UnaryOp op);
-// The chip config's vector-unit cost entry (cores.vector.op_cycles) the op is charged
-// as (gelu_tanh as gelu; the rest by their own name).
-std::string_view vector_cost_name(UnaryOp op);
 
 // pow: a ** b; floats: C's pow rules, the fp32 result correctly rounded (computed in
 // double by the simulation);
@@ -93,6 +90,30 @@ std::string_view vector_cost_name(UnaryOp op);
 enum class BinaryOp : std::uint8_t { add, sub, mul, div, max, min, pow };
 inline constexpr std::uint8_t kNumBinaryOps = 7;
 std::string_view to_string(BinaryOp op);
+
+// The vector unit's cost classes: each vector operation is charged the cycles per vector
+// of its class, the chip config's cores.vector.op_cycles.<name> (to_string gives the
+// name). One list for the config, the simulator's timing and the compiler's cost model:
+// a class missing here fails to build, it cannot cost 1.0 in one place and throw in
+// another. The order is the device properties' (spyre_device_properties_t.
+// vector_op_cycles): append, never reorder.
+#define SPYRE_ISA_VECTOR_COSTS(X)                                                                          \
+  X(copy) X(add) X(sub) X(mul) X(div) X(max) X(min) X(neg) X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(reciprocal)      \
+  X(tanh) X(erf) X(sigmoid) X(relu) X(gelu) X(silu) X(compare) X(select) X(reduce) X(convert)                     \
+  /* added after the first configs were written (the config gives them defaults) */                                \
+  X(sin) X(cos) X(transpose) X(random) X(random_normal) X(pow) X(hardswish) X(hardsigmoid)
+enum class VectorCost : std::uint8_t {
+#define SPYRE_ISA_COST_ENUMERATOR(name) name,
+  SPYRE_ISA_VECTOR_COSTS(SPYRE_ISA_COST_ENUMERATOR)
+#undef SPYRE_ISA_COST_ENUMERATOR
+};
+#define SPYRE_ISA_COST_ONE(name) +1
+inline constexpr std::uint8_t kNumVectorCosts = 0 SPYRE_ISA_VECTOR_COSTS(SPYRE_ISA_COST_ONE);
+#undef SPYRE_ISA_COST_ONE
+std::string_view to_string(VectorCost c);
+// The class a unary or binary op is charged as (gelu_tanh as gelu; the rest their own).
+VectorCost vector_cost(UnaryOp op);
+VectorCost vector_cost(BinaryOp op);
 
 enum class CompareOp : std::uint8_t { eq, ne, lt, le, gt, ge };
 inline constexpr std::uint8_t kNumCompareOps = 6;
