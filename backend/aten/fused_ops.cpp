@@ -1,17 +1,9 @@
 // spyre::fused_pointwise: one device kernel for a whole elementwise expression, the op
 // the torch.compile backend (python/spyre_sim/dynamo/) puts in place of a chain of
 // aten pointwise ops. The expression is a small serialised IR of pointwise steps
-// (compiler/pointwise.h), kStepWords integers per step, validated once here:
-//
-//   kind op dtype  a.kind a.index  b.kind b.index  c.kind c.index
-//
-// kind: unary, binary, compare, select, convert (compiler::Step::Kind); op: the ISA
-// op of that kind (isa::UnaryOp / BinaryOp / CompareOp; 0 for select and convert);
-// dtype: isa::DType, the step's compute dtype (convert: the target); an argument is
-// (input, i) the i-th tensor input, (step, s) an earlier step's result, (constant, c)
-// constants[c], or (-1, 0) when the kind takes fewer arguments (unary and convert 1,
-// binary and compare 2, select 3). The codes come from torch.ops.spyre.pointwise_codes
-// (never copied into Python). The inputs broadcast to one shape as PyTorch's do; the
+// (compiler/pointwise_ir.h: kStepWords integers per step, C++ callers write it with
+// encode_steps), validated once here. Python takes the codes from
+// torch.ops.spyre.pointwise_codes (never copied into Python). The inputs broadcast to one shape as PyTorch's do; the
 // result (the last step, converted to `dtype`) is a new tensor.
 //
 // With `split` = h > 0 the kernel computes in a space where the result's last dim, 2h,
@@ -34,73 +26,23 @@
 
 #include "aten/kernel_cache.h"
 #include "aten/pointwise.h"
+#include "compiler/pointwise_ir.h"
 
 namespace spyre::backend {
 namespace {
 
+using compiler::kind_name;
+using compiler::kStepWords;
 using compiler::Step;
 using compiler::Value;
 
-constexpr std::size_t kStepWords = 9;
-
-std::size_t arity(Step::Kind k) {
-  return k == Step::Kind::unary || k == Step::Kind::convert ? 1 : k == Step::Kind::select ? 3 : 2;
-}
-
-std::string kind_name(Step::Kind k) {
-  static constexpr const char* names[] = {"unary", "binary", "compare", "select", "convert"};
-  return names[static_cast<int>(k)];
-}
-
 // Decodes and checks the program; every error names the step and the field.
 std::vector<Step> decode_program(c10::IntArrayRef program, c10::ArrayRef<double> constants, std::size_t inputs) {
-  TORCH_CHECK(!program.empty(), "spyre::fused_pointwise: the program has no steps");
-  TORCH_CHECK(program.size() % kStepWords == 0, "spyre::fused_pointwise: the program has ", program.size(),
-              " integers, expected ", kStepWords, " per step");
-  std::vector<Step> steps;
-  for (std::size_t at = 0; at < program.size() / kStepWords; ++at) {
-    const std::int64_t* w = program.data() + at * kStepWords;
-    const auto fail = [&](const std::string& what) { TORCH_CHECK(false, "spyre::fused_pointwise: step ", at, ": ", what); };
-    if (w[0] < 0 || w[0] > static_cast<std::int64_t>(Step::Kind::convert)) {
-      fail("kind " + std::to_string(w[0]) + " is not a step kind (0..4: unary, binary, compare, select, convert)");
-    }
-    Step step;
-    step.kind = static_cast<Step::Kind>(w[0]);
-    const std::int64_t ops = step.kind == Step::Kind::unary     ? isa::kNumUnaryOps
-                             : step.kind == Step::Kind::binary  ? isa::kNumBinaryOps
-                             : step.kind == Step::Kind::compare ? isa::kNumCompareOps
-                                                                : 1;
-    if (w[1] < 0 || w[1] >= ops) {
-      fail(kind_name(step.kind) + " op " + std::to_string(w[1]) + " does not exist (0.." + std::to_string(ops - 1) + ")");
-    }
-    step.op = static_cast<std::uint8_t>(w[1]);
-    if (w[2] < 0 || w[2] >= isa::kNumDTypes) fail("dtype " + std::to_string(w[2]) + " is not a device dtype");
-    step.dtype = static_cast<isa::DType>(w[2]);
-    for (std::size_t a = 0; a < 3; ++a) {
-      const std::int64_t kind = w[3 + 2 * a], index = w[4 + 2 * a];
-      const std::string which = "argument " + std::to_string(a);
-      if (a >= arity(step.kind)) {
-        if (kind != -1) fail(which + ": a " + kind_name(step.kind) + " step takes " + std::to_string(arity(step.kind)));
-        continue;
-      }
-      if (index < 0) fail(which + ": negative index " + std::to_string(index));
-      const auto i = static_cast<std::uint64_t>(index);
-      if (kind == static_cast<std::int64_t>(Value::Kind::input)) {
-        if (i >= inputs) fail(which + ": input " + std::to_string(i) + " does not exist: " + std::to_string(inputs) + " tensor input(s)");
-        step.args.push_back(Value::input(static_cast<std::uint32_t>(i)));
-      } else if (kind == static_cast<std::int64_t>(Value::Kind::step)) {
-        if (i >= at) fail(which + ": step " + std::to_string(i) + " is not an earlier step");
-        step.args.push_back(Value::step(static_cast<std::uint32_t>(i)));
-      } else if (kind == static_cast<std::int64_t>(Value::Kind::constant)) {
-        if (i >= constants.size()) fail(which + ": constant " + std::to_string(i) + " does not exist: " + std::to_string(constants.size()) + " constant(s)");
-        step.args.push_back(Value::constant(constants[i]));
-      } else {
-        fail(which + ": kind " + std::to_string(kind) + " is not input (0), step (1) or constant (2)");
-      }
-    }
-    steps.push_back(std::move(step));
+  try {
+    return compiler::decode_steps(program.data(), program.size(), constants.vec(), inputs);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, "spyre::fused_pointwise: ", e.what());
   }
-  return steps;
 }
 
 // The IR's codes by name ("kind.unary", "unary.exp", "binary.add", "compare.eq",
@@ -115,7 +57,7 @@ c10::Dict<std::string, std::int64_t> pointwise_codes() {
   codes.insert("arg.input", static_cast<std::int64_t>(Value::Kind::input));
   codes.insert("arg.step", static_cast<std::int64_t>(Value::Kind::step));
   codes.insert("arg.constant", static_cast<std::int64_t>(Value::Kind::constant));
-  codes.insert("arg.none", -1);
+  codes.insert("arg.none", compiler::kNoArg);
   codes.insert("step_words", static_cast<std::int64_t>(kStepWords));
   return codes;
 }

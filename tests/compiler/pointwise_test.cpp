@@ -13,6 +13,7 @@
 #include "compiler/cost.h"
 #include "compiler/group.h"
 #include "compiler/pointwise.h"
+#include "compiler/pointwise_ir.h"
 #include "compiler/elementwise.h"
 #include "spyre/isa/program.h"
 
@@ -246,4 +247,44 @@ TEST_CASE("given an input broadcast along a small outer dimension, the box spans
   CHECK(loaded.at(1) == 20 * 512 * 128);
   CHECK(stored == 20 * 512 * 128);
   CHECK(copies == 19 * 512 * 128);  // (1 -> 2 -> 4 -> 8 -> 16 -> 20 planes a box)
+}
+
+TEST_CASE("given steps, the fused IR encodes them and decodes them back, refusing bad programs by step and field") {
+  using compiler::Step;
+  using compiler::Value;
+  const std::vector<Step> steps = {
+      Step::select(isa::DType::fp32, Value::input(1), Value::input(2), Value::constant(0.5)),
+      Step::unary(isa::UnaryOp::neg, isa::DType::fp16, Value::step(0)),
+      Step::binary(isa::BinaryOp::pow, isa::DType::fp32, Value::constant(10000), Value::step(1)),
+      Step::convert(isa::DType::bf16, Value::step(2))};
+  const compiler::EncodedSteps ir = compiler::encode_steps(steps);
+  REQUIRE(ir.words.size() == 4 * compiler::kStepWords);
+  CHECK(ir.constants == std::vector<double>{0.5, 10000});
+  // The select's words: kind, op 0, dtype, then (input 1) (input 2) (constant 0).
+  CHECK(std::vector<std::int64_t>(ir.words.begin(), ir.words.begin() + 9) ==
+        std::vector<std::int64_t>{3, 0, 0, 0, 1, 0, 2, 2, 0});
+  // The unary's unused arguments are (kNoArg, 0).
+  CHECK(ir.words[9 + 5] == compiler::kNoArg);
+  const std::vector<Step> back = compiler::decode_steps(ir.words.data(), ir.words.size(), ir.constants, 3);
+  REQUIRE(back.size() == steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    CHECK(back[i].kind == steps[i].kind);
+    CHECK(back[i].op == steps[i].op);
+    CHECK(back[i].dtype == steps[i].dtype);
+    REQUIRE(back[i].args.size() == steps[i].args.size());
+    for (std::size_t a = 0; a < steps[i].args.size(); ++a) {
+      CHECK(back[i].args[a].kind == steps[i].args[a].kind);
+      CHECK(back[i].args[a].constant_value == steps[i].args[a].constant_value);
+    }
+  }
+  CHECK_THROWS_WITH(compiler::decode_steps(ir.words.data(), ir.words.size(), ir.constants, 2),
+                    "step 0: argument 1: input 2 does not exist: 2 tensor input(s)");
+  std::vector<std::int64_t> later = ir.words;
+  later[9 + 4] = 1;  // the unary reads step 1, itself
+  CHECK_THROWS_WITH(compiler::decode_steps(later.data(), later.size(), ir.constants, 3),
+                    "step 1: argument 0: step 1 is not an earlier step");
+  CHECK_THROWS_WITH(compiler::decode_steps(ir.words.data(), 10, ir.constants, 3),
+                    "the program has 10 integers, expected 9 per step");
+  CHECK_THROWS_WITH(compiler::encode_steps({Step{Step::Kind::binary, 0, isa::DType::fp32, {Value::input(0)}}}),
+                    "a binary step takes 2 argument(s), got 1");
 }

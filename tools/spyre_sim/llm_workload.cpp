@@ -44,6 +44,7 @@
 #include <fmt/format.h>
 
 #include "aten/cpu_fallback.h"
+#include "compiler/pointwise_ir.h"
 #include "report/run_report.h"
 #include "runtime/derived.h"
 #include "runtime/launch.h"
@@ -251,31 +252,27 @@ at::Tensor linear_residual(const at::Tensor& x, const at::Tensor& w, const std::
 // last dim split in halves, x = select(first half, x0, x1), rotate_half(x) =
 // select(first half, -x1, x0), then x cos + rotate_half(x) sin in fp32, rounded once.
 at::Tensor rotary_fused(const at::Tensor& x, const Model& m, std::int64_t pos) {
-  static const auto codes_op = c10::Dispatcher::singleton()
-                                   .findSchemaOrThrow("spyre::pointwise_codes", "")
-                                   .typed<c10::Dict<std::string, std::int64_t>()>();
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("spyre::fused_pointwise", "")
           .typed<at::Tensor(c10::string_view, c10::IntArrayRef, c10::ArrayRef<double>, at::TensorList, c10::ScalarType,
                             std::int64_t, c10::IntArrayRef)>();
-  static const std::vector<std::int64_t> program = [] {
-    const c10::Dict<std::string, std::int64_t> c = codes_op.call();
-    const std::int64_t fp32 = c.at("dtype.fp32"), in = c.at("arg.input"), step = c.at("arg.step"), none = c.at("arg.none");
-    const std::int64_t select = c.at("kind.select"), binary = c.at("kind.binary"), unary = c.at("kind.unary");
-    // Inputs: 0 cos, 1 the halves' mask, 2 x's first half, 3 its second half, 4 sin.
-    return std::vector<std::int64_t>{
-        select, 0, fp32, in, 1, in, 2, in, 3,                                 // 0: x
-        binary, c.at("binary.mul"), fp32, step, 0, in, 0, none, 0,           // 1: x cos
-        unary, c.at("unary.neg"), fp32, in, 3, none, 0, none, 0,             // 2: -x1
-        select, 0, fp32, in, 1, step, 2, in, 2,                               // 3: rotate_half(x)
-        binary, c.at("binary.mul"), fp32, step, 3, in, 4, none, 0,           // 4: rotate_half(x) sin
-        binary, c.at("binary.add"), fp32, step, 1, step, 4, none, 0};        // 5: the sum
-  }();
+  using compiler::Step;
+  using compiler::Value;
+  constexpr isa::DType fp32 = isa::DType::fp32;
+  // Inputs: 0 cos, 1 the halves' mask, 2 x's first half, 3 its second half, 4 sin.
+  static const compiler::EncodedSteps program = compiler::encode_steps({
+      Step::select(fp32, Value::input(1), Value::input(2), Value::input(3)),       // 0: x
+      Step::binary(isa::BinaryOp::mul, fp32, Value::step(0), Value::input(0)),    // 1: x cos
+      Step::unary(isa::UnaryOp::neg, fp32, Value::input(3)),                      // 2: -x1
+      Step::select(fp32, Value::input(1), Value::step(2), Value::input(2)),       // 3: rotate_half(x)
+      Step::binary(isa::BinaryOp::mul, fp32, Value::step(3), Value::input(4)),    // 4: rotate_half(x) sin
+      Step::binary(isa::BinaryOp::add, fp32, Value::step(1), Value::step(4)),     // 5: the sum
+  });
   const std::int64_t len = x.size(1), hd = x.size(3);
   const auto table = [&](const at::Tensor& t) { return t.narrow(0, pos, len).view({len, 1, hd}); };
   const std::vector<at::Tensor> inputs{table(m.cos), m.first_half, x, x, table(m.sin)};
-  return op.call("spyre::fused[rotary]", program, {}, inputs, x.scalar_type(), hd / 2, {-1, 2, 0, 1, -1});
+  return op.call("spyre::fused[rotary]", program.words, program.constants, inputs, x.scalar_type(), hd / 2, {-1, 2, 0, 1, -1});
 }
 
 // x [B, heads, L, hd] rotated by the angles of positions pos..pos+L-1:
