@@ -75,7 +75,9 @@ TORCH_LIBRARY(spyre, m) {
   m.def("fallback_counts() -> Dict(str, int)", [] { return to_dict(fallback_counts()); });
   m.def("reset_fallback_counts() -> ()", [] { reset_fallback_counts(); });
   m.def("pow_exponents() -> float[]", [] { return pow_device_exponents(); });
+  m.def("pow_program(float exponent) -> int[]", [](double e) { return pow_program(e); });
   m.def("fusible_ops() -> str[]", [] { return fusible_ops(); });
+  m.def("analytic_ops() -> str[]", [] { return analytic_ops(); });
   m.def("epilogue_activations() -> str[]", [] { return epilogue_activation_rows(); });
   m.def("manual_seed_all(int seed) -> ()", manual_seed_all);
   m.def("memory_snapshot(int device) -> str", [](std::int64_t d) { return memory_snapshot_json(resolve(d)); });

@@ -4,24 +4,49 @@
 
 namespace spyre::backend {
 
+namespace {
+
+// The aten overloads a row registers and torch.compile sees.
+std::vector<std::string> overloads(const UnaryRow& r) { return {std::string(r.aten) + ".default"}; }
+std::vector<std::string> overloads(const BinaryRow& r) {
+  if (!r.overload) return {std::string(r.aten) + ".default"};
+  return {std::string(r.aten) + ".Tensor", std::string(r.aten) + ".Scalar"};
+}
+std::vector<std::string> overloads(const CompareRow& r) {
+  return {std::string(r.aten) + ".Tensor", std::string(r.aten) + ".Scalar"};
+}
+
+template <class Rows>
+void add_rows(std::vector<std::string>& out, const char* family, const Rows& rows) {
+  for (const auto& r : rows) {
+    for (const std::string& name : overloads(r)) out.push_back(family + (" " + name) + " " + std::string(isa::to_string(r.op)));
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> fusible_ops() {
   std::vector<std::string> out;
-  for (const auto& r : kUnaryOps) out.push_back(std::string("unary ") + r.aten + ".default " + std::string(isa::to_string(r.op)));
-  for (const auto& r : kBinaryOps) {
-    const std::string op(isa::to_string(r.op));
-    if (r.overload) {
-      out.push_back(std::string("binary ") + r.aten + ".Tensor " + op);
-      out.push_back(std::string("binary ") + r.aten + ".Scalar " + op);
-    } else {
-      out.push_back(std::string("binary ") + r.aten + ".default " + op);
+  add_rows(out, "unary", kUnaryOps);
+  add_rows(out, "binary", kBinaryOps);
+  add_rows(out, "compare", kCompareOps);
+  for (const auto& r : kCompositeFusibleOps) out.push_back(std::string("composite ") + r.aten);
+  return out;
+}
+
+std::vector<std::string> analytic_ops() {
+  std::vector<std::string> out;
+  const auto add = [&](const auto& rows) {
+    for (const auto& r : rows) {
+      if (!analytic(r.op)) continue;
+      for (const std::string& name : overloads(r)) out.push_back(name);
     }
+  };
+  add(kUnaryOps);
+  add(kBinaryOps);
+  for (const auto& r : kCompositeFusibleOps) {
+    if (r.analytic) out.emplace_back(r.aten);
   }
-  for (const auto& r : kCompareOps) {
-    const std::string op(isa::to_string(r.op));
-    out.push_back(std::string("compare ") + r.aten + ".Tensor " + op);
-    out.push_back(std::string("compare ") + r.aten + ".Scalar " + op);
-  }
-  for (const char* name : kCompositeFusibleOps) out.push_back(std::string("composite ") + name);
   return out;
 }
 

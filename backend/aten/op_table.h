@@ -77,14 +77,65 @@ inline constexpr CompareRow kCompareOps[] = {
 
 // Pointwise ops with their own kernels (several steps, or arguments beyond tensors)
 // that torch.compile also fuses; the Python side writes their steps, one emitter each.
-inline constexpr const char* kCompositeFusibleOps[] = {
-    "gelu.default",      "rsub.Scalar",      "clamp.default",  "clamp_min.default",
-    "clamp_max.default", "pow.Tensor_Scalar", "where.self",      "_to_copy.default",
+// analytic: smooth wherever it is defined (see analytic below).
+struct CompositeRow {
+  const char* aten;
+  bool analytic;
 };
+
+inline constexpr CompositeRow kCompositeFusibleOps[] = {
+    {"gelu.default", true},       {"rsub.Scalar", true},        {"clamp.default", false},
+    {"clamp_min.default", false}, {"clamp_max.default", false}, {"pow.Tensor_Scalar", true},
+    {"where.self", false},        {"_to_copy.default", false},
+};
+
+// Whether an op is analytic, smooth wherever it is defined: torch.compile recognises an
+// activation written out in such ops (Hugging Face's gelu_new, x * sigmoid(x)) by its
+// values on sample points, which for analytic ops is agreeing everywhere. Every op is
+// classified here: a new one does not build until it is.
+constexpr bool analytic(isa::UnaryOp op) {
+  switch (op) {
+    case isa::UnaryOp::copy:
+    case isa::UnaryOp::neg:
+    case isa::UnaryOp::exp:
+    case isa::UnaryOp::log:
+    case isa::UnaryOp::sqrt:
+    case isa::UnaryOp::rsqrt:
+    case isa::UnaryOp::reciprocal:
+    case isa::UnaryOp::tanh:
+    case isa::UnaryOp::erf:
+    case isa::UnaryOp::sigmoid:
+    case isa::UnaryOp::gelu:
+    case isa::UnaryOp::gelu_tanh:
+    case isa::UnaryOp::silu:
+    case isa::UnaryOp::sin:
+    case isa::UnaryOp::cos: return true;
+    case isa::UnaryOp::abs:
+    case isa::UnaryOp::relu:
+    case isa::UnaryOp::hardswish:
+    case isa::UnaryOp::hardsigmoid: return false;
+  }
+  return false;
+}
+constexpr bool analytic(isa::BinaryOp op) {
+  switch (op) {
+    case isa::BinaryOp::add:
+    case isa::BinaryOp::sub:
+    case isa::BinaryOp::mul:
+    case isa::BinaryOp::div:
+    case isa::BinaryOp::pow: return true;
+    case isa::BinaryOp::max:
+    case isa::BinaryOp::min: return false;
+  }
+  return false;
+}
 
 // What torch.compile fuses, as "<family> <aten overload> <isa op>" ("composite" rows
 // have no isa op): every row of the tables above, each overload once.
 std::vector<std::string> fusible_ops();
+
+// The aten overloads of the fusible ops that are analytic (torch.ops.spyre.analytic_ops).
+std::vector<std::string> analytic_ops();
 
 // The activations a matmul or convolution epilogue applies to its fp32 tiles
 // (spyre::matmul_epilogue, spyre::conv_epilogue, spyre::mlp), by the names torch.compile's

@@ -104,5 +104,9 @@ at::Tensor int64_word(const at::Tensor& t, std::int64_t word);
 
 // The scalar exponents pow(Tensor, Scalar) runs on the device (others on the CPU).
 std::vector<double> pow_device_exponents();
+// x ** exponent's device steps in fp32 (x is input 0) as the fused IR
+// (compiler/pointwise_ir.h): torch.compile's fusion splices the eager kernel's own steps
+// (torch.ops.spyre.pow_program). Empty for an exponent without steps of its own.
+std::vector<std::int64_t> pow_program(double exponent);
 
 }  // namespace spyre::backend

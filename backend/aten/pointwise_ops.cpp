@@ -38,6 +38,7 @@
 #include "aten/out.h"
 #include "aten/op_table.h"
 #include "aten/pointwise.h"
+#include "compiler/pointwise_ir.h"
 
 namespace spyre::backend {
 namespace {
@@ -985,6 +986,11 @@ std::optional<Steps> pow_steps(double e, isa::DType c) {
 }  // namespace
 
 std::vector<double> pow_device_exponents() { return {std::begin(kPowExponents), std::end(kPowExponents)}; }
+
+std::vector<std::int64_t> pow_program(double exponent) {
+  const std::optional<Steps> steps = pow_steps(exponent, isa::DType::fp32);
+  return steps ? compiler::encode_steps(*steps).words : std::vector<std::int64_t>{};
+}
 
 namespace {
 

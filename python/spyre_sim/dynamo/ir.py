@@ -75,6 +75,25 @@ class _Program:
         self.words += step
         return ("step", len(self.words) // c["step_words"] - 1)
 
+    def splice(self, words: list[int], inputs: list[tuple[str, int]]) -> tuple[str, int]:
+        """Appends steps the backend encoded itself (its input i is inputs[i], its step s
+        this program's step base + s, base the steps before); returns the last one."""
+        c = self.codes
+        n, base = c["step_words"], len(self.words) // c["step_words"]
+        for at in range(0, len(words), n):
+            step = list(words[at:at + 3])
+            for a in range(3):
+                kind, index = words[at + 3 + 2 * a], words[at + 4 + 2 * a]
+                if kind == c["arg.input"]:
+                    kind, index = c[f"arg.{inputs[index][0]}"], inputs[index][1]
+                elif kind == c["arg.step"]:
+                    index += base
+                elif kind != c["arg.none"]:
+                    raise ValueError(f"spliced steps take inputs and steps, not argument kind {kind}")
+                step += [kind, index]
+            self.words += step
+        return ("step", len(self.words) // n - 1)
+
 
 def _codes() -> dict:
     global _CODES

@@ -61,23 +61,13 @@ def _clamp(p, v, n):
 
 
 def _pow(p, v, n):
-    # Every exponent the eager kernel runs on the device (torch.ops.spyre.pow_exponents,
-    # the C++ list; _fusible admits only those), as the same steps.
+    # The eager kernel's own steps for the exponent (torch.ops.spyre.pow_program, the one
+    # C++ list; _fusible admits only exponents that have them), spliced in.
     x, e = v(n.args[0]), float(n.args[1])
-    if e == 1.0:
-        return p.emit("unary", "copy", "fp32", x)
-    if e in (2.0, 3.0, -2.0):
-        sq = p.emit("binary", "mul", "fp32", x, x)
-        if e == 3.0:
-            return p.emit("binary", "mul", "fp32", sq, x)
-        return sq if e == 2.0 else p.emit("unary", "reciprocal", "fp32", sq)
-    if e == 0.5:
-        return p.emit("unary", "sqrt", "fp32", x)
-    if e == -0.5:
-        return p.emit("unary", "rsqrt", "fp32", x)
-    if e == -1.0:
-        return p.emit("unary", "reciprocal", "fp32", x)
-    raise ValueError(f"pow exponent {e} has no device steps (torch.ops.spyre.pow_exponents())")
+    words = torch.ops.spyre.pow_program(e)
+    if not words:
+        raise ValueError(f"pow exponent {e} has no device steps (torch.ops.spyre.pow_exponents())")
+    return p.splice(words, [x])
 
 
 def _gelu(p, v, n):

@@ -8,16 +8,16 @@ import torch.fx
 
 from ..graph import _val
 from ..ir import _FLOATS
+from ..ops import _aten_overload
 
 aten = torch.ops.aten
 
 
 # Smooth elementwise ops an activation is written out in (Hugging Face's gelu_new and
 # FastGELU, BLOOM's GELU, x * sigmoid(x)): a chain of these from one tensor, with scalar
-# constants, is a function of that tensor alone.
-_ANALYTIC_OPS = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.rsub.Scalar,
-                 aten.pow.Tensor_Scalar, aten.neg.default, aten.tanh.default, aten.erf.default, aten.exp.default,
-                 aten.sigmoid.default, aten.reciprocal.default, aten.sqrt.default, aten.rsqrt.default)
+# constants, is a function of that tensor alone. Which fusible ops are analytic is the
+# backend's op table's call (torch.ops.spyre.analytic_ops).
+_ANALYTIC_OPS = frozenset(_aten_overload(name) for name in torch.ops.spyre.analytic_ops())
 # The activations the kernels apply (matmul epilogues, one vector op), as the op a
 # written-out chain becomes and its fp64 reference.
 _KNOWN_ACTIVATIONS = (
