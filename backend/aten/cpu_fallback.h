@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "spyre_torch/spyre_torch.h"
+
 namespace c10 {
 struct IValue;
 }
@@ -15,8 +17,6 @@ using Stack = std::vector<c10::IValue>;
 
 namespace spyre::backend {
 
-std::map<std::string, std::int64_t> fallback_counts();
-void reset_fallback_counts();
 // Counts a CPU run of `op` done by a kernel wrapper (and warns the first time in the
 // process): `has_kernel` when spyre kernels exist for the op but not for these
 // arguments (the warning then says so rather than "no spyre kernel").

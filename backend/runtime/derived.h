@@ -19,6 +19,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Stream.h>
 
+#include "spyre_torch/spyre_torch.h"
+
 namespace spyre::backend::derived {
 
 // The copy `kind` (which names the derivation and the source view's sizes, strides,
@@ -30,9 +32,8 @@ std::optional<at::Tensor> find(const at::Tensor& source, const std::string& kind
 // lives unwritten.
 void keep(const at::Tensor& source, const std::string& kind, c10::Stream stream, at::Tensor copy);
 
-// The backend is about to write device memory at `address`: drops what was derived
-// from the storage that holds it. (Nothing for an address no kept copy derives from.)
-void note_write(const void* address);
+// (note_write, in spyre_torch/spyre_torch.h: the backend is about to write device
+// memory at an address; drops what was derived from the storage that holds it.)
 
 // Drops every kept copy (torch.spyre.empty_cache(), and an allocation that ran out of
 // memory before it retries); whether there was any.

@@ -8,15 +8,9 @@
 #include <c10/util/Exception.h>
 
 #include "spyre/spyre_drv.h"
+#include "spyre_torch/spyre_torch.h"
 
 namespace spyre::backend {
-
-// The simulated device reported a fault (a Python RuntimeError, like every c10::Error):
-// a type of its own, so callers classify failures by type rather than by message.
-class DeviceFaultError : public c10::Error {
- public:
-  using c10::Error::Error;
-};
 
 // Throws DeviceFaultError with `message` (the fault record, see describe_fault).
 [[noreturn]] void raise_device_fault(const std::string& message);
@@ -44,10 +38,6 @@ c10::DeviceIndex device_count_or_zero() noexcept;
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 void check_device_index(c10::DeviceIndex index);
-
-// The device's report (spyreDeviceGetReport's JSON text). Work still running may grow
-// it between the size query and the copy; the call is retried with the larger size.
-std::string device_report_json(spyre_device_t device);
 
 // The driver ABI version this backend was loaded against (throws c10::Error on failure).
 std::uint32_t driver_api_version();

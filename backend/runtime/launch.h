@@ -12,6 +12,7 @@
 #include <c10/core/Device.h>
 
 #include "spyre/spyre_drv.h"
+#include "spyre_torch/spyre_torch.h"
 
 namespace spyre::backend {
 
@@ -42,7 +43,7 @@ bool launch_blocking();
 // thread's work in the order it was asked for. Set and cleared by the group.
 using DeferredFlush = void (*)();
 void set_deferred_flush(DeferredFlush flush);
-// Runs the current thread's flush function, if any.
-void flush_deferred();
+// (flush_deferred, in spyre_torch/spyre_torch.h, runs the current thread's flush
+// function, if any.)
 
 }  // namespace spyre::backend

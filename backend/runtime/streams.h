@@ -14,13 +14,9 @@ namespace spyre::backend {
 inline constexpr int kStreamsPerPool = 8;
 
 c10::Stream default_stream(c10::DeviceIndex device);
-c10::Stream stream_from_pool(c10::DeviceIndex device, bool high_priority);
-c10::Stream current_stream(c10::DeviceIndex device);
 // Makes `stream` current for its device on this thread; returns the previous one.
 c10::Stream exchange_stream(c10::Stream stream);
 
-// The driver queue behind a stream (created on first use).
-spyre_queue_t queue_of(c10::Stream stream);
 // The driver queues of the device's streams that have been used so far.
 std::vector<spyre_queue_t> created_queues(c10::DeviceIndex device);
 

@@ -10,9 +10,8 @@
 #include <string>
 #include <nlohmann/json.hpp>
 
-#include "aten/cpu_fallback.h"
-#include "runtime/driver.h"
 #include "spyre/spyre_drv.h"
+#include "spyre_torch/spyre_torch.h"
 #include "spyre_sim/commands.h"
 
 namespace spyre::tools {

@@ -43,14 +43,11 @@
 #include <ATen/ops/zeros.h>
 #include <fmt/format.h>
 
-#include "aten/cpu_fallback.h"
 #include "compiler/pointwise_ir.h"
 #include "report/run_report.h"
-#include "runtime/derived.h"
-#include "runtime/launch.h"
-#include "runtime/streams.h"
 #include "spyre/cost/roofline.h"
 #include "spyre_sim/device_session.h"
+#include "spyre_torch/spyre_torch.h"
 
 namespace spyre::tools {
 
