@@ -15,6 +15,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "distributed/schedules.h"
 #include "distributed/transport.h"
 #include "runtime/derived.h"
 #include "runtime/driver.h"
@@ -48,15 +49,9 @@ struct ProcessGroupSpyre::Op {
   std::atomic<bool> failed{false};
 };
 
-// A collective's modelled transfers, step by step, between the group's cards (ranks).
-struct ProcessGroupSpyre::Schedule {
-  std::vector<std::vector<spyre_link_transfer_t>> steps;
-};
-
 namespace {
 
 using Op = ProcessGroupSpyre::Op;
-using Schedule = ProcessGroupSpyre::Schedule;
 
 std::uint64_t nbytes(const at::Tensor& t) { return static_cast<std::uint64_t>(t.numel()) * t.element_size(); }
 
@@ -132,43 +127,6 @@ void reduce_into(const c10d::ReduceOp& op, void* out, const at::Tensor& like, in
   }
   if (op.op_ == c10d::ReduceOp::AVG) acc.div_(size);
   cpu_view(out, like).copy_(acc);
-}
-
-// Steps of the algorithms (card k is rank k).
-Schedule ring(int n, int steps, std::uint64_t bytes) {
-  Schedule s;
-  for (int i = 0; i < steps; ++i) {
-    auto& step = s.steps.emplace_back();
-    for (int k = 0; k < n; ++k) step.push_back({static_cast<uint32_t>(k), static_cast<uint32_t>((k + 1) % n), bytes});
-  }
-  return s;
-}
-
-// Binomial tree from `root`: in each step every rank that has the data sends it to the
-// rank `span` further on; ceil(log2 n) steps. `up` reverses it (a reduce to root).
-Schedule tree(int n, int root, std::uint64_t bytes, bool up) {
-  Schedule s;
-  for (int span = 1; span < n; span *= 2) {
-    auto& step = s.steps.emplace_back();
-    for (int rel = 0; rel < span && rel + span < n; ++rel) {
-      const auto a = static_cast<uint32_t>((root + rel) % n), b = static_cast<uint32_t>((root + rel + span) % n);
-      step.push_back(up ? spyre_link_transfer_t{b, a, bytes} : spyre_link_transfer_t{a, b, bytes});
-    }
-  }
-  if (up) std::reverse(s.steps.begin(), s.steps.end());
-  return s;
-}
-
-// One step: every other rank to root (gather) or root to every other (scatter).
-Schedule star(int n, int root, const std::function<std::uint64_t(int)>& bytes, bool to_root) {
-  Schedule s;
-  auto& step = s.steps.emplace_back();
-  for (int k = 0; k < n; ++k) {
-    if (k == root) continue;
-    const auto a = static_cast<uint32_t>(k), r = static_cast<uint32_t>(root);
-    step.push_back(to_root ? spyre_link_transfer_t{a, r, bytes(k)} : spyre_link_transfer_t{r, a, bytes(k)});
-  }
-  return s;
 }
 
 std::mutex g_live_mutex;
@@ -288,52 +246,16 @@ std::string listen_address() {
   return "*";
 }
 
-// An all-to-all's payloads start with the sender's bytes for every rank (n x u64), so
-// every rank learns the whole matrix and models the same schedule: in step i every
-// rank k sends its piece for k + i.
-std::string with_sizes(const std::vector<std::uint64_t>& sizes, std::string data) {
-  std::string out(reinterpret_cast<const char*>(sizes.data()), sizes.size() * sizeof(std::uint64_t));
-  return out + data;
-}
-
-std::vector<std::uint64_t> sizes_of(const std::string& payload, int n) {
-  if (payload.size() < n * sizeof(std::uint64_t)) throw std::runtime_error("an all-to-all message without its sizes");
-  std::vector<std::uint64_t> sizes(static_cast<std::size_t>(n));
-  std::memcpy(sizes.data(), payload.data(), sizes.size() * sizeof(std::uint64_t));
-  return sizes;
-}
-
-std::string strip_sizes(std::string& payload, int n) { return payload.substr(n * sizeof(std::uint64_t)); }
-
-// The transfers of an all-to-all that leave this rank: sends[k] bytes to rank k.
-std::vector<spyre_link_transfer_t> own_transfers(int rank, const std::vector<std::uint64_t>& sends) {
-  std::vector<spyre_link_transfer_t> out;
-  for (std::size_t k = 0; k < sends.size(); ++k) {
-    if (static_cast<int>(k) != rank && sends[k] > 0) {
-      out.push_back({static_cast<uint32_t>(rank), static_cast<uint32_t>(k), sends[k]});
-    }
-  }
-  return out;
-}
-
 std::function<std::uint64_t(const std::vector<std::string>&)> all_to_all_timing(spyre_device_t device, int rank,
                                                                                std::vector<std::uint64_t> own) {
   return [device, rank, own = std::move(own)](const std::vector<std::string>& incoming) {
     const int n = static_cast<int>(incoming.size());
     std::vector<std::vector<std::uint64_t>> matrix(n);
     for (int k = 0; k < n; ++k) matrix[k] = k == rank ? own : sizes_of(incoming[k], n);
-    std::vector<spyre_link_transfer_t> flat;
-    std::vector<uint32_t> counts;
-    for (int i = 1; i < n; ++i) {
-      counts.push_back(static_cast<uint32_t>(n));
-      for (int k = 0; k < n; ++k) {
-        const int to = (k + i) % n;
-        flat.push_back({static_cast<uint32_t>(k), static_cast<uint32_t>(to), matrix[k][to]});
-      }
-    }
+    const FlatSchedule flat = flatten(all_to_all(matrix));
     std::uint64_t d = 0;
-    if (n > 1 && spyreSystemScheduleTime(device, static_cast<uint32_t>(n), flat.data(), counts.data(),
-                                         static_cast<uint32_t>(counts.size()), &d) != SPYRE_SUCCESS) {
+    if (n > 1 && spyreSystemScheduleTime(device, static_cast<uint32_t>(n), flat.transfers.data(), flat.counts.data(),
+                                         static_cast<uint32_t>(flat.counts.size()), &d) != SPYRE_SUCCESS) {
       throw std::runtime_error(std::string("timing the all-to-all: ") + spyreGetLastErrorMessage());
     }
     return d;
@@ -406,19 +328,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op,
                 ": expected every tensor on spyre:", device, ", found one on ", t.device());
   }
   // The modelled time and the bytes this card sends.
-  std::uint64_t sent = 0;
-  std::vector<spyre_link_transfer_t> flat;
+  const std::uint64_t sent = size_ > 1 ? sent_by(schedule, rank_) : 0;
+  const FlatSchedule flat = size_ > 1 ? flatten(schedule) : FlatSchedule{};
   if (size_ > 1) {
-    std::vector<uint32_t> counts;
-    for (const auto& step : schedule.steps) {
-      counts.push_back(static_cast<uint32_t>(step.size()));
-      for (const auto& t : step) {
-        flat.push_back(t);
-        if (static_cast<int>(t.src) == rank_) sent += t.bytes;
-      }
-    }
-    SPYRE_CHECK(spyreSystemScheduleTime(driver_device(device), static_cast<uint32_t>(size_), flat.data(), counts.data(),
-                                        static_cast<uint32_t>(counts.size()), &op->duration_ps));
+    SPYRE_CHECK(spyreSystemScheduleTime(driver_device(device), static_cast<uint32_t>(size_), flat.transfers.data(),
+                                        flat.counts.data(), static_cast<uint32_t>(flat.counts.size()),
+                                        &op->duration_ps));
   }
   std::vector<void*> buffers;
   std::vector<size_t> sizes;
@@ -456,7 +371,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::submit(std::shared_ptr<Op> op,
   desc.user = op.get();
   desc.bytes = op->timing ? op->sent_bytes : sent;
   // The transfers, for the report's bytes per link (the driver counts this card's).
-  const std::vector<spyre_link_transfer_t>& transfers = op->timing ? op->own_transfers : flat;
+  const std::vector<spyre_link_transfer_t>& transfers = op->timing ? op->own_transfers : flat.transfers;
   if (size_ > 1 && !transfers.empty()) {
     desc.card = static_cast<uint32_t>(rank_);
     desc.cards = static_cast<uint32_t>(size_);
@@ -498,18 +413,6 @@ c10::Stream ProcessGroupSpyre::collective_stream(c10::DeviceIndex device) {
   if (it != streams_.end()) return it->second;
   return streams_.emplace(device, backend::stream_from_pool(device, /*high_priority=*/true)).first->second;
 }
-
-namespace {
-
-std::vector<int> everyone_but(int rank, int size) {
-  std::vector<int> peers;
-  for (int k = 0; k < size; ++k) {
-    if (k != rank) peers.push_back(k);
-  }
-  return peers;
-}
-
-}  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSpyre::allreduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::AllreduceOptions& opts) {

@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "distributed/schedules.h"
 #include "spyre/spyre_drv.h"
 
 namespace spyre::distributed {
@@ -62,7 +63,6 @@ class ProcessGroupSpyre final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   struct Op;
-  struct Schedule;
 
  private:
   // Submits `op` to the group's collective stream of its tensors' device (or of the
