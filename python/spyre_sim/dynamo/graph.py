@@ -105,3 +105,12 @@ def _matmul_input(node):
     if node.target is torch.ops.spyre.linear_gated.default and len(args) == 4:
         return args[0], node.target, tuple(args[1:])
     return None
+
+
+def recompiled(gm: torch.fx.GraphModule, changed: bool = True) -> torch.fx.GraphModule:
+    """A pass's last step: when it changed the graph, the graph checked and the module's
+    code regenerated; the module either way."""
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm

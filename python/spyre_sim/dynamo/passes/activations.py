@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from ..graph import _val
+from ..graph import _val, recompiled
 from ..ir import _FLOATS
 from ..ops import _aten_overload
 
@@ -104,7 +104,4 @@ def recognize_activations(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                     gm.graph.erase_node(n)
                 replaced |= cone
                 break
-    if replaced:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, replaced)

@@ -8,7 +8,7 @@ import operator
 import torch
 import torch.fx
 
-from ..graph import _emit, _val
+from ..graph import _emit, _val, recompiled
 from ..ir import _FLOATS
 from ..ops import _activation_of
 
@@ -72,7 +72,4 @@ def fuse_conv_epilogues(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             node = previous
         gm.graph.erase_node(conv)
         changed = True
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, changed)

@@ -9,7 +9,7 @@ import operator
 import torch
 import torch.fx
 
-from ..graph import _is_call, _val
+from ..graph import _is_call, _val, recompiled
 
 aten = torch.ops.aten
 
@@ -54,10 +54,7 @@ def drop_layout_preserving_clones(gm: torch.fx.GraphModule) -> torch.fx.GraphMod
         node.replace_all_uses_with(src)
         gm.graph.erase_node(node)
         changed = True
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, changed)
 
 
 def _without_full_slices(node):
@@ -136,10 +133,7 @@ def drop_repeated_kv(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                     stack.extend(n.all_input_nodes)
                     gm.graph.erase_node(n)
                     erased = True
-    if erased:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, erased)
 
 
 _ARANGES = (aten.arange.default, aten.arange.start, aten.arange.start_step)
@@ -171,7 +165,4 @@ def fold_conversions_into_arange(gm: torch.fx.GraphModule) -> torch.fx.GraphModu
         gm.graph.erase_node(node)
         gm.graph.erase_node(src)
         changed = True
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, changed)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from ..graph import _VIEWS, _erase_unread, _linear_weight, _val
+from ..graph import _VIEWS, _erase_unread, _linear_weight, _val, recompiled
 from ..ir import _FLOATS
 from ..ops import _EPILOGUE_ACTIVATIONS, GATE_ACTIVATIONS
 
@@ -58,9 +58,7 @@ def fuse_matmul_epilogues(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if view is not None:
             gm.graph.erase_node(view)
         gm.graph.erase_node(mm)
-    gm.graph.lint()
-    gm.recompile()
-    return gm
+    return recompiled(gm)
 
 
 def _matmul_producer(arg):
@@ -150,10 +148,7 @@ def fuse_matmul_residuals(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             gm.graph.erase_node(mm)
             changed = True
             break
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, changed)
 
 
 def _input_key(a):
@@ -204,10 +199,7 @@ def fuse_gated_linears(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         gm.graph.erase_node(other)
         _erase_unread(gm, operands)  # the transposes (and a view of x)
         changed = True
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, changed)
 
 
 def fuse_shared_input_linears(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -250,7 +242,4 @@ def fuse_shared_input_linears(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             gm.graph.erase_node(mm)
             _erase_unread(gm, operands)  # the transposes (and views of x)
         changed = True
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, changed)

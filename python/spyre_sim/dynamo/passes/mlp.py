@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from ..graph import _VIEWS, _erase_unread, _linear_weight, _matmul_input, _val, _view_root
+from ..graph import _VIEWS, _erase_unread, _linear_weight, _matmul_input, _val, _view_root, recompiled
 
 
 def fuse_mlps(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -58,10 +58,7 @@ def fuse_mlps(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         gm.graph.erase_node(first)
         _erase_unread(gm, [b1, b2])
         changed = True
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, changed)
 
 
 def _read_only_through_views_by(node, reader):
@@ -120,7 +117,4 @@ def fuse_mlp_projections(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         gm.graph.erase_node(source)
         _erase_unread(gm, [b_proj])
         changed = True
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, changed)

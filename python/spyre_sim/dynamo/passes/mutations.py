@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch.fx
 
+from ..graph import recompiled
+
 
 def reinplace_input_mutations(gm: torch.fx.GraphModule, example_inputs=()) -> torch.fx.GraphModule:
     """Writes into mutated inputs in place. A functional graph updates a slice of an
@@ -19,6 +21,4 @@ def reinplace_input_mutations(gm: torch.fx.GraphModule, example_inputs=()) -> to
 
     with V.set_fake_mode(detect_fake_mode(example_inputs) or FakeTensorMode()):
         reinplace_inplaceable_ops(gm.graph)
-    gm.graph.lint()
-    gm.recompile()
-    return gm
+    return recompiled(gm)

@@ -9,7 +9,7 @@ import operator
 import torch
 import torch.fx
 
-from ..graph import _VIEWS, _is_call, _matmul_input, _only_user, _other_arg, _val
+from ..graph import _VIEWS, _is_call, _matmul_input, _only_user, _other_arg, _val, recompiled
 from ..ir import _FLOATS
 
 aten = torch.ops.aten
@@ -100,10 +100,7 @@ def fuse_rms_norms(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             if not n.users:
                 gm.graph.erase_node(n)
                 erased.add(n)
-    if erased:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, erased)
 
 
 def _norm_source(a):
@@ -175,7 +172,4 @@ def fuse_norm_prologues(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         for n in replaced:
             gm.graph.erase_node(n)
         changed = True
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, changed)

@@ -10,7 +10,7 @@ import math
 import torch
 import torch.fx
 
-from ..graph import _LAYOUTS, _VIEWS, _val
+from ..graph import _LAYOUTS, _VIEWS, _val, recompiled
 from ..ir import _FLOATS, _Program
 from ..ops import FUSIBLE_OPS
 
@@ -182,9 +182,7 @@ def fuse_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if (node.op == "call_function" and not node.users
                 and node.target in (aten.neg.default, aten.slice.Tensor)):
             gm.graph.erase_node(node)
-    gm.graph.lint()
-    gm.recompile()
-    return gm
+    return recompiled(gm)
 
 
 def _column_slice(x):
@@ -267,10 +265,7 @@ def merge_sibling_pointwise(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             if len(run) > 1 and _merge_run(gm, run):
                 changed = True
             run = [m]
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return gm
+    return recompiled(gm, changed)
 
 
 def _merge_run(gm, run) -> bool:
